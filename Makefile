@@ -1,0 +1,29 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint install clean
+
+$(BIN)/gpushare: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/gpushare
+
+# The three-team pattern, end to end on the embedded control plane.
+demo: install
+	$(BIN)/gpushare demo
+
+# The whole test suite, lint first.
+test: install
+	$(BIN)/ruff check src tests bench
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check src tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,3 @@
+"""gpushare: share a few GPUs between teams."""
+
+__version__ = "0.1.0"

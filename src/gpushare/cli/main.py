@@ -1,0 +1,21 @@
+"""The `gpushare` command. Each area adds its own commands from its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from gpushare.cli import agent, server, simulate, up
+
+app = typer.Typer(
+    name="gpushare",
+    help="Share a few GPUs between teams: fair-share queues, fractions, gangs, enforced shares.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+for module in (simulate, server, up, agent):
+    module.register(app)
+
+
+if __name__ == "__main__":
+    app()
