@@ -13,6 +13,21 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def main() -> None:
+    """gpushare: fair-share GPU scheduling with enforced fractions and per-team clusters."""
+
+
+@app.command()
+def version() -> None:
+    """Print gpushare's version."""
+    from gpushare import __version__
+
+    typer.echo(__version__)
+
+
 for module in (simulate, server, up, agent):
     module.register(app)
 
