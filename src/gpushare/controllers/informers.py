@@ -1,0 +1,49 @@
+"""Informers shared by the controllers of one process: one list+watch per resource."""
+
+from __future__ import annotations
+
+import threading
+
+from gpushare.controllers.informer import Informer
+from gpushare.controllers.kube import KubeClient, Resource, Stopper
+
+
+class InformerFactory:
+    def __init__(self, client: KubeClient, stopper: Stopper) -> None:
+        self.client = client
+        self.stopper = stopper
+        self._informers: dict[str, Informer] = {}
+        self._lock = threading.Lock()
+        self._started = False
+
+    def get(self, resource: Resource) -> Informer:
+        """The informer for ``resource``, made (and started, once running) on first use."""
+        key = resource.collection()
+        with self._lock:
+            informer = self._informers.get(key)
+            if informer is None:
+                informer = Informer(self.client, resource, self.stopper)
+                self._informers[key] = informer
+                if self._started:
+                    informer.start()
+            return informer
+
+    def start(self) -> None:
+        with self._lock:
+            self._started = True
+            informers = list(self._informers.values())
+        for informer in informers:
+            informer.start()
+
+    def wait_synced(self, timeout: float) -> bool:
+        with self._lock:
+            informers = list(self._informers.values())
+        return all(informer.wait_synced(timeout) for informer in informers)
+
+    def stop(self) -> None:
+        with self._lock:
+            informers = list(self._informers.values())
+        for informer in informers:
+            informer.stop()
+        for informer in informers:
+            informer.join(2.0)

@@ -1,0 +1,290 @@
+"""A thin JSON layer over the official Kubernetes client.
+
+The controllers speak to the control plane only through the Kubernetes API, with the
+official ``kubernetes`` client doing configuration (kubeconfig, tokens, TLS) and
+transport. They work on plain dicts rather than the generated models: the models cost
+a deserialisation pass per object, and the controllers touch only a few fields.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server."""
+
+    def __init__(self, status: int, reason: str, body: dict[str, Any] | None = None) -> None:
+        message = (body or {}).get("message") or reason
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.reason = reason
+        self.body = body or {}
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """Where a kind lives in the API: ``/api/v1`` + ``pods``, or a group version."""
+
+    group_version: str  # "v1", "batch/v1", "scheduling.run.ai/v2"
+    plural: str
+    namespaced: bool
+
+    def base(self) -> str:
+        if "/" in self.group_version:
+            return f"/apis/{self.group_version}"
+        return f"/api/{self.group_version}"
+
+    def collection(self, namespace: str | None = None) -> str:
+        if self.namespaced and namespace:
+            return f"{self.base()}/namespaces/{namespace}/{self.plural}"
+        return f"{self.base()}/{self.plural}"
+
+    def item(self, name: str, namespace: str | None = None, sub: str = "") -> str:
+        path = f"{self.collection(namespace)}/{name}"
+        return f"{path}/{sub}" if sub else path
+
+
+PODS = Resource("v1", "pods", True)
+NODES = Resource("v1", "nodes", False)
+EVENTS = Resource("v1", "events", True)
+NAMESPACES = Resource("v1", "namespaces", False)
+JOBS = Resource("batch/v1", "jobs", True)
+CRONJOBS = Resource("batch/v1", "cronjobs", True)
+DEPLOYMENTS = Resource("apps/v1", "deployments", True)
+REPLICASETS = Resource("apps/v1", "replicasets", True)
+STATEFULSETS = Resource("apps/v1", "statefulsets", True)
+QUEUES = Resource("scheduling.run.ai/v2", "queues", False)
+PODGROUPS = Resource("scheduling.run.ai/v2alpha2", "podgroups", True)
+PRIORITY_CLASSES = Resource("scheduling.k8s.io/v1", "priorityclasses", False)
+
+BY_KIND: dict[str, Resource] = {
+    "Pod": PODS,
+    "Node": NODES,
+    "Job": JOBS,
+    "CronJob": CRONJOBS,
+    "Deployment": DEPLOYMENTS,
+    "ReplicaSet": REPLICASETS,
+    "StatefulSet": STATEFULSETS,
+    "Queue": QUEUES,
+    "PodGroup": PODGROUPS,
+    "PriorityClass": PRIORITY_CLASSES,
+}
+
+
+class KubeClient:
+    """JSON requests through the official client's ApiClient (auth, TLS, pooling)."""
+
+    def __init__(self, api_client: k8s_client.ApiClient) -> None:
+        self.api_client = api_client
+        self._auth = list(api_client.configuration.auth_settings().keys())
+
+    @classmethod
+    def from_kubeconfig(cls, path: str, pool_size: int = 32) -> KubeClient:
+        configuration = k8s_client.Configuration()
+        k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+        # One connection per concurrent request: the binder pool and the informers.
+        configuration.connection_pool_maxsize = pool_size
+        return cls(k8s_client.ApiClient(configuration))
+
+    @property
+    def host(self) -> str:
+        return str(self.api_client.configuration.host)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    # -- raw requests -------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | tuple[float, float] | None = 30.0,
+    ) -> Any:
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self.api_client.param_serialize(
+            method,
+            path,
+            query_params=query or None,
+            header_params=headers,
+            body=body,
+            auth_settings=self._auth,
+        )
+        return self.api_client.call_api(*request, _request_timeout=timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = 30.0,
+    ) -> dict[str, Any]:
+        response = self._send(
+            method, path, query=query, body=body, content_type=content_type, timeout=timeout
+        )
+        data = response.read()
+        parsed: Any = None
+        if data:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                parsed = orjson.loads(data)
+        if not 200 <= response.status <= 299:
+            raise ApiError(
+                response.status, str(response.reason), parsed if isinstance(parsed, dict) else None
+            )
+        return parsed if isinstance(parsed, dict) else {}
+
+    # -- verbs --------------------------------------------------------------------------
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", path)
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def list(self, path: str, **query: Any) -> dict[str, Any]:
+        return self.request("GET", path, query=list(query.items()))
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", path, body=body)
+
+    def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PUT", path, body=body)
+
+    def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    def delete(
+        self,
+        path: str,
+        *,
+        propagation: str | None = None,
+        uid: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> dict[str, Any] | None:
+        """Delete; ``None`` when the object is already gone."""
+        options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation:
+            options["propagationPolicy"] = propagation
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        try:
+            return self.request("DELETE", path, body=options)
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+
+    def watch(
+        self,
+        path: str,
+        resource_version: str,
+        *,
+        timeout_seconds: int = 300,
+        on_open: Any = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Yield watch events (``{"type", "object"}``) from ``resource_version`` on.
+
+        ``on_open`` receives a callable that aborts the stream from another thread.
+        """
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        response = self._send(
+            "GET", path, query=query, timeout=(10.0, float(timeout_seconds) + 30.0)
+        )
+        raw = response.response
+        if not 200 <= response.status <= 299:
+            data = response.read()
+            body = None
+            with contextlib.suppress(orjson.JSONDecodeError):
+                body = orjson.loads(data) if data else None
+            raise ApiError(response.status, str(response.reason), body)
+        if on_open is not None:
+            on_open(lambda: _abort(raw))
+        pending = b""
+        try:
+            for chunk in raw.stream(None, decode_content=True):
+                pending += chunk
+                while True:
+                    line, sep, rest = pending.partition(b"\n")
+                    if not sep:
+                        break
+                    pending = rest
+                    if line.strip():
+                        yield orjson.loads(line)
+        finally:
+            with contextlib.suppress(Exception):
+                raw.release_conn()
+
+
+def _abort(raw: Any) -> None:
+    # shutdown() unblocks a reader in another thread; close() alone may not.
+    with contextlib.suppress(Exception):
+        raw.shutdown()
+    with contextlib.suppress(Exception):
+        raw.close()
+
+
+def key_of(obj: dict[str, Any]) -> str:
+    """``namespace/name`` (or ``name`` for cluster-scoped objects), as informers key them."""
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    name = meta.get("name", "")
+    return f"{namespace}/{name}" if namespace else name
+
+
+class Stopper:
+    """A shared stop flag with a wait that wakes up on stop."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def stop(self) -> None:
+        self._event.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        return self._event.wait(seconds)

@@ -1,0 +1,177 @@
+"""The pod-grouper: every pod of ours belongs to a PodGroup that describes its gang.
+
+It follows each pod's owner chain to the top owner, creates or updates that workload's
+PodGroup and annotates the pod with ``pod-group-name``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from gpushare.controllers.events import EventRecorder
+from gpushare.controllers.grouping import (
+    DEFAULT_QUEUE,
+    PODGROUP_ANNOTATION,
+    owner_chain,
+    plan_podgroup,
+    skips_grouping,
+    spec_differs,
+)
+from gpushare.controllers.informer import WorkQueue, run_worker
+from gpushare.controllers.informers import InformerFactory
+from gpushare.controllers.kube import BY_KIND, JOBS, PODGROUPS, PODS, ApiError, KubeClient, Stopper
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_NAMES = ("gpushare", "kai-scheduler")
+OWNER_CACHE_SECONDS = 5.0
+
+Obj = dict[str, Any]
+
+
+class PodGrouper:
+    name = "pod-grouper"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        informers: InformerFactory,
+        stopper: Stopper,
+        events: EventRecorder,
+        *,
+        scheduler_names: tuple[str, ...] = SCHEDULER_NAMES,
+        default_queue: str = DEFAULT_QUEUE,
+    ) -> None:
+        self.client = client
+        self.stopper = stopper
+        self.events = events
+        self.scheduler_names = scheduler_names
+        self.default_queue = default_queue
+        self.pods = informers.get(PODS)
+        self.podgroups = informers.get(PODGROUPS)
+        self.jobs = informers.get(JOBS)
+        self.queue = WorkQueue()
+        # Owners read with GET (kinds without a watch here), briefly cached by uid.
+        self._owner_cache: dict[str, tuple[float, Obj | None]] = {}
+        # PodGroups written but not yet seen by the watch: a lagging cache must not
+        # make us create them twice.
+        self._written: dict[str, Obj] = {}
+        self.pods.add_handler(self._on_pod)
+        self.podgroups.add_handler(self._on_podgroup)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(
+            target=run_worker, args=(self.queue, self.reconcile, self.stopper, self.name),
+            name=self.name, daemon=True,
+        )
+        thread.start()
+        return thread
+
+    # -- events -------------------------------------------------------------------------
+
+    def ours(self, pod: Obj) -> bool:
+        return (pod.get("spec") or {}).get("schedulerName") in self.scheduler_names
+
+    def _on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
+        if kind == "DELETED" or not self.ours(pod):
+            return
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return
+        if old is not None and _same_grouping_inputs(pod, old):
+            return
+        self.queue.add(f"{meta.get('namespace')}/{meta.get('name')}")
+
+    def _on_podgroup(self, kind: str, pg: Obj, old: Obj | None) -> None:
+        meta = pg.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if kind != "DELETED":
+            self._written.pop(key, None)
+            return
+        # A PodGroup deleted under live pods: regroup them.
+        name = meta.get("name")
+        for pod in self.pods.items():
+            pmeta = pod.get("metadata") or {}
+            if (pmeta.get("annotations") or {}).get(PODGROUP_ANNOTATION) == name and pmeta.get(
+                "namespace"
+            ) == meta.get("namespace"):
+                self.queue.add(f"{pmeta.get('namespace')}/{pmeta.get('name')}")
+
+    # -- reconcile ----------------------------------------------------------------------
+
+    def lookup(self, kind: str, namespace: str, name: str, uid: str) -> Obj | None:
+        if kind == "Job":
+            cached = self.jobs.get(f"{namespace}/{name}")
+            if cached is not None and (cached.get("metadata") or {}).get("uid") == uid:
+                return cached
+        resource = BY_KIND.get(kind)
+        if resource is None:
+            return None
+        hit = self._owner_cache.get(uid)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < OWNER_CACHE_SECONDS:
+            return hit[1]
+        try:
+            found = self.client.get(resource.item(name, namespace if resource.namespaced else None))
+        except ApiError as error:
+            log.debug("owner %s %s/%s unreadable: %s", kind, namespace, name, error)
+            found = None
+        if found is not None and (found.get("metadata") or {}).get("uid") != uid:
+            found = None  # a newer object of the same name
+        self._owner_cache[uid] = (now, found)
+        return found
+
+    def reconcile(self, key: str) -> None:
+        pod = self.pods.get(key)
+        if pod is None or not self.ours(pod):
+            return
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return
+        chain = owner_chain(pod, self.lookup)
+        if skips_grouping(chain):
+            return
+        plan = plan_podgroup(chain, self.default_queue)
+        for warning in plan.warnings:
+            self.events.emit(pod, "Warning", "PodGrouperWarning", warning)
+        pg_key = f"{plan.namespace}/{plan.name}"
+        existing = self.podgroups.get(pg_key) or self._written.get(pg_key)
+        if existing is None:
+            try:
+                created = self.client.create(PODGROUPS.collection(plan.namespace), plan.body())
+                self._written[pg_key] = created
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+                existing = self.client.get(PODGROUPS.item(plan.name, plan.namespace))
+        if existing is not None and spec_differs(existing, plan):
+            updated = self.client.merge_patch(
+                PODGROUPS.item(plan.name, plan.namespace),
+                {"spec": plan.spec(), "metadata": {"labels": plan.body()["metadata"]["labels"]}},
+            )
+            self._written[pg_key] = updated
+        if (meta.get("annotations") or {}).get(PODGROUP_ANNOTATION) != plan.name:
+            try:
+                self.client.merge_patch(
+                    PODS.item(str(meta.get("name")), str(meta.get("namespace"))),
+                    {"metadata": {"annotations": {PODGROUP_ANNOTATION: plan.name}}},
+                )
+            except ApiError as error:
+                if not error.not_found:
+                    raise
+
+
+def _same_grouping_inputs(pod: Obj, old: Obj) -> bool:
+    """Whether an update changed nothing the grouping reads (status-only updates)."""
+    new_meta = pod.get("metadata") or {}
+    old_meta = old.get("metadata") or {}
+    return (
+        new_meta.get("labels") == old_meta.get("labels")
+        and (new_meta.get("annotations") or {}).get(PODGROUP_ANNOTATION)
+        == (old_meta.get("annotations") or {}).get(PODGROUP_ANNOTATION)
+        and new_meta.get("ownerReferences") == old_meta.get("ownerReferences")
+        and bool(new_meta.get("deletionTimestamp")) == bool(old_meta.get("deletionTimestamp"))
+    )

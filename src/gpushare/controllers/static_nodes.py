@@ -1,0 +1,105 @@
+"""Nodes with declared GPUs and no agent: ``gpushare node add``.
+
+Such a node is Ready for as long as it exists. It never heartbeats, so it carries the
+annotation ``gpushare.io/static-node: "true"``, which tells the node-lifecycle controller
+to leave its Ready condition alone.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from gpushare.agent.inventory import declared_gpus
+from gpushare.controllers.quantities import format_bytes, to_int, to_milli
+
+STATIC_NODE_ANNOTATION = "gpushare.io/static-node"
+GPUS_ANNOTATION = "gpushare.io/gpus"
+GPUS_DECLARED_ANNOTATION = "gpushare.io/gpus-declared"
+
+
+class NodeSpecError(ValueError):
+    """A node description that cannot be registered; the message names the option."""
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise NodeSpecError(f"--label {item!r}: expected KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+def static_node(
+    name: str, gpus: str | None, cpu: str, memory: str, labels: dict[str, str], now: str,
+    max_pods: int = 110,
+) -> dict:
+    """The Node object of a static node (status included)."""
+    try:
+        cpu_milli = to_milli(cpu)
+    except ValueError:
+        raise NodeSpecError(f"--cpu {cpu!r}: not a quantity (e.g. 64 or 500m)") from None
+    try:
+        memory_bytes = to_int(memory)
+    except ValueError:
+        raise NodeSpecError(f"--memory {memory!r}: not a quantity (e.g. 512Gi)") from None
+    if cpu_milli <= 0:
+        raise NodeSpecError(f"--cpu {cpu!r}: must be positive")
+    if memory_bytes <= 0:
+        raise NodeSpecError(f"--memory {memory!r}: must be positive")
+    all_labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+    }
+    annotations = {STATIC_NODE_ANNOTATION: "true"}
+    capacity = {
+        "cpu": f"{cpu_milli // 1000}" if cpu_milli % 1000 == 0 else f"{cpu_milli}m",
+        "memory": format_bytes(memory_bytes),
+        "pods": str(max_pods),
+    }
+    if gpus:
+        try:
+            inventory = declared_gpus(name, gpus)
+        except ValueError as error:
+            raise NodeSpecError(str(error)) from None
+        first = inventory.devices[0]
+        all_labels.update({
+            "nvidia.com/gpu.product": first.product,
+            "nvidia.com/gpu.memory": str(first.memory_mib),
+            "nvidia.com/gpu.count": str(inventory.count),
+        })
+        annotations[GPUS_ANNOTATION] = orjson.dumps(
+            [{"index": d.index, "uuid": d.uuid, "product": d.product, "memoryMiB": d.memory_mib}
+             for d in inventory.devices]
+        ).decode()
+        annotations[GPUS_DECLARED_ANNOTATION] = "true"
+        capacity["nvidia.com/gpu"] = str(inventory.count)
+    all_labels.update(labels)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": all_labels, "annotations": annotations},
+        "spec": {},
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "StaticNode",
+                    "message": "declared with gpushare node add; no agent heartbeats",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": name},
+            ],
+            "nodeInfo": {"kubeletVersion": "gpushare-static", "operatingSystem": "linux",
+                         "architecture": "amd64"},
+        },
+    }

@@ -1,0 +1,361 @@
+"""API objects (Nodes, Queues, PodGroups, Pods) to the scheduler core's model.
+
+Pure functions: the scheduler loop feeds each watched change through them and hands the
+result to the core's live state as a delta.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from gpushare.controllers.quantities import QuantityError, to_int, to_milli
+from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
+from gpushare.model.gpu_products import PRODUCTS
+from gpushare.model.pod import GpuRequest
+from gpushare.model.quantities import CPU, MEMORY, to_fraction
+
+Obj = dict[str, Any]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+FRACTION_ANNOTATION = "gpu-fraction"
+MEMORY_ANNOTATION = "gpu-memory"
+DEVICES_ANNOTATION = "gpu-fraction-num-devices"
+INDICES_ANNOTATION = "gpushare.io/gpu-indices"
+PORTION_ANNOTATION = "gpushare.io/gpu-portion"
+MEMORY_MIB_ANNOTATION = "gpushare.io/gpu-memory-mib"
+PODGROUP_ANNOTATION = "pod-group-name"
+SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+PREEMPTION_DELAY_ANNOTATION = "kai.scheduler/preemption-delay"
+STALENESS_ANNOTATION = "kai.scheduler/staleness-grace-period"
+DEFAULT_PRIORITY = 50  # when no PriorityClass resolves, as KAI
+NON_PREEMPTIBLE_FROM = 100
+MB = 1000 * 1000  # Queue memory quotas are in MB (10^6 bytes), as KAI's
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class TranslateError(ValueError):
+    """An object the scheduler cannot use; the message names the field."""
+
+
+def parse_duration(text: str | None) -> float:
+    """A Go duration (``"1h30m"``, ``"90s"``, ``"500ms"``) in seconds; ``""`` is 0."""
+    if not text:
+        return 0.0
+    text = str(text).strip()
+    sign = -1.0 if text.startswith("-") else 1.0
+    body = text.lstrip("+-")
+    if body == "0":
+        return 0.0
+    pos = 0
+    total = 0.0
+    for match in _DURATION.finditer(body):
+        if match.start() != pos:
+            raise TranslateError(f"{text!r} is not a duration (e.g. 90s, 10m, 1h30m)")
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(body) or not body:
+        raise TranslateError(f"{text!r} is not a duration (e.g. 90s, 10m, 1h30m)")
+    return sign * total
+
+
+def timestamp(text: str | None) -> float:
+    """RFC 3339 to epoch seconds; missing is 0 (the oldest)."""
+    if not text:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+# ------------------------------------------------------------------------------ nodes
+
+
+def node_from_api(node: Obj) -> Node:
+    meta = _meta(node)
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    labels = dict(meta.get("labels") or {})
+    gpus = _int_quantity(alloc.get(GPU_RESOURCE, 0))
+    memory_mib = 0
+    try:
+        memory_mib = int(labels.get(GPU_MEMORY_LABEL, "0"))
+    except ValueError:
+        memory_mib = 0
+    if memory_mib <= 0:
+        product = labels.get(GPU_PRODUCT_LABEL, "")
+        known = [p for p in PRODUCTS.values() if p.product == product]
+        memory_mib = known[0].memory_mib if known else 81920
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    return Node(
+        name=str(meta.get("name", "")),
+        gpus=gpus,
+        gpu_memory_mib=memory_mib,
+        cpu_millis=_milli_quantity(alloc.get("cpu", "0")),
+        memory_bytes=_int_quantity(alloc.get("memory", "0")),
+        max_pods=_int_quantity(alloc.get("pods", "110")) or 110,
+        labels=labels,
+        ready=ready and not unschedulable,
+    )
+
+
+def _int_quantity(value: Any) -> int:
+    try:
+        return to_int(value)
+    except (QuantityError, ValueError):
+        return 0
+
+
+def _milli_quantity(value: Any) -> int:
+    try:
+        return to_milli(value)
+    except (QuantityError, ValueError):
+        return 0
+
+
+# ----------------------------------------------------------------------------- queues
+
+
+def queue_from_api(queue: Obj) -> Queue:
+    """A Queue; omitted resource fields take the model's defaults (quota 0, no limit,
+    weight 1), so a queue that leaves out ``memory`` still runs pods that ask for memory."""
+    meta = _meta(queue)
+    spec = queue.get("spec") or {}
+    name = str(meta.get("name", ""))
+    resources: dict[str, ResourceSpec] = {}
+    given = spec.get("resources") or {}
+    for resource, scale in ((GPU, 1), (CPU, 1), (MEMORY, MB)):
+        block = given.get(resource) or {}
+        resources[resource] = ResourceSpec(
+            quota=_amount(block, "quota", Fraction(0), scale, name, resource),
+            limit=_amount(block, "limit", Fraction(-1), scale, name, resource),
+            over_quota_weight=_amount(block, "overQuotaWeight", Fraction(1), 1, name, resource),
+        )
+    try:
+        priority = int(spec.get("priority", 100))
+    except (TypeError, ValueError):
+        raise TranslateError(f"queue {name}: spec.priority must be an integer") from None
+    return Queue(
+        name=name,
+        parent=spec.get("parentQueue") or None,
+        priority=priority,
+        resources=resources,
+        preempt_min_runtime=parse_duration(spec.get("preemptMinRuntime")),
+        reclaim_min_runtime=parse_duration(spec.get("reclaimMinRuntime")),
+        created_at=timestamp(meta.get("creationTimestamp")),
+    )
+
+
+def _amount(
+    block: Obj, field: str, default: Fraction, scale: int, queue: str, resource: str
+) -> Fraction:
+    if block.get(field) is None:
+        return default
+    try:
+        value = to_fraction(block[field])
+    except ValueError:
+        raise TranslateError(
+            f"queue {queue}: spec.resources.{resource}.{field} must be a number"
+        ) from None
+    if value == -1:
+        return value
+    return value * scale
+
+
+# ------------------------------------------------------------------------- podgroups
+
+
+def job_from_podgroup(pg: Obj, priorities: dict[str, int]) -> Job:
+    meta = _meta(pg)
+    spec = pg.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    priority_name = spec.get("priorityClassName") or ""
+    priority = priorities.get(priority_name, DEFAULT_PRIORITY)
+    preemptibility = spec.get("preemptibility")
+    if preemptibility == "preemptible":
+        preemptible = True
+    elif preemptibility == "non-preemptible":
+        preemptible = False
+    else:
+        preemptible = priority < NON_PREEMPTIBLE_FROM
+    staleness_text = spec.get("stalenessGracePeriod") or annotations.get(STALENESS_ANNOTATION)
+    try:
+        min_member = int(spec.get("minMember", 1) if spec.get("minMember") is not None else 1)
+    except (TypeError, ValueError):
+        min_member = 1
+    return Job(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "default")),
+        queue=str(spec.get("queue") or "default-queue"),
+        priority=priority,
+        preemptible=preemptible,
+        min_member=max(min_member, 0),
+        created_at=timestamp(meta.get("creationTimestamp")),
+        preemption_delay=_safe_duration(
+            spec.get("preemptionDelay") or annotations.get(PREEMPTION_DELAY_ANNOTATION)
+        ),
+        staleness_grace=_safe_duration(staleness_text) if staleness_text else None,
+    )
+
+
+def _safe_duration(text: str | None) -> float:
+    try:
+        return parse_duration(text)
+    except TranslateError:
+        return 0.0
+
+
+# ------------------------------------------------------------------------------ pods
+
+
+def gpu_request(pod: Obj) -> GpuRequest:
+    """What the pod asks of GPUs, from its annotations and container limits."""
+    annotations = _meta(pod).get("annotations") or {}
+    name = _meta(pod).get("name", "")
+    devices = 1
+    if annotations.get(DEVICES_ANNOTATION):
+        try:
+            devices = int(annotations[DEVICES_ANNOTATION])
+        except ValueError:
+            raise TranslateError(
+                f"pod {name}: annotation {DEVICES_ANNOTATION} must be a positive integer"
+            ) from None
+        if devices < 1:
+            raise TranslateError(
+                f"pod {name}: annotation {DEVICES_ANNOTATION} must be a positive integer"
+            )
+    if annotations.get(FRACTION_ANNOTATION):
+        try:
+            fraction = to_fraction(annotations[FRACTION_ANNOTATION])
+        except ValueError:
+            raise TranslateError(
+                f"pod {name}: annotation {FRACTION_ANNOTATION} must be a number in (0, 1)"
+            ) from None
+        if not 0 < fraction < 1:
+            raise TranslateError(
+                f"pod {name}: annotation {FRACTION_ANNOTATION} must be a number in (0, 1)"
+            )
+        return GpuRequest(portion=max(round(fraction * 1000), 1), devices=devices)
+    if annotations.get(MEMORY_ANNOTATION):
+        try:
+            mib = int(annotations[MEMORY_ANNOTATION])
+        except ValueError:
+            raise TranslateError(
+                f"pod {name}: annotation {MEMORY_ANNOTATION} must be a positive integer (MiB)"
+            ) from None
+        if mib < 1:
+            raise TranslateError(
+                f"pod {name}: annotation {MEMORY_ANNOTATION} must be a positive integer (MiB)"
+            )
+        return GpuRequest(memory_mib=mib, devices=devices)
+    whole = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+            resources.get("requests") or {}
+        ).get(GPU_RESOURCE)
+        if amount is not None:
+            whole += _int_quantity(amount)
+    return GpuRequest(whole=whole)
+
+
+def cpu_memory_requests(pod: Obj) -> tuple[int, int]:
+    """Millicores and bytes: the sum over containers, or the largest init container."""
+    spec = pod.get("spec") or {}
+
+    def requests(container: Obj) -> tuple[int, int]:
+        req = (container.get("resources") or {}).get("requests") or {}
+        return _milli_quantity(req.get("cpu", 0)), _int_quantity(req.get("memory", 0))
+
+    cpu = memory = 0
+    for container in spec.get("containers") or []:
+        c, m = requests(container)
+        cpu += c
+        memory += m
+    for container in spec.get("initContainers") or []:
+        c, m = requests(container)
+        cpu, memory = max(cpu, c), max(memory, m)
+    return cpu, memory
+
+
+def bound_gpus(pod: Obj) -> tuple[tuple[int, ...], int]:
+    """The GPU indices and milli-portion written on a bound pod."""
+    annotations = _meta(pod).get("annotations") or {}
+    text = annotations.get(INDICES_ANNOTATION, "")
+    try:
+        indices = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        indices = ()
+    portion_text = annotations.get(PORTION_ANNOTATION, "")
+    try:
+        portion = round(to_fraction(portion_text) * 1000) if portion_text else 0
+    except ValueError:
+        portion = 0
+    return indices, portion
+
+
+def pod_status(pod: Obj) -> PodStatus:
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    if phase == "Succeeded":
+        return PodStatus.SUCCEEDED
+    if phase == "Failed":
+        return PodStatus.FAILED
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node and _meta(pod).get("deletionTimestamp"):
+        return PodStatus.RELEASING
+    if node:
+        return PodStatus.RUNNING
+    return PodStatus.PENDING
+
+
+def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float) -> Pod:
+    meta = _meta(pod)
+    spec = pod.get("spec") or {}
+    status = pod_status(pod)
+    cpu, memory = cpu_memory_requests(pod)
+    request = gpu_request(pod)
+    node = spec.get("nodeName") or None
+    indices: tuple[int, ...] = ()
+    portion = 0
+    if node and status not in (PodStatus.SUCCEEDED, PodStatus.FAILED):
+        indices, portion = bound_gpus(pod)
+        if request.whole and not portion:
+            portion = 1000
+    else:
+        node = None if status in (PodStatus.SUCCEEDED, PodStatus.FAILED) else node
+    return Pod(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "default")),
+        job=job_key,
+        index=index,
+        gpu=request,
+        cpu_millis=cpu,
+        memory_bytes=memory,
+        status=status,
+        node=node,
+        gpu_indices=indices,
+        portion=portion,
+        started_at=started_at,
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        subgroup=(meta.get("labels") or {}).get(SUBGROUP_LABEL),
+    )
+
+
+def format_portion(portion: float) -> str:
+    """0.7 → ``"0.7"``, 0.33 → ``"0.33"``, 1.0 → ``"1"``: how the bind annotation reads."""
+    return f"{portion:.3f}".rstrip("0").rstrip(".") or "0"
