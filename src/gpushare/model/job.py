@@ -1,0 +1,45 @@
+"""Jobs (pod groups) with gangs and subgroup trees."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class SubGroup:
+    """A node of a job's gang tree.
+
+    A leaf has ``min_member`` and pods; a subgroup with children is satisfied when
+    ``min_subgroup`` of them are (all of them when ``None``).
+    """
+
+    name: str
+    parent: str | None = None
+    min_member: int | None = None
+    min_subgroup: int | None = None
+    children: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    name: str
+    namespace: str
+    queue: str
+    priority: int = 50
+    preemptible: bool = True
+    min_member: int = 1  # gang size when the job has no subgroups
+    min_subgroup: int | None = None  # over top-level subgroups, when it has them
+    created_at: float = 0.0  # caller's clock; smaller is older
+    preemption_delay: float = 0.0  # seconds; the job may not trigger evictions before this age
+    staleness_grace: float | None = None  # seconds; None: the config's; negative: never
+    stale_since: float | None = None  # when it was first seen below its gang size
+    last_eviction_at: float | None = None
+    subgroups: dict[str, SubGroup] = field(default_factory=dict)  # in tie-break order
+    pods: list[str] = field(default_factory=list)  # pod keys, in the order given
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def top_subgroups(self) -> list[str]:
+        return [s.name for s in self.subgroups.values() if s.parent is None]

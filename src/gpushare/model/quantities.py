@@ -1,0 +1,106 @@
+"""Exact quantities.
+
+GPUs are counted in milli-GPUs (``330`` is a third of a GPU, rounded as written), CPU in
+millicores and memory in bytes, all as ints, so that sums and comparisons never drift.
+The fair-share division works on :class:`fractions.Fraction` in each resource's natural
+unit (whole GPUs, millicores, bytes), because KAI floors its over-quota offers to whole
+units of exactly those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+MILLI = 1000
+MIB = 1024 * 1024
+
+GPU = "gpu"
+CPU = "cpu"
+MEMORY = "memory"
+RESOURCES: tuple[str, str, str] = (GPU, CPU, MEMORY)
+
+
+class QuantityError(ValueError):
+    """A number could not be read as the quantity it should be."""
+
+
+def to_fraction(value: object) -> Fraction:
+    """Read an int, float or decimal string exactly (floats by their decimal spelling)."""
+    if isinstance(value, bool):
+        raise QuantityError(f"expected a number, got {value!r}")
+    if isinstance(value, Fraction | int):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(Decimal(repr(value)))
+    if isinstance(value, str):
+        try:
+            return Fraction(Decimal(value.strip()))
+        except (InvalidOperation, ValueError) as err:
+            raise QuantityError(f"expected a number, got {value!r}") from err
+    raise QuantityError(f"expected a number, got {value!r}")
+
+
+def gpu_to_milli(value: object) -> int:
+    """GPU units to milli-GPUs; values finer than a milli-GPU round to the nearest."""
+    return round(to_fraction(value) * MILLI)
+
+
+def mib_to_bytes(value: object) -> int:
+    """MiB (possibly fractional, a conversion from bytes) to whole bytes, rounding up."""
+    exact = to_fraction(value) * MIB
+    whole = exact.numerator // exact.denominator
+    return whole if whole == exact else whole + 1
+
+
+def milli_to_gpu(milli: int | Fraction) -> float:
+    return float(Fraction(milli, MILLI))
+
+
+def bytes_to_mib(value: int | Fraction) -> float:
+    return float(Fraction(value) / MIB)
+
+
+@dataclass(frozen=True, slots=True)
+class Res:
+    """A resource vector: milli-GPUs, millicores, bytes."""
+
+    gpu: int = 0
+    cpu: int = 0
+    mem: int = 0
+
+    def __add__(self, other: Res) -> Res:
+        return Res(self.gpu + other.gpu, self.cpu + other.cpu, self.mem + other.mem)
+
+    def __sub__(self, other: Res) -> Res:
+        return Res(self.gpu - other.gpu, self.cpu - other.cpu, self.mem - other.mem)
+
+    def get(self, resource: str) -> int:
+        if resource == GPU:
+            return self.gpu
+        if resource == CPU:
+            return self.cpu
+        return self.mem
+
+    def is_zero(self) -> bool:
+        return self.gpu == 0 and self.cpu == 0 and self.mem == 0
+
+
+ZERO = Res()
+
+
+def natural(resource: str, amount: int | Fraction) -> Fraction:
+    """A vector component in the resource's natural unit (whole GPUs, millicores, bytes)."""
+    if resource == GPU:
+        return Fraction(amount) / MILLI
+    return Fraction(amount)
+
+
+def res_natural(res: Res) -> dict[str, Fraction]:
+    return {GPU: Fraction(res.gpu, MILLI), CPU: Fraction(res.cpu), MEMORY: Fraction(res.mem)}
+
+
+def format_gpu(amount: Fraction | int | float) -> str:
+    """``1.00``-style GPU amounts for human-readable reasons."""
+    return f"{float(amount):.2f}"

@@ -1,0 +1,80 @@
+"""The cycle driver: run the configured actions on the state and collect decisions."""
+
+from __future__ import annotations
+
+from gpushare.model.pod import PodStatus
+from gpushare.model.quantities import MIB, MILLI, RESOURCES
+from gpushare.scheduler.actions import get_action
+from gpushare.scheduler.config import Config
+from gpushare.scheduler.decisions import Bind, CycleResult, Evict, Pipeline, QueueReport
+from gpushare.scheduler.session import Session, Vec
+from gpushare.scheduler.state import ClusterState
+
+
+def open_session(state: ClusterState, config: Config, now: float) -> Session:
+    state.begin_cycle()
+    return Session(state, config, now)
+
+
+def run_cycle(state: ClusterState, config: Config, now: float) -> CycleResult:
+    """Run one scheduling cycle on the live state and return what it decided.
+
+    The state is left as the decisions describe it (placed pods Binding / Pipelined,
+    victims Releasing); the caller applies the decisions and later reports what settled.
+    """
+    session = open_session(state, config, now)
+    for name in config.actions:
+        action = get_action(name)
+        if action is not None:
+            action(session)
+    return collect(session)
+
+
+def _natural(v: Vec) -> dict[str, float]:
+    return {
+        "gpu": float(v[0]),
+        "cpu": float(v[1]),
+        "memory": float(v[2] / MIB),
+    }
+
+
+def collect(session: Session) -> CycleResult:
+    state = session.state
+    result = CycleResult()
+    for key in sorted(state.touched()):
+        before = state.touched()[key]
+        pod = state.pods.get(key)
+        if pod is None or pod.status is before:
+            continue
+        if pod.status in (PodStatus.BINDING, PodStatus.PIPELINED):
+            node = state.nodes[pod.node]  # type: ignore[index]
+            if pod.gpu.whole:
+                portion, mem = 1.0, node.gpu_memory_mib
+            elif pod.gpu.is_shared:
+                portion = pod.portion / MILLI
+                mem = pod.gpu.memory_mib or (pod.portion * node.gpu_memory_mib) // MILLI
+            else:
+                portion, mem = 0.0, 0
+            cls = Bind if pod.status is PodStatus.BINDING else Pipeline
+            decision = cls(key, pod.node, pod.gpu_indices, portion, mem)  # type: ignore[arg-type]
+            (result.binds if cls is Bind else result.pipelines).append(decision)  # type: ignore[arg-type]
+        elif pod.status is PodStatus.RELEASING:
+            result.evictions.append(Evict(key, pod.evict_reason, pod.evict_action))
+    for job_key, reason in sorted(session.pending_reasons.items()):
+        job = state.jobs.get(job_key)
+        if job is not None and any(
+            state.pods[k].status is PodStatus.PENDING for k in job.pods
+        ):
+            result.pending_reasons[job_key] = reason
+    for name in sorted(state.queues):
+        result.queues[name] = QueueReport(
+            fair_share=_natural(session.fair(name)),
+            deserved={r: float(v) if r != "memory" or v < 0 else float(v / MIB)
+                      for r, v in zip(RESOURCES, session.quota[name], strict=True)},
+            allocated=_natural(session.allocated(name)),
+            allocated_non_preemptible=_natural(session.allocated_np(name)),
+            requested=_natural(session.requested.get(name, session.allocated(name))),
+        )
+    for job in state.jobs.values():
+        result.stale_since[job.key] = job.stale_since
+    return result

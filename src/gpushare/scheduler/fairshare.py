@@ -1,0 +1,236 @@
+"""Division of capacity into fair shares, top-down through the queue tree, per resource.
+
+Two modes:
+
+* ``kai``: KAI Scheduler's arithmetic exactly. Every queue first gets
+  ``min(quota, limit, request)``; what is left goes by priority bucket (highest first) in
+  rounds proportional to the over-quota weight (adjusted by past usage with ``k``); each
+  offer is floored to whole units (1 GPU, 1 millicore, 1 byte) and the fraction
+  remembered; at the end of a bucket the floored-away leftover is handed out one unit at a
+  time (or what remains) to the largest remembered fraction, then the older queue, then the
+  smaller name.
+* ``exact`` (gpushare's default): the same passes without flooring, so leftovers smaller
+  than a unit are shared in proportion to weight (two bursting teams in a 1-GPU parent get
+  0.5 / 0.5, not 0.67 / 0.33).
+
+All arithmetic is on :class:`~fractions.Fraction`, in natural units: GPUs, millicores, bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+
+from gpushare.model.quantities import RESOURCES
+from gpushare.model.queue import UNLIMITED
+
+ZERO = Fraction(0)
+ONE = Fraction(1)
+
+
+@dataclass(slots=True)
+class ShareInput:
+    """One queue as the division sees it (natural units; -1 unlimited)."""
+
+    name: str
+    parent: str | None
+    priority: int
+    created_at: float
+    quota: dict[str, Fraction]
+    limit: dict[str, Fraction]
+    weight: dict[str, Fraction]
+    request: dict[str, Fraction] = field(default_factory=dict)  # leaves; parents are summed
+    usage: dict[str, Fraction] = field(default_factory=dict)
+
+
+def _fraction(value: float | Fraction | int) -> Fraction:
+    if isinstance(value, float):
+        return Fraction(Decimal(repr(value)))
+    return Fraction(value)
+
+
+def divide(
+    capacity: Mapping[str, Fraction],
+    queues: Sequence[ShareInput],
+    k_value: float = 1.0,
+    mode: str = "exact",
+) -> dict[str, dict[str, Fraction]]:
+    """Fair share of every queue reachable from a root, per resource.
+
+    Queues whose parent is unknown are dropped with their subtree (KAI does the same).
+    """
+    by_name = {q.name: q for q in queues}
+    children: dict[str | None, list[str]] = {}
+    for q in sorted(queues, key=lambda q: q.name):
+        parent = q.parent if q.parent in by_name else (None if q.parent is None else "\0orphan")
+        children.setdefault(parent, []).append(q.name)
+
+    request: dict[str, dict[str, Fraction]] = {}
+
+    def total_request(name: str) -> dict[str, Fraction]:
+        kids = children.get(name, [])
+        if not kids:
+            own = by_name[name].request
+            req = {r: Fraction(own.get(r, ZERO)) for r in RESOURCES}
+        else:
+            req = {r: ZERO for r in RESOURCES}
+            for kid in kids:
+                sub = total_request(kid)
+                for r in RESOURCES:
+                    req[r] += sub[r]
+        request[name] = req
+        return req
+
+    for root in children.get(None, []):
+        total_request(root)
+
+    k = _fraction(k_value)
+    shares: dict[str, dict[str, Fraction]] = {}
+
+    def level(total: Mapping[str, Fraction], names: list[str]) -> None:
+        if not names:
+            return
+        members = [by_name[n] for n in names]
+        result = {n: {} for n in names}
+        for r in RESOURCES:
+            got = divide_resource(Fraction(total.get(r, ZERO)), members, r, request, k, mode)
+            for n in names:
+                result[n][r] = got[n]
+        for n in names:
+            shares[n] = result[n]
+            level(result[n], children.get(n, []))
+
+    level(capacity, children.get(None, []))
+    return shares
+
+
+def divide_resource(
+    total: Fraction,
+    queues: Sequence[ShareInput],
+    resource: str,
+    request: Mapping[str, Mapping[str, Fraction]],
+    k: Fraction,
+    mode: str,
+) -> dict[str, Fraction]:
+    """One level, one resource."""
+    fair = {q.name: ZERO for q in queues}
+
+    def requestable(q: ShareInput) -> Fraction:
+        req = request[q.name][resource]
+        limit = q.limit[resource]
+        return req if limit == UNLIMITED else min(limit, req)
+
+    def remaining_request(q: ShareInput) -> Fraction:
+        rest = requestable(q) - fair[q.name]
+        return rest if rest > 0 else ZERO
+
+    def satisfied(q: ShareInput) -> bool:
+        if request[q.name][resource] <= fair[q.name]:
+            return True
+        limit = q.limit[resource]
+        return limit != UNLIMITED and limit <= fair[q.name]
+
+    # Deserved pass: priority plays no role; over-committed quotas may exceed the total.
+    remaining = total
+    for q in queues:
+        quota = q.quota[resource]
+        deserved = total if quota == UNLIMITED else quota
+        amount = min(deserved, requestable(q))
+        fair[q.name] += amount
+        remaining -= amount
+    if remaining <= 0:
+        return fair
+
+    def share_weights(bucket: Sequence[ShareInput]) -> tuple[dict[str, Fraction], Fraction]:
+        total_w = sum((q.weight[resource] for q in bucket if remaining_request(q) > 0), ZERO)
+        if total_w == 0:
+            return {}, ZERO
+        weights: dict[str, Fraction] = {}
+        for q in bucket:
+            if satisfied(q):
+                continue
+            nw = q.weight[resource] / total_w
+            usage = q.usage.get(resource, ZERO)
+            weights[q.name] = max(ZERO, nw + k * (nw - usage))
+        return weights, sum(weights.values(), ZERO)
+
+    priorities = sorted({q.priority for q in queues}, reverse=True)
+    for priority in priorities:
+        if remaining <= 0:
+            break
+        bucket = [q for q in queues if q.priority == priority]
+        if mode == "kai":
+            remaining, remembered = _kai_rounds(remaining, bucket, fair, share_weights,
+                                                remaining_request, satisfied, resource)
+            if remaining <= 0 or not remembered:
+                continue
+            order = sorted(remembered, key=lambda n: (-remembered[n][0], remembered[n][1], n))
+            for name in order:
+                if remaining == 0:
+                    break
+                give = min(ONE, remaining)
+                fair[name] += give
+                remaining -= give
+        else:
+            remaining = _exact_rounds(remaining, bucket, fair, share_weights,
+                                      remaining_request, satisfied, resource)
+    return fair
+
+
+def _kai_rounds(remaining, bucket, fair, share_weights, remaining_request, satisfied, resource):
+    remembered: dict[str, tuple[Fraction, float]] = {}
+    while True:
+        another = False
+        round_total = remaining
+        weights, weight_sum = share_weights(bucket)
+        if weight_sum == 0:
+            break
+        for q in bucket:
+            if remaining == 0:
+                break
+            if satisfied(q):
+                continue
+            requested = remaining_request(q)
+            if q.weight[resource] == 0:
+                continue
+            offer = round_total * weights[q.name] / weight_sum
+            if requested <= offer:
+                give = requested
+                remembered.pop(q.name, None)
+            else:
+                floored = Fraction(math.floor(offer))
+                give = floored if floored > 0 else ZERO
+                if offer - give > 0:
+                    remembered[q.name] = (offer - give, q.created_at)
+            if give == 0:
+                continue
+            fair[q.name] += give
+            remaining -= give
+            another = another or requested < offer
+        if not another or remaining == 0:
+            break
+    return remaining, remembered
+
+
+def _exact_rounds(remaining, bucket, fair, share_weights, remaining_request, satisfied, resource):
+    while remaining > 0:
+        weights, weight_sum = share_weights(bucket)
+        if weight_sum == 0:
+            break
+        round_total = remaining
+        capped = False
+        for q in bucket:
+            if satisfied(q) or q.weight[resource] == 0 or weights.get(q.name, ZERO) == 0:
+                continue
+            requested = remaining_request(q)
+            offer = round_total * weights[q.name] / weight_sum
+            give = requested if requested <= offer else offer
+            capped = capped or requested <= offer
+            fair[q.name] += give
+            remaining -= give
+        if not capped:
+            break
+    return remaining

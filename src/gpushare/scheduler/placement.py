@@ -1,0 +1,245 @@
+"""Placement: which node and which GPUs a pod goes to, and placing a whole gang step.
+
+Node choice sums scores in separate bands, so it is effectively lexicographic (as KAI):
+a node with a shared GPU the fraction fits on (10^4, under GPU binpack) > a node where the
+pod fits right now rather than after releases (10^3) > a GPU-less node for a CPU-only pod
+(10) > binpack / spread (0..9) > node name. GPU choice inside the node: gpupack takes the
+fullest fitting shared GPU first, gpuspread the emptiest; a whole free GPU starts a new
+shared GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpushare.model.job import Job
+from gpushare.model.pod import Pod, PodStatus
+from gpushare.model.quantities import MILLI
+from gpushare.scheduler.gang import is_gang
+from gpushare.scheduler.session import Session
+from gpushare.scheduler.state import NodeUsage, Statement
+
+SCORE_GPU_SHARING = 10_000
+SCORE_AVAILABLE = 1_000
+SCORE_RESOURCE_TYPE = 10
+SCORE_PLACEMENT_MAX = 9
+
+
+@dataclass(slots=True)
+class Fit:
+    """Where a pod can go on one node."""
+
+    node: str
+    now: bool  # everything it needs is free now (bind), else it waits for releases (pipeline)
+    gpu_indices: tuple[int, ...]
+    portion: int  # milli-GPU on each of gpu_indices (1000 for whole GPUs)
+    has_shared_fit: bool = False
+
+
+def _selector_ok(pod: Pod, usage: NodeUsage) -> bool:
+    labels = usage.node.labels
+    return all(labels.get(k) == v for k, v in pod.node_selector.items())
+
+
+def fit_on_node(
+    session: Session, pod: Pod, usage: NodeUsage, pipeline_only: bool = False
+) -> Fit | None:
+    """Whether (and how) the pod fits on the node, counting what Releasing pods will free."""
+    node = usage.node
+    if not node.ready or not _selector_ok(pod, usage):
+        return None
+    if usage.pods_free_future() < 1:
+        return None
+    if pod.cpu_millis > usage.cpu_free_future() or pod.memory_bytes > usage.mem_free_future():
+        return None
+    now = (
+        not pipeline_only
+        and usage.pods_free_now() >= 1
+        and pod.cpu_millis <= usage.cpu_free_now()
+        and pod.memory_bytes <= usage.mem_free_now()
+    )
+    g = pod.gpu
+    if g.whole:
+        free_now, free_later = usage.whole_gpus_free()
+        if len(free_now) + len(free_later) < g.whole:
+            return None
+        chosen = (free_now + free_later)[: g.whole]
+        now = now and len(free_now) >= g.whole
+        return Fit(node.name, now, tuple(chosen), MILLI)
+    if g.is_shared:
+        portion = g.portion_on(node.gpu_memory_mib)
+        if portion > MILLI:
+            return None
+        spread = session.config.gpu_placement == "spread"
+        candidates = []
+        has_shared_fit = False
+        for i in range(node.gpus):
+            future = usage.gpu_free_future(i)
+            if portion > future:
+                continue
+            shared = usage.gpu_shared[i] > 0
+            if not shared and future != MILLI:
+                continue  # held by a whole-GPU pod
+            has_shared_fit = has_shared_fit or shared
+            fits_now = portion <= usage.gpu_free_now(i)
+            fill = MILLI - future if shared else 0
+            candidates.append((not fits_now, fill if spread else -fill, i, fits_now))
+        if len(candidates) < g.devices:
+            return None
+        candidates.sort()
+        chosen_c = candidates[: g.devices]
+        now = now and all(c[3] for c in chosen_c)
+        return Fit(node.name, now, tuple(sorted(c[2] for c in chosen_c)), portion, has_shared_fit)
+    return Fit(node.name, now, (), 0)
+
+
+def _placement_scores(session: Session, pod: Pod, fits: list[tuple[Fit, NodeUsage]]) -> list[float]:
+    wants_gpu = pod.gpu.wants_gpu
+    strategy = session.config.gpu_placement if wants_gpu else session.config.cpu_placement
+
+    def free_and_total(usage: NodeUsage) -> tuple[int, int]:
+        if wants_gpu:
+            return usage.gpus_free_future_milli(), usage.node.gpus * MILLI
+        return usage.cpu_free_future(), usage.node.cpu_millis
+
+    figures = [free_and_total(u) for _, u in fits]
+    if strategy == "spread":
+        return [free / total if total else 0.0 for free, total in figures]
+    with_resource = [free for free, total in figures if total]
+    if not with_resource:
+        return [0.0] * len(fits)
+    lo, hi = min(with_resource), max(with_resource)
+    scores = []
+    for free, total in figures:
+        if total == 0 or hi == 0:
+            scores.append(0.0)
+        elif lo == hi:
+            scores.append(float(SCORE_PLACEMENT_MAX))
+        else:
+            scores.append(SCORE_PLACEMENT_MAX * (1 - (free - lo) / (hi - lo)))
+    return scores
+
+
+def ordered_fits(
+    session: Session, pod: Pod, nodes: list[str] | None = None, pipeline_only: bool = False
+) -> list[Fit]:
+    """Every node the pod fits on, best first."""
+    state = session.state
+    names = nodes if nodes is not None else list(state.usage)
+    fits: list[tuple[Fit, NodeUsage]] = []
+    for name in names:
+        usage = state.usage.get(name)
+        if usage is None:
+            continue
+        fit = fit_on_node(session, pod, usage, pipeline_only)
+        if fit is not None:
+            fits.append((fit, usage))
+    if not fits:
+        return []
+    placement = _placement_scores(session, pod, fits)
+    gpu_sharing = pod.gpu.is_shared and session.config.gpu_placement == "binpack"
+    scored = []
+    for (fit, usage), p in zip(fits, placement, strict=True):
+        score = p
+        if gpu_sharing and fit.has_shared_fit:
+            score += SCORE_GPU_SHARING
+        if fit.now:
+            score += SCORE_AVAILABLE
+        if not pod.gpu.wants_gpu and usage.node.gpus == 0:
+            score += SCORE_RESOURCE_TYPE
+        scored.append((-score, fit.node, fit))
+    scored.sort(key=lambda t: (t[0], t[1]))
+    return [t[2] for t in scored]
+
+
+def place_pod(
+    session: Session, stmt: Statement, pod: Pod, nodes: list[str] | None = None,
+    pipeline_only: bool = False,
+) -> Fit | None:
+    """Place one pod on the best node (bind if it fits now, else pipeline)."""
+    fits = ordered_fits(session, pod, nodes, pipeline_only)
+    if not fits:
+        return None
+    fit = fits[0]
+    if fit.now:
+        stmt.allocate(pod, fit.node, fit.gpu_indices, fit.portion)
+    else:
+        stmt.pipeline(pod, fit.node, fit.gpu_indices, fit.portion)
+    return fit
+
+
+@dataclass(slots=True)
+class StepResult:
+    ok: bool
+    placed: int = 0  # pods placed before the first failure
+    pipelined: bool = False  # some pod had to wait for releases: the whole step is pipelined
+    reason: str = ""
+
+
+def place_step(
+    session: Session, stmt: Statement, job: Job, pods: list[Pod],
+    nodes: list[str] | None = None, pipeline_only: bool = False,
+) -> StepResult:
+    """Try to place a gang step on the current state, all or nothing.
+
+    On success the pods are Binding, or all Pipelined when any one of them had to wait for
+    releasing capacity (a gang starts together). On failure everything done here is
+    rolled back and the result says why.
+    """
+    cp = stmt.checkpoint()
+    placed: list[tuple[Pod, Fit]] = []
+    for i, pod in enumerate(pods):
+        fit = place_pod(session, stmt, pod, nodes, pipeline_only)
+        if fit is None:
+            stmt.rollback(cp)
+            return StepResult(False, i, False, _failure_reason(session, job, pod, i))
+        placed.append((pod, fit))
+    pipelined = any(not fit.now for _, fit in placed)
+    if pipelined:
+        for pod, fit in placed:
+            if pod.status is PodStatus.BINDING:
+                stmt.pipeline(pod, fit.node, pod.gpu_indices, pod.portion)
+    return StepResult(True, len(pods), pipelined)
+
+
+def _failure_reason(session: Session, job: Job, pod: Pod, placed: int) -> str:
+    why = unschedulable_reason(session, pod)
+    if is_gang(job) and placed < len(session.gang(job).next_step() or []) and placed >= 0:
+        gang = session.gang(job)
+        required = gang.min_total()
+        if gang.satisfied():
+            return f"Resources were not found for pod {pod.key} due to: {why}"
+        return (
+            f"Resources were found for {gang.active_total() + placed} pods while {required} are "
+            f"required for gang scheduling. Additional pods cannot be scheduled due to: {why}"
+        )
+    return f"Resources were not found for pod {pod.key} due to: {why}"
+
+
+def unschedulable_reason(session: Session, pod: Pod) -> str:
+    """Why no node takes the pod, summarised over the nodes."""
+    state = session.state
+    if not state.usage:
+        return "no nodes"
+    counts: dict[str, int] = {}
+    for usage in state.usage.values():
+        node = usage.node
+        if not node.ready:
+            why = "node not ready"
+        elif not _selector_ok(pod, usage):
+            why = "node selector does not match"
+        elif usage.pods_free_future() < 1:
+            why = "too many pods"
+        elif pod.cpu_millis > usage.cpu_free_future():
+            why = "insufficient cpu"
+        elif pod.memory_bytes > usage.mem_free_future():
+            why = "insufficient memory"
+        elif pod.gpu.whole and sum(map(len, usage.whole_gpus_free())) < pod.gpu.whole:
+            why = "insufficient GPUs"
+        elif pod.gpu.is_shared:
+            why = "no GPU with enough free share"
+        else:
+            why = "does not fit"
+        counts[why] = counts.get(why, 0) + 1
+    parts = [f"{n} node(s) {why}" for why, n in sorted(counts.items())]
+    return f"0/{len(state.usage)} nodes are available: " + ", ".join(parts) + "."

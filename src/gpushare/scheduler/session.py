@@ -1,0 +1,222 @@
+"""One scheduling cycle's view of the state: fair shares, queue figures, checks and orders.
+
+A :class:`Session` is opened on the live :class:`~gpushare.scheduler.state.ClusterState`
+at the start of a cycle. Fair shares are divided once, at opening (as KAI does); queue
+allocations are read live from the state, so they follow every placement and eviction
+made through statements during the cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from gpushare.model.job import Job
+from gpushare.model.pod import Pod
+from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, Res
+from gpushare.model.queue import UNLIMITED
+from gpushare.scheduler.config import Config
+from gpushare.scheduler.fairshare import ShareInput, divide
+from gpushare.scheduler.gang import GangView
+from gpushare.scheduler.state import ClusterState
+
+F0 = Fraction(0)
+
+#: A resource vector in natural units (GPUs, millicores, bytes), exact.
+Vec = tuple[Fraction, Fraction, Fraction]
+
+
+def vec(res: Res) -> Vec:
+    return (Fraction(res.gpu, MILLI), Fraction(res.cpu), Fraction(res.mem))
+
+
+def vadd(a: Vec, b: Vec) -> Vec:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+def vsub(a: Vec, b: Vec) -> Vec:
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+
+
+@dataclass(slots=True)
+class CheckResult:
+    ok: bool
+    reason: str = ""  # OverLimit | NonPreemptibleOverQuota | ...
+    message: str = ""
+
+
+def _fmt(resource: str, amount: Fraction) -> str:
+    if resource == GPU:
+        return f"{float(amount):.2f}"
+    if resource == CPU:
+        return f"{float(amount):g}m"
+    return f"{float(amount / MIB):g}Mi"
+
+
+_UNIT = {GPU: " GPU", CPU: " CPU", MEMORY: " memory"}
+
+
+class Session:
+    """State, config and clock of one cycle, with the figures actions need."""
+
+    def __init__(self, state: ClusterState, config: Config, now: float) -> None:
+        self.state = state
+        self.config = config
+        self.now = now
+        self.pending_reasons: dict[str, str] = {}
+        self.min_gpu_memory, self.max_gpu_memory = state.gpu_memory_range()
+        self.capacity: Vec = self._capacity()
+        self.quota: dict[str, Vec] = {}
+        self.limit: dict[str, Vec] = {}
+        for name, q in state.queues.items():
+            self.quota[name] = tuple(q.resources[r].quota for r in RESOURCES)  # type: ignore[assignment]
+            self.limit[name] = tuple(q.resources[r].limit for r in RESOURCES)  # type: ignore[assignment]
+        self.requested: dict[str, Vec] = {}
+        self.fair_share: dict[str, Vec] = self._divide()
+        self._gangs: dict[str, GangView] = {}
+
+    # ------------------------------------------------------------ fair share
+    def _capacity(self) -> Vec:
+        gpu = cpu = mem = 0
+        for node in self.state.nodes.values():
+            if node.ready:
+                gpu += node.gpus
+                cpu += node.cpu_millis
+                mem += node.memory_bytes
+        return (Fraction(gpu), Fraction(cpu), Fraction(mem))
+
+    def pending_request(self, name: str) -> Vec:
+        qu = self.state.queue_usage[name]
+        gpu = Fraction(qu.pending.gpu, MILLI)
+        if qu.pending_gpu_memory_mib and self.min_gpu_memory:
+            gpu += Fraction(qu.pending_gpu_memory_mib, self.min_gpu_memory)
+        return (gpu, Fraction(qu.pending.cpu), Fraction(qu.pending.mem))
+
+    def _divide(self) -> dict[str, Vec]:
+        inputs = []
+        for name, q in sorted(self.state.queues.items()):
+            request = vadd(vec(self.state.queue_usage[name].allocated), self.pending_request(name))
+            self.requested[name] = request
+            inputs.append(
+                ShareInput(
+                    name=name,
+                    parent=q.parent,
+                    priority=q.priority,
+                    created_at=q.created_at,
+                    quota={r: q.resources[r].quota for r in RESOURCES},
+                    limit={r: q.resources[r].limit for r in RESOURCES},
+                    weight={r: q.resources[r].over_quota_weight for r in RESOURCES},
+                    request=dict(zip(RESOURCES, request, strict=True)) if q.is_leaf() else {},
+                    usage={r: Fraction(str(v)) for r, v in q.usage.items()},
+                )
+            )
+        shares = divide(
+            dict(zip(RESOURCES, self.capacity, strict=True)),
+            inputs,
+            self.config.k_value,
+            self.config.fairshare_mode,
+        )
+        return {n: tuple(s[r] for r in RESOURCES) for n, s in shares.items()}  # type: ignore[misc]
+
+    # --------------------------------------------------------- queue figures
+    def allocated(self, name: str) -> Vec:
+        return vec(self.state.queue_usage[name].allocated)
+
+    def allocated_np(self, name: str) -> Vec:
+        return vec(self.state.queue_usage[name].allocated_np)
+
+    def fair(self, name: str) -> Vec:
+        return self.fair_share.get(name, (F0, F0, F0))
+
+    def deserved(self, name: str) -> Vec:
+        """Quota per resource; -1 is unlimited."""
+        return self.quota[name]
+
+    def allocatable_share(self, name: str) -> Vec:
+        out = []
+        for i in range(3):
+            d, lim, f = self.quota[name][i], self.limit[name][i], self.fair(name)[i]
+            if d == UNLIMITED:
+                out.append(lim)
+                continue
+            a = max(d, f)
+            if lim != UNLIMITED:
+                a = min(lim, a)
+            out.append(a)
+        return tuple(out)  # type: ignore[return-value]
+
+    def drf_share(self, name: str, allocated: Vec) -> Fraction:
+        share = F0
+        alloc_share = self.allocatable_share(name)
+        for i in range(3):
+            a = alloc_share[i]
+            if a == UNLIMITED:
+                a = self.capacity[i]
+            value = allocated[i] * 1000 if a == 0 else allocated[i] / a
+            share = max(share, value)
+        return share
+
+    def over_fair_share(self, name: str) -> bool:
+        """KAI's "over": allocated above the fair share in every resource."""
+        alloc, fair = self.allocated(name), self.fair(name)
+        return all(alloc[i] > fair[i] for i in range(3))
+
+    def within_deserved(self, name: str, extra: Vec) -> bool:
+        alloc, quota = self.allocated(name), self.quota[name]
+        return all(quota[i] == UNLIMITED or alloc[i] + extra[i] <= quota[i] for i in range(3))
+
+    # ----------------------------------------------------------------- jobs
+    def gang(self, job: Job) -> GangView:
+        return GangView(job, self.state.job_pods(job))
+
+    def pod_request(self, pod: Pod, gpu_memory: int | None) -> Vec:
+        """A pending pod's request; memory-sized GPU requests converted with ``gpu_memory``."""
+        gpu = pod.gpu.gpus_exact(gpu_memory)
+        return (gpu, Fraction(pod.cpu_millis), Fraction(pod.memory_bytes))
+
+    def step_request(self, pods: list[Pod], gpu_memory: int | None) -> Vec:
+        total: Vec = (F0, F0, F0)
+        for pod in pods:
+            total = vadd(total, self.pod_request(pod, gpu_memory))
+        return total
+
+    # ---------------------------------------------------------------- checks
+    def check_capacity(self, job: Job, pods: list[Pod]) -> CheckResult:
+        """Hard checks on the job's leaf queue and every ancestor: OverLimit, and
+        NonPreemptibleOverQuota for non-preemptible jobs."""
+        request = self.step_request(pods, self.max_gpu_memory)
+        for name in self.state.ancestors(job.queue):
+            alloc = self.allocated(name)
+            limit = self.limit[name]
+            for i, r in enumerate(RESOURCES):
+                if limit[i] == UNLIMITED or request[i] == 0:
+                    continue
+                if alloc[i] + request[i] > limit[i]:
+                    return CheckResult(
+                        False,
+                        "OverLimit",
+                        f"queue {name}: allocated {_fmt(r, alloc[i])} + request "
+                        f"{_fmt(r, request[i])}{_UNIT[r]} > limit {_fmt(r, limit[i])}",
+                    )
+            if job.preemptible:
+                continue
+            alloc_np = self.allocated_np(name)
+            quota = self.quota[name]
+            for i, r in enumerate(RESOURCES):
+                if quota[i] == UNLIMITED or request[i] == 0:
+                    continue
+                if alloc_np[i] + request[i] > quota[i]:
+                    return CheckResult(
+                        False,
+                        "NonPreemptibleOverQuota",
+                        f"queue {name}: non-preemptible allocated {_fmt(r, alloc_np[i])} + request "
+                        f"{_fmt(r, request[i])}{_UNIT[r]} > quota {_fmt(r, quota[i])}",
+                    )
+        return CheckResult(True)
+
+    # -------------------------------------------------------------- reasons
+    def set_reason(self, job: Job, reason: str) -> None:
+        self.pending_reasons[job.key] = reason
+
+    def clear_reason(self, job: Job) -> None:
+        self.pending_reasons.pop(job.key, None)
