@@ -1,0 +1,645 @@
+"""The agent process: registers the Node, watches the pods bound to it, runs them, enforces
+GPU shares and reports status, usage and logs. Everything it learns or says goes through the
+Kubernetes API (`kube.Kube`), except logs, which the API server fetches from its log server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from kubernetes.client.exceptions import ApiException
+
+from gpushare.agent import node as nodes
+from gpushare.agent.enforcement import Enforcement
+from gpushare.agent.gpu_share import (
+    GpuAssignmentError,
+    GpuShare,
+    MpsTarget,
+    share_env,
+    share_from_annotations,
+    watchdog_limit_mib,
+)
+from gpushare.agent.inventory import GpuInventory, HostResources
+from gpushare.agent.kube import Kube
+from gpushare.agent.logserver import LogServer
+from gpushare.agent.logstore import META_DIR, pod_dir, pods_root
+from gpushare.agent.nvml import NvmlBackend
+from gpushare.agent.podspec import ContainerPlan, decode_secret, plan_container
+from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig, kill_leftovers
+from gpushare.agent.timefmt import rfc3339, rfc3339_micro
+from gpushare.agent.watchdog import (
+    PodGpuUsage,
+    PodLimit,
+    attribute,
+    node_totals,
+    violations,
+)
+
+log = logging.getLogger("gpushare.agent")
+
+INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LD_LIBRARY_PATH")
+INHERITED_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM")  # safety settings of the host
+ANN_POD_USAGE = "gpushare.io/gpu-usage"
+FINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(slots=True)
+class AgentConfig:
+    node_name: str
+    data_dir: Path
+    address: str = "127.0.0.1"
+    port: int = 0
+    heartbeat_s: float = 5.0
+    monitor_s: float = 1.0
+    usage_report_s: float = 5.0
+    watch_timeout_s: int = 30
+    tolerance_fraction: float = 0.05
+    tolerance_mib: int = 512
+    supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
+    version: str = "0.1.0"
+
+
+class _StatusSink:
+    def __init__(self, agent: Agent, namespace: str, name: str, uid: str) -> None:
+        self._agent, self._ns, self._name, self._uid = agent, namespace, name, uid
+
+    def report(self, status: dict[str, Any]) -> None:
+        self._agent._writes.put(("status", self._ns, self._name, self._uid, status))
+
+    def terminated(self) -> None:
+        self._agent._writes.put(("delete", self._ns, self._name, self._uid, None))
+
+
+class _ApiValues:
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    def config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        return self._kube.config_map_data(namespace, name)
+
+    def secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        return decode_secret(self._kube.secret_data(namespace, name))
+
+
+@dataclass(slots=True)
+class _Running:
+    supervisor: PodSupervisor
+    share: GpuShare | None
+    namespace: str
+    name: str
+
+
+class Agent:
+    def __init__(
+        self,
+        kube: Kube,
+        config: AgentConfig,
+        inventory: GpuInventory,
+        host: HostResources,
+        enforcement: Enforcement,
+        nvml: NvmlBackend | None = None,
+    ) -> None:
+        self.kube = kube
+        self.config = config
+        self.inventory = inventory
+        self.host = host
+        self.enforcement = enforcement
+        self.nvml = nvml
+        self._pods: dict[str, _Running] = {}  # by uid
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._writes: queue.Queue[tuple[str, str, str, str, Any]] = queue.Queue()
+        self._values = _ApiValues(kube)
+        self._threads: list[threading.Thread] = []
+        self._ready_since = time.time()
+        self._last_usage: dict[str, str] = {}
+        self._util_since_us = 0
+        self.log_server = LogServer(
+            self._locate, self._container_running, config.address, config.port
+        )
+        pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.log_server.start()
+        self.register()
+        self._adopt_or_clean()
+        for target, name in (
+            (self._heartbeat_loop, "heartbeat"),
+            (self._watch_loop, "pod watch"),
+            (self._write_loop, "status writer"),
+            (self._monitor_loop, "gpu monitor"),
+        ):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        log.info(
+            "agent for node %s started; logs on port %d; enforcement: %s",
+            self.config.node_name,
+            self.log_server.port,
+            self.enforcement.annotation,
+        )
+
+    def stop(self, stop_pods: bool = False) -> None:
+        """Stop the agent. Pods keep running (a restarted agent adopts them) unless asked."""
+        self._stop.set()
+        if stop_pods:
+            with self._lock:
+                running = list(self._pods.values())
+            for entry in running:
+                entry.supervisor.stop(2.0)
+            for entry in running:
+                entry.supervisor.wait(10)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self.log_server.stop()
+        if self.enforcement.mps is not None:
+            self.enforcement.mps.stop_all()
+
+    def wait(self) -> None:
+        while not self._stop.wait(1.0):
+            pass
+
+    # --- the Node -------------------------------------------------------------------
+
+    def _node_object(self) -> dict[str, Any]:
+        return nodes.node_object(
+            self.config.node_name,
+            self.inventory,
+            self.host,
+            self.enforcement.annotation,
+            self.config.address,
+            self.log_server.port,
+            time.time(),
+            self.config.version,
+        )
+
+    def register(self) -> None:
+        body = self._node_object()
+        existing = self.kube.get_node(self.config.node_name)
+        if existing is None:
+            try:
+                self.kube.create_node(body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+        else:
+            self.kube.patch_node(
+                self.config.node_name,
+                {
+                    "metadata": {
+                        "labels": body["metadata"]["labels"],
+                        "annotations": body["metadata"]["annotations"],
+                    }
+                },
+            )
+        self._ready_since = time.time()
+        self.kube.patch_node_status(self.config.node_name, {"status": body["status"]})
+
+    def heartbeat(self) -> None:
+        now = time.time()
+        try:
+            self.kube.patch_node_status(
+                self.config.node_name,
+                {
+                    "status": {
+                        "conditions": [nodes.ready_condition(now, self._ready_since)],
+                        "daemonEndpoints": {"kubeletEndpoint": {"Port": self.log_server.port}},
+                    }
+                },
+            )
+        except ApiException as exc:
+            if exc.status == 404:  # someone deleted the Node: register again
+                self.register()
+            else:
+                raise
+        lease_s = max(1, round(self.config.heartbeat_s * 4))
+        self.kube.renew_lease(
+            self.config.node_name, self.config.node_name, lease_s, rfc3339_micro(now)
+        )
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.config.heartbeat_s):
+            try:
+                self.heartbeat()
+            except Exception as exc:  # the API may be restarting: keep trying
+                log.warning("heartbeat failed: %s", exc)
+
+    # --- pods -----------------------------------------------------------------------
+
+    def _adopt_or_clean(self) -> None:
+        """After a restart: pods still bound here are picked up by `_sync`, which adopts
+        their recorded processes; directories of pods that are gone get their processes
+        killed and are removed."""
+        pods, _ = self.kube.list_pods_on(self.config.node_name)
+        live = {
+            (p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p["metadata"].get(
+                "uid"
+            )
+            for p in pods
+        }
+        root = pods_root(self.config.data_dir)
+        for ns_dir in root.iterdir() if root.is_dir() else []:
+            for directory in ns_dir.iterdir():
+                uid = _recorded_uid(directory)
+                if live.get((ns_dir.name, directory.name)) != uid or uid is None:
+                    killed = kill_leftovers(directory)
+                    if killed:
+                        log.info(
+                            "killed leftover process groups %s of %s/%s",
+                            killed,
+                            ns_dir.name,
+                            directory.name,
+                        )
+                    shutil.rmtree(directory, ignore_errors=True)
+
+    def _watch_loop(self) -> None:
+        resource_version = ""
+        while not self._stop.is_set():
+            try:
+                if not resource_version:
+                    pods, resource_version = self.kube.list_pods_on(self.config.node_name)
+                    seen = set()
+                    for pod in pods:
+                        seen.add(pod["metadata"].get("uid"))
+                        self._sync(pod)
+                    with self._lock:
+                        gone = [uid for uid in self._pods if uid not in seen]
+                    for uid in gone:
+                        self._forget(uid)
+                for kind, obj in self.kube.watch_pods_on(
+                    self.config.node_name, resource_version, self.config.watch_timeout_s
+                ):
+                    if self._stop.is_set():
+                        return
+                    if kind == "ERROR":
+                        resource_version = ""  # 410 Gone and the like: list again
+                        break
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if rv:
+                        resource_version = str(rv)
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED":
+                        self._forget(obj["metadata"].get("uid"))
+                    else:
+                        self._sync(obj)
+            except Exception as exc:
+                log.warning("pod watch broke (%s); listing again", exc)
+                resource_version = ""
+                self._stop.wait(0.5)
+
+    def _sync(self, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        namespace, name = meta.get("namespace", "default"), meta.get("name", "")
+        if (pod.get("spec") or {}).get("nodeName") != self.config.node_name:
+            self._forget(uid)
+            return
+        deleting = meta.get("deletionTimestamp") is not None
+        grace = meta.get("deletionGracePeriodSeconds")
+        if grace is None:
+            grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        with self._lock:
+            entry = self._pods.get(uid)
+            if entry is not None:
+                if deleting:
+                    entry.supervisor.stop(float(grace) if grace is not None else None)
+                return
+            phase = (pod.get("status") or {}).get("phase")
+            directory = pod_dir(self.config.data_dir, namespace, name)
+            recorded = _recorded_uid(directory)
+            if recorded is not None and recorded != uid:
+                kill_leftovers(directory)
+                shutil.rmtree(directory, ignore_errors=True)
+            if phase in FINAL_PHASES and recorded != uid:
+                # finished before this agent saw it (or ran elsewhere): never run it again
+                if deleting:
+                    self._writes.put(("delete", namespace, name, uid, None))
+                return
+            if deleting and recorded != uid:
+                self._writes.put(("delete", namespace, name, uid, None))
+                return
+            try:
+                share = share_from_annotations(meta.get("annotations"), self.inventory)
+            except GpuAssignmentError as exc:
+                self._fail_unstartable(pod, "UnexpectedAdmissionError", str(exc))
+                return
+            directory.mkdir(parents=True, exist_ok=True)
+            supervisor = PodSupervisor(
+                pod,
+                directory,
+                self._planner(pod, share),
+                _StatusSink(self, namespace, name, uid),
+                self.config.supervisor,
+            )
+            self._pods[uid] = _Running(supervisor, share, namespace, name)
+            supervisor.start()
+            if deleting:
+                supervisor.stop(float(grace) if grace is not None else None)
+
+    def _forget(self, uid: str | None) -> None:
+        """The pod object is gone: stop whatever still runs for it."""
+        with self._lock:
+            entry = self._pods.get(uid or "")
+        if entry is None:
+            return
+        entry.supervisor.stop(0)
+
+        def reap() -> None:
+            entry.supervisor.wait(60)
+            with self._lock:
+                if self._pods.get(uid or "") is entry:
+                    del self._pods[uid or ""]
+            shutil.rmtree(entry.supervisor.directory, ignore_errors=True)
+
+        threading.Thread(target=reap, daemon=True).start()
+
+    def _fail_unstartable(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        status = {
+            "phase": "Failed",
+            "reason": reason,
+            "message": message,
+            "hostIP": self.config.address,
+        }
+        self._writes.put(
+            ("status", meta.get("namespace", "default"), meta["name"], meta.get("uid", ""), status)
+        )
+        self.event(pod, reason, message)
+
+    def _runtime_env(self, pod: dict[str, Any]) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)
+        }
+        env["HOSTNAME"] = (pod.get("metadata") or {}).get("name", "")
+        return env
+
+    def _planner(self, pod: dict[str, Any], share: GpuShare | None):
+        def plan(container: dict[str, Any], init: bool) -> ContainerPlan:
+            current = dict(pod)
+            status = dict(current.get("status") or {})
+            status.setdefault("podIP", self.config.address)
+            status.setdefault("hostIP", self.config.address)
+            status.setdefault("podIPs", [{"ip": self.config.address}])
+            status.setdefault("hostIPs", [{"ip": self.config.address}])
+            current["status"] = status
+            spec = current.get("spec") or {}
+            group = spec.get("initContainers" if init else "containers") or []
+            position = next((i for i, c in enumerate(group) if c is container), 0)
+            path = f"spec.{'initContainers' if init else 'containers'}[{position}]"
+            return plan_container(
+                current,
+                container,
+                path,
+                self._runtime_env(pod),
+                self._gpu_env(share),
+                self._values,
+                init,
+            )
+
+        return plan
+
+    def _gpu_env(self, share: GpuShare | None) -> dict[str, str]:
+        mps = None
+        manager = self.enforcement.mps
+        if (
+            share is not None
+            and not share.whole
+            and manager is not None
+            and len(share.devices) == 1
+        ):
+            pipe = manager.pipe_directory(share.devices[0].index)
+            if pipe is not None:
+                mps = MpsTarget(pipe_directory=pipe)
+        return share_env(share, mps, declared=self.inventory.declared)
+
+    # --- API writes -----------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        while not (self._stop.is_set() and self._writes.empty()):
+            try:
+                kind, namespace, name, uid, payload = self._writes.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            # coalesce: only the latest status of a pod matters
+            if kind == "status":
+                payload = self._latest_status(namespace, name, payload)
+            for attempt in range(5):
+                try:
+                    if kind == "status":
+                        self.kube.patch_pod_status(namespace, name, payload)
+                    elif kind == "delete":
+                        self.kube.delete_pod_now(namespace, name, uid)
+                    elif kind == "annotations":
+                        self.kube.patch_pod_annotations(namespace, name, payload)
+                    break
+                except ApiException as exc:
+                    if exc.status in (404, 409, 422):
+                        break
+                    time.sleep(0.2 * (attempt + 1))
+                except Exception as exc:
+                    log.warning("API write %s %s/%s failed: %s", kind, namespace, name, exc)
+                    time.sleep(0.2 * (attempt + 1))
+
+    def _latest_status(self, namespace: str, name: str, payload: Any) -> Any:
+        pending: list[tuple[str, str, str, str, Any]] = []
+        while True:
+            try:
+                item = self._writes.get_nowait()
+            except queue.Empty:
+                break
+            if item[0] == "status" and item[1] == namespace and item[2] == name:
+                payload = item[4]
+            else:
+                pending.append(item)
+        for item in pending:
+            self._writes.put(item)
+        return payload
+
+    def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> None:
+        meta = pod.get("metadata") or {}
+        now = time.time()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta.get('name')}.{time.time_ns():x}",
+                "namespace": meta.get("namespace", "default"),
+            },
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "namespace": meta.get("namespace", "default"),
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "count": 1,
+            "firstTimestamp": rfc3339(now),
+            "lastTimestamp": rfc3339(now),
+            "source": {"component": "gpushare-agent", "host": self.config.node_name},
+            "reportingComponent": "gpushare-agent",
+            "reportingInstance": self.config.node_name,
+        }
+        try:
+            self.kube.create_event(body)
+        except Exception as exc:
+            log.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc)
+
+    # --- GPU watchdog and usage -----------------------------------------------------
+
+    def _limits(self) -> dict[str, PodLimit]:
+        with self._lock:
+            entries = list(self._pods.values())
+        limits = {}
+        for entry in entries:
+            if entry.share is None or entry.supervisor.finished:
+                continue
+            key = f"{entry.namespace}/{entry.name}"
+            limits[key] = PodLimit(
+                pod=key,
+                gpu_indices=tuple(d.index for d in entry.share.devices),
+                limit_mib=watchdog_limit_mib(
+                    entry.share, self.config.tolerance_fraction, self.config.tolerance_mib
+                ),
+                share_mib=entry.share.memory_mib,
+            )
+        return limits
+
+    def owner_of(self, pid: int) -> str | None:
+        """The pod a process belongs to: by its process group, else by its ancestors'."""
+        with self._lock:
+            groups = {
+                pgid: f"{e.namespace}/{e.name}"
+                for e in self._pods.values()
+                for pgid in e.supervisor.process_groups()
+            }
+        try:
+            pgid = os.getpgid(pid)
+        except (ProcessLookupError, PermissionError):
+            return None
+        if pgid in groups:
+            return groups[pgid]
+        try:
+            for parent in psutil.Process(pid).parents():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    owner = groups.get(os.getpgid(parent.pid))
+                    if owner is not None:
+                        return owner
+        except psutil.Error:
+            return None
+        return None
+
+    def monitor_once(self) -> list[str]:
+        """One watchdog pass; the pods it killed."""
+        if self.nvml is None or not self.enforcement.watchdog:
+            return []
+        indices = [d.index for d in self.inventory.devices]
+        per_gpu = {i: self.nvml.compute_processes(i) for i in indices}
+        since = self._util_since_us
+        utilization = {i: self.nvml.process_utilization(i, since) for i in indices}
+        stamps = [s.timestamp_us for samples in utilization.values() for s in samples]
+        if stamps:
+            self._util_since_us = max(stamps)
+        usage = attribute(per_gpu, self.owner_of, utilization)
+        limits = self._limits()
+        killed = []
+        for violation in violations(usage, limits):
+            with self._lock:
+                entry = next(
+                    (
+                        e
+                        for e in self._pods.values()
+                        if f"{e.namespace}/{e.name}" == violation.pod and not e.supervisor.finished
+                    ),
+                    None,
+                )
+            if entry is None:
+                continue
+            entry.supervisor.kill("GPUMemoryExceeded", violation.message)
+            self.event(entry.supervisor.pod, "GPUMemoryExceeded", violation.message)
+            killed.append(violation.pod)
+        self._report_usage(usage, limits, indices)
+        return killed
+
+    def _report_usage(
+        self, usage: Mapping[str, Any], limits: Mapping[str, PodLimit], indices: list[int]
+    ) -> None:
+        now = time.monotonic()
+        if now - getattr(self, "_usage_at", 0.0) < self.config.usage_report_s:
+            return
+        self._usage_at = now
+        for key, limit in limits.items():
+            entry = usage.get(key)
+            text = (entry or PodGpuUsage()).to_annotation(limit.share_mib)
+            if self._last_usage.get(key) != text:
+                self._last_usage[key] = text
+                namespace, name = key.split("/", 1)
+                self._writes.put(("annotations", namespace, name, "", {ANN_POD_USAGE: text}))
+        totals = node_totals(usage, limits, indices)
+        if self._last_usage.get("") != totals:
+            self._last_usage[""] = totals
+            with contextlib.suppress(Exception):
+                self.kube.patch_node(
+                    self.config.node_name,
+                    {"metadata": {"annotations": {nodes.ANN_GPU_USAGE: totals}}},
+                )
+
+    def _monitor_loop(self) -> None:
+        while not self._stop.wait(self.config.monitor_s):
+            try:
+                self.monitor_once()
+                if self.enforcement.mps is not None:
+                    restarted = self.enforcement.mps.supervise()
+                    if restarted:
+                        log.warning("restarted MPS daemons of GPUs %s", restarted)
+            except Exception as exc:
+                log.warning("GPU monitor pass failed: %s", exc)
+
+    # --- logs -----------------------------------------------------------------------
+
+    def _locate(self, namespace: str, name: str) -> Path | None:
+        directory = pod_dir(self.config.data_dir, namespace, name)
+        return directory if (directory / META_DIR).is_dir() else None
+
+    def _container_running(self, namespace: str, name: str, container: str) -> bool:
+        with self._lock:
+            for entry in self._pods.values():
+                if entry.namespace == namespace and entry.name == name:
+                    return entry.supervisor.container_running(container)
+        return False
+
+    def pods(self) -> dict[str, PodSupervisor]:
+        with self._lock:
+            return {f"{e.namespace}/{e.name}": e.supervisor for e in self._pods.values()}
+
+
+def _recorded_uid(directory: Path) -> str | None:
+    import json
+
+    try:
+        return json.loads((directory / META_DIR / "state.json").read_text()).get("uid")
+    except (OSError, ValueError):
+        return None
+
+
+def default_hostname() -> str:
+    return socket.gethostname().split(".")[0].lower()
