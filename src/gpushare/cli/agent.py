@@ -1,9 +1,113 @@
-"""CLI commands of this area (filled in by the area's work)."""
+"""`gpushare agent`: run this machine as a node of the control plane."""
 
 from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the top-level app."""
+    app.command(name="agent")(agent)
+
+
+def agent(
+    kubeconfig: Annotated[Path, typer.Option(help="kubeconfig of the control plane")],
+    node_name: Annotated[
+        str | None, typer.Option(help="name of this Node (default: the hostname)")
+    ] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(help="declare fake GPUs instead of probing NVML, e.g. 1xL40S or 8xH100"),
+    ] = None,
+    data_dir: Annotated[
+        Path, typer.Option(help="pod directories, logs and MPS pipes live here")
+    ] = Path("gpushare-agent"),
+    port: Annotated[int, typer.Option(help="port of the log server (0: any free port)")] = 0,
+    address: Annotated[str, typer.Option(help="InternalIP written on the Node")] = "127.0.0.1",
+    enforcement: Annotated[
+        str, typer.Option(help="auto|mps|watchdog|none: how GPU shares are enforced")
+    ] = "auto",
+    heartbeat: Annotated[float, typer.Option(help="seconds between heartbeats")] = 5.0,
+    restart_backoff: Annotated[
+        float, typer.Option(help="first restart back-off, seconds")
+    ] = 10.0,
+    stop_pods_on_exit: Annotated[
+        bool, typer.Option(help="stop the pods when the agent exits (default: adopt on restart)")
+    ] = False,
+) -> None:
+    """Register this machine as a Node and run the pods bound to it as local processes."""
+    from gpushare import __version__
+    from gpushare.agent.agent import Agent, AgentConfig, default_hostname
+    from gpushare.agent.enforcement import EnforcementError, choose
+    from gpushare.agent.inventory import declared_gpus, host_resources
+    from gpushare.agent.kube import Kube, api_client_from_kubeconfig
+    from gpushare.agent.mps import MpsManager
+    from gpushare.agent.nvml import NvmlUnavailable, PynvmlBackend, probe_inventory
+    from gpushare.agent.supervisor import SupervisorConfig
+    from gpushare.model.gpu_products import GpuSpecError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
+    name = node_name or default_hostname()
+    data_dir = data_dir.resolve()
+    nvml = None
+    if gpus:
+        try:
+            inventory = declared_gpus(name, gpus)
+        except GpuSpecError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--gpus") from None
+    else:
+        try:
+            nvml = PynvmlBackend()
+            inventory = probe_inventory(nvml)
+        except NvmlUnavailable as exc:
+            typer.echo(
+                f"error: no GPU found through NVML ({exc}); on a machine without GPUs "
+                "declare them, e.g. --gpus 1xL40S",
+                err=True,
+            )
+            raise typer.Exit(2) from None
+    try:
+        chosen = choose(
+            enforcement,
+            inventory,
+            nvml is not None,
+            lambda: MpsManager(inventory.devices, data_dir / "mps"),
+        )
+    except EnforcementError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for note in chosen.notes:
+        logging.getLogger("gpushare.agent").warning(note)
+    config = AgentConfig(
+        node_name=name,
+        data_dir=data_dir,
+        address=address,
+        port=port,
+        heartbeat_s=heartbeat,
+        supervisor=SupervisorConfig(host_ip=address, backoff_base_s=restart_backoff),
+        version=__version__,
+    )
+    runner = Agent(
+        Kube(api_client_from_kubeconfig(str(kubeconfig))),
+        config,
+        inventory,
+        host_resources(),
+        chosen,
+        nvml,
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    runner.start()
+    typer.echo(
+        f"node {name}: {inventory.count} GPU(s){' (declared)' if inventory.declared else ''}, "
+        f"enforcement {chosen.annotation}, logs on port {runner.log_server.port}"
+    )
+    while not done.wait(1.0):
+        pass
+    runner.stop(stop_pods=stop_pods_on_exit)
