@@ -1,9 +1,248 @@
-"""CLI commands of this area (filled in by the area's work)."""
+"""``gpushare up``, ``gpushare controllers`` and ``gpushare node add``."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+
+if TYPE_CHECKING:
+    from gpushare.controllers.kube import KubeClient
+
+log = logging.getLogger("gpushare.up")
+
+KUBECONFIG_HELP = "kubeconfig of the control plane (default: $KUBECONFIG, then ~/.kube/config)"
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by Ctrl-C or SIGTERM."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+def _kubeconfig_path(kubeconfig: str | None) -> str:
+    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    if not Path(path).is_file():
+        raise typer.BadParameter(f"{path}: no such kubeconfig", param_hint="--kubeconfig")
+    return path
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def controllers(
+    kubeconfig: Annotated[str | None, typer.Option(help=KUBECONFIG_HELP)] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(help="run only these controllers (repeatable): pod-grouper, "
+                     "job-controller, garbage-collector, scheduler, queue-status"),
+    ] = None,
+    scheduler_name: Annotated[
+        list[str] | None,
+        typer.Option(help="schedulerName values to serve (repeatable; default gpushare and "
+                     "kai-scheduler)"),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run all controllers in one process (pod-grouper, Job, GC, scheduler, queue status)."""
+    from gpushare.controllers.manager import ALL, start_controllers
+    from gpushare.controllers.pod_grouper import SCHEDULER_NAMES
+
+    _setup_logging(verbose)
+    path = _kubeconfig_path(kubeconfig)
+    stop = _stop_on_signals()
+    enabled = tuple(only) if only else ALL
+    try:
+        running = start_controllers(
+            path, enabled=enabled,
+            scheduler_names=tuple(scheduler_name) if scheduler_name else SCHEDULER_NAMES,
+        )
+    except (ValueError, TimeoutError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from None
+    log.info("controllers running: %s", ", ".join(running.controllers))
+    stop.wait()
+    log.info("stopping controllers")
+    running.stop()
+
+
+node_app = typer.Typer(help="Nodes without an agent (declared GPUs).", no_args_is_help=True)
+
+
+@node_app.command("add")
+def node_add(
+    name: Annotated[str, typer.Argument(help="node name")],
+    gpus: Annotated[str | None, typer.Option(help="declared GPUs, COUNTxPRODUCT (8xH100)")] = None,
+    cpu: Annotated[str, typer.Option(help="CPU cores (quantity)")] = "64",
+    memory: Annotated[str, typer.Option(help="memory (quantity)")] = "512Gi",
+    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE (repeatable)")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(help=KUBECONFIG_HELP)] = None,
+) -> None:
+    """Register a node with declared GPUs and no agent; it stays Ready without heartbeats."""
+    from gpushare.controllers.events import now_rfc3339
+    from gpushare.controllers.kube import ApiError, KubeClient
+    from gpushare.controllers.static_nodes import NodeSpecError, parse_labels, static_node
+
+    try:
+        body = static_node(name, gpus, cpu, memory, parse_labels(label or []), now_rfc3339())
+    except NodeSpecError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
+    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig))
+    try:
+        register_static_node(client, body)
+    except ApiError as error:
+        typer.echo(f"error: node {name}: {error}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
+    capacity = body["status"]["capacity"]
+    typer.echo(
+        f"node/{name} registered: {capacity.get('nvidia.com/gpu', '0')} GPU(s)"
+        f" {body['metadata']['labels'].get('nvidia.com/gpu.product', '')},"
+        f" cpu {capacity['cpu']}, memory {capacity['memory']}"
+    )
+
+
+def register_static_node(client: KubeClient, body: dict) -> dict:
+    """Create or update the node, then write its status (a create may drop status)."""
+    from gpushare.controllers.kube import NODES, ApiError
+
+    name = body["metadata"]["name"]
+    try:
+        created = client.create(NODES.collection(), body)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+        created = client.merge_patch(
+            NODES.item(name), {"metadata": {"labels": body["metadata"]["labels"],
+                                            "annotations": body["metadata"]["annotations"]}}
+        )
+    if (created.get("status") or {}).get("capacity") != body["status"]["capacity"] or (
+        created.get("status") or {}
+    ).get("conditions") != body["status"]["conditions"]:
+        created = client.merge_patch(NODES.item(name, sub="status"), {"status": body["status"]})
+    return created
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _child(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    log_file = log_path.open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpushare.cli.main", *args],
+        stdout=log_file, stderr=subprocess.STDOUT,
+        start_new_session=True,  # Ctrl-C reaches us only; we stop the children in order
+    )
+
+
+def _stop_child(proc: subprocess.Popen[bytes], name: str, timeout: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        log.warning("%s did not stop in %.0fs; killing it", name, timeout)
+        proc.kill()
+        proc.wait(5)
+
+
+def up(
+    data_dir: Annotated[Path, typer.Option(help="state directory")] = Path(".gpushare"),
+    port: Annotated[int, typer.Option(help="API port on 127.0.0.1 (0: any free port)")] = 6443,
+    no_agent: Annotated[bool, typer.Option("--no-agent", help="do not start a node agent")] = False,
+    gpus: Annotated[
+        str | None, typer.Option(help="declare fake GPUs for the agent (1xL40S)")
+    ] = None,
+    node_name: Annotated[str | None, typer.Option(help="the agent's node name")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run the control plane, the controllers and a node agent; Ctrl-C stops them all."""
+    from gpushare.model.gpu_products import GpuSpecError, parse_gpu_spec
+
+    _setup_logging(verbose)
+    if gpus:
+        try:
+            parse_gpu_spec(gpus)
+        except GpuSpecError as error:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(2) from None
+    try:
+        from gpushare.apiserver.server import ApiServer
+    except ImportError as error:
+        typer.echo(f"error: the API server is not available: {error}", err=True)
+        raise typer.Exit(1) from None
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    stop = _stop_on_signals()
+    server = ApiServer(str(data_dir), "127.0.0.1", port or _free_port())
+    server.start()
+    kubeconfig = data_dir / "admin.kubeconfig"
+    server.write_kubeconfig(str(kubeconfig))
+    logs = data_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    try:
+        children.append((
+            "controllers",
+            _child(["controllers", "--kubeconfig", str(kubeconfig)], logs / "controllers.log"),
+        ))
+        if not no_agent:
+            agent_args = [
+                "agent", "--kubeconfig", str(kubeconfig),
+                "--node-name", node_name or socket.gethostname(),
+                "--data-dir", str(data_dir / "agent"),
+            ]
+            if gpus:
+                agent_args += ["--gpus", gpus]
+            children.append(("agent", _child(agent_args, logs / "agent.log")))
+        typer.echo(
+            f"gpushare is up: API {server.url}\n"
+            f"  export KUBECONFIG={kubeconfig.resolve()}\n"
+            f"  kubectl get nodes,queues\n"
+            f"logs under {logs.resolve()}; Ctrl-C stops everything."
+        )
+        while not stop.wait(1.0):
+            for name, proc in children:
+                if proc.poll() is not None:
+                    log.error("%s exited with %s; see %s", name, proc.returncode,
+                              logs / f"{name}.log")
+                    stop.set()
+    finally:
+        typer.echo("stopping ...")
+        for name, proc in reversed(children):
+            _stop_child(proc, name)
+        with contextlib.suppress(Exception):
+            server.stop()
+        typer.echo("stopped.")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the top-level app."""
+    app.command("up")(up)
+    app.command("controllers")(controllers)
+    app.add_typer(node_app, name="node")

@@ -1,0 +1,86 @@
+"""All controllers in one process, each on its own thread, sharing one informer per
+resource: ``gpushare controllers --kubeconfig K``."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from gpushare.controllers.events import EventRecorder
+from gpushare.controllers.garbage_collector import GarbageCollector
+from gpushare.controllers.informers import InformerFactory
+from gpushare.controllers.job_controller import JobController
+from gpushare.controllers.kube import KubeClient, Stopper
+from gpushare.controllers.pod_grouper import SCHEDULER_NAMES, PodGrouper
+from gpushare.controllers.queue_status import QueueStatusController
+from gpushare.controllers.scheduler_loop import SchedulerLoop
+
+log = logging.getLogger(__name__)
+
+ALL = ("pod-grouper", "job-controller", "garbage-collector", "scheduler", "queue-status")
+
+
+@dataclass
+class ControllerSet:
+    client: KubeClient
+    stopper: Stopper
+    informers: InformerFactory
+    events: EventRecorder
+    controllers: dict[str, object] = field(default_factory=dict)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def scheduler(self) -> SchedulerLoop | None:
+        loop = self.controllers.get("scheduler")
+        return loop if isinstance(loop, SchedulerLoop) else None
+
+    def stop(self) -> None:
+        self.stopper.stop()
+        self.informers.stop()
+        for thread in self.threads:
+            thread.join(3.0)
+        self.client.close()
+
+
+def start_controllers(
+    kubeconfig: str,
+    *,
+    enabled: tuple[str, ...] = ALL,
+    scheduler_names: tuple[str, ...] = SCHEDULER_NAMES,
+    sync_timeout: float = 30.0,
+) -> ControllerSet:
+    """Build, sync and start the controllers; returns once they run."""
+    unknown = [name for name in enabled if name not in ALL]
+    if unknown:
+        raise ValueError(f"unknown controllers {unknown}; known: {', '.join(ALL)}")
+    client = KubeClient.from_kubeconfig(kubeconfig)
+    stopper = Stopper()
+    informers = InformerFactory(client, stopper)
+    events = EventRecorder(client, "gpushare-controllers", stopper)
+    out = ControllerSet(client, stopper, informers, events)
+    if "pod-grouper" in enabled:
+        out.controllers["pod-grouper"] = PodGrouper(
+            client, informers, stopper, events, scheduler_names=scheduler_names
+        )
+    if "job-controller" in enabled:
+        out.controllers["job-controller"] = JobController(client, informers, stopper, events)
+    if "garbage-collector" in enabled:
+        out.controllers["garbage-collector"] = GarbageCollector(client, informers, stopper)
+    if "scheduler" in enabled or "queue-status" in enabled:
+        loop = SchedulerLoop(client, informers, stopper, events, scheduler_names=scheduler_names)
+        if "scheduler" in enabled:
+            out.controllers["scheduler"] = loop
+        if "queue-status" in enabled:
+            out.controllers["queue-status"] = QueueStatusController(
+                client, informers, stopper, loop
+            )
+    informers.start()
+    if not informers.wait_synced(sync_timeout):
+        out.stop()
+        raise TimeoutError(f"the caches did not fill within {sync_timeout:.0f}s")
+    events.start()
+    for name, controller in out.controllers.items():
+        out.threads.append(controller.start())  # type: ignore[attr-defined]
+        log.info("started %s", name)
+    return out

@@ -1,0 +1,339 @@
+"""The scheduler core's live state, kept in step with the API by deltas.
+
+Watch events arrive in any order: a pod before its PodGroup, a PodGroup before its
+Queue, a bound pod before its Node. The core's state accepts an object only once what it
+depends on is there, so the mirror remembers every watched object and applies each one
+as soon as it can, and re-applies dependents when a missing piece arrives.
+
+Binds the loop has issued but whose watch event has not arrived yet are *assumed*: the
+pod stays on its node with its GPUs in the state whatever older events say, so that no
+GPU is booked twice. A failed bind drops the assumption.
+
+Pure bookkeeping: no I/O, no clock (times are passed in).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpushare.controllers.translate import (
+    PODGROUP_ANNOTATION,
+    TranslateError,
+    job_from_podgroup,
+    node_from_api,
+    pod_from_api,
+    queue_from_api,
+    timestamp,
+)
+from gpushare.model import Job, PodStatus
+from gpushare.scheduler.state import ClusterState, StateError
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Assumed:
+    node: str
+    gpu_indices: tuple[int, ...]
+    portion: int
+
+
+@dataclass(slots=True)
+class JobMemory:
+    """What the core learns about a job over time and a PodGroup update must not erase."""
+
+    stale_since: float | None = None
+    last_eviction_at: float | None = None
+
+
+@dataclass(slots=True)
+class Mirror:
+    state: ClusterState = field(default_factory=ClusterState)
+    scheduler_names: tuple[str, ...] = ("gpushare", "kai-scheduler")
+    priorities: dict[str, int] = field(default_factory=dict)
+    raw_nodes: dict[str, Obj] = field(default_factory=dict)
+    raw_queues: dict[str, Obj] = field(default_factory=dict)
+    raw_podgroups: dict[str, Obj] = field(default_factory=dict)
+    raw_pods: dict[str, Obj] = field(default_factory=dict)  # ours, grouped or not
+    assumed: dict[str, Assumed] = field(default_factory=dict)
+    job_memory: dict[str, JobMemory] = field(default_factory=dict)
+    invalid: dict[str, str] = field(default_factory=dict)  # object key -> why unusable
+    _pods_by_job: dict[str, set[str]] = field(default_factory=dict)
+    _jobs_by_queue: dict[str, set[str]] = field(default_factory=dict)
+    _pods_by_node: dict[str, set[str]] = field(default_factory=dict)
+    _pod_index: dict[str, int] = field(default_factory=dict)
+    _counter: itertools.count = field(default_factory=itertools.count)
+    _removed_queues: set[str] = field(default_factory=set)
+
+    # -- priority classes ---------------------------------------------------------------
+
+    def on_priority_class(self, kind: str, obj: Obj) -> None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if kind == "DELETED":
+            self.priorities.pop(name, None)
+        else:
+            try:
+                self.priorities[name] = int(obj.get("value", 0))
+            except (TypeError, ValueError):
+                return
+        for key, pg in self.raw_podgroups.items():
+            if (pg.get("spec") or {}).get("priorityClassName") == name:
+                self._apply_job(key)
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def on_node(self, kind: str, obj: Obj) -> None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if kind == "DELETED":
+            self.raw_nodes.pop(name, None)
+            self.state.remove_node(name)
+            return
+        self.raw_nodes[name] = obj
+        known = name in self.state.nodes
+        node = node_from_api(obj)
+        old = self.state.nodes.get(name)
+        if old is not None and _same_node(old, node):
+            return
+        self.state.upsert_node(node)
+        if not known:
+            for pod_key in list(self._pods_by_node.get(name, ())):
+                self._apply_pod(pod_key)
+
+    # -- queues -------------------------------------------------------------------------
+
+    def on_queue(self, kind: str, obj: Obj) -> None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if kind == "DELETED":
+            self.raw_queues.pop(name, None)
+            self._try_remove_queue(name)
+            return
+        self.raw_queues[name] = obj
+        self._removed_queues.discard(name)
+        try:
+            queue = queue_from_api(obj)
+        except TranslateError as error:
+            self.invalid[f"queue/{name}"] = str(error)
+            return
+        self.invalid.pop(f"queue/{name}", None)
+        try:
+            self.state.upsert_queue(queue)
+        except StateError as error:
+            self.invalid[f"queue/{name}"] = str(error)
+            return
+        for job_key in list(self._jobs_by_queue.get(name, ())):
+            if job_key not in self.state.jobs:
+                self._apply_job(job_key)
+        # A parent that was deleted while this child held it up can go now.
+        for pending in list(self._removed_queues):
+            self._try_remove_queue(pending)
+
+    def _try_remove_queue(self, name: str) -> None:
+        queue = self.state.queues.get(name)
+        if queue is None:
+            self._removed_queues.discard(name)
+            return
+        try:
+            self.state.remove_queue(name)
+            self._removed_queues.discard(name)
+        except StateError:
+            self._removed_queues.add(name)  # still has children or jobs: later
+
+    # -- podgroups ----------------------------------------------------------------------
+
+    def on_podgroup(self, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if kind == "DELETED":
+            old = self.raw_podgroups.pop(key, None)
+            if old is not None:
+                self._unindex_job(key, old)
+            self.state.remove_job(key)
+            self.job_memory.pop(key, None)
+            for pending in list(self._removed_queues):
+                self._try_remove_queue(pending)
+            return
+        old = self.raw_podgroups.get(key)
+        if old is not None:
+            if (old.get("spec") or {}) == (obj.get("spec") or {}) and (
+                old.get("metadata") or {}
+            ).get("annotations") == meta.get("annotations"):
+                self.raw_podgroups[key] = obj
+                return  # a status write: nothing the core reads
+            self._unindex_job(key, old)
+        self.raw_podgroups[key] = obj
+        queue = str((obj.get("spec") or {}).get("queue") or "default-queue")
+        self._jobs_by_queue.setdefault(queue, set()).add(key)
+        self._apply_job(key)
+
+    def _unindex_job(self, key: str, pg: Obj) -> None:
+        queue = str((pg.get("spec") or {}).get("queue") or "default-queue")
+        jobs = self._jobs_by_queue.get(queue)
+        if jobs is not None:
+            jobs.discard(key)
+
+    def _apply_job(self, key: str) -> None:
+        pg = self.raw_podgroups.get(key)
+        if pg is None:
+            return
+        job = job_from_podgroup(pg, self.priorities)
+        memory = self.job_memory.setdefault(key, JobMemory())
+        job.stale_since = memory.stale_since
+        job.last_eviction_at = memory.last_eviction_at
+        existing = self.state.jobs.get(key)
+        if job.queue not in self.state.queues:
+            self.invalid[f"podgroup/{key}"] = f"queue {job.queue!r} does not exist"
+            if existing is not None:
+                self.state.remove_job(key)
+            return
+        self.invalid.pop(f"podgroup/{key}", None)
+        if existing is not None and existing.queue != job.queue:
+            self.state.remove_job(key)  # moves its pods' accounting to the new queue
+            existing = None
+        self.state.upsert_job(job)
+        if existing is None:
+            for pod_key in sorted(self._pods_by_job.get(key, ()), key=self._index_of):
+                self._apply_pod(pod_key)
+
+    def job(self, key: str) -> Job | None:
+        return self.state.jobs.get(key)
+
+    # -- pods ---------------------------------------------------------------------------
+
+    def ours(self, pod: Obj) -> bool:
+        return (pod.get("spec") or {}).get("schedulerName") in self.scheduler_names
+
+    def on_pod(self, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        if kind == "DELETED" or not self.ours(obj):
+            self._forget_pod(key)
+            return
+        old = self.raw_pods.get(key)
+        if old is not None:
+            self._unindex_pod(key, old)
+        self.raw_pods[key] = obj
+        job_key = _job_key(obj)
+        if job_key:
+            self._pods_by_job.setdefault(job_key, set()).add(key)
+        node = (obj.get("spec") or {}).get("nodeName")
+        if node:
+            self._pods_by_node.setdefault(str(node), set()).add(key)
+            self.assumed.pop(key, None)  # the bind is visible now
+        self._apply_pod(key)
+
+    def _forget_pod(self, key: str) -> None:
+        old = self.raw_pods.pop(key, None)
+        if old is not None:
+            self._unindex_pod(key, old)
+        self.assumed.pop(key, None)
+        self._pod_index.pop(key, None)
+        self.state.remove_pod(key)
+
+    def _unindex_pod(self, key: str, pod: Obj) -> None:
+        job_key = _job_key(pod)
+        if job_key and job_key in self._pods_by_job:
+            self._pods_by_job[job_key].discard(key)
+            if not self._pods_by_job[job_key]:
+                del self._pods_by_job[job_key]
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and node in self._pods_by_node:
+            self._pods_by_node[node].discard(key)
+
+    def _index_of(self, key: str) -> int:
+        index = self._pod_index.get(key)
+        if index is None:
+            index = next(self._counter)
+            self._pod_index[key] = index
+        return index
+
+    def _apply_pod(self, key: str) -> None:
+        raw = self.raw_pods.get(key)
+        if raw is None:
+            return
+        job_key = _job_key(raw)
+        if not job_key or job_key not in self.state.jobs:
+            self.state.remove_pod(key)  # not schedulable until its PodGroup is known
+            return
+        status = raw.get("status") or {}
+        started = timestamp(status.get("startTime")) or timestamp(
+            (raw.get("metadata") or {}).get("creationTimestamp")
+        )
+        try:
+            pod = pod_from_api(raw, job_key, self._index_of(key), started)
+        except TranslateError as error:
+            self.invalid[f"pod/{key}"] = str(error)
+            self.state.remove_pod(key)
+            return
+        self.invalid.pop(f"pod/{key}", None)
+        assumed = self.assumed.get(key)
+        if assumed is not None and pod.status is PodStatus.PENDING:
+            pod.status = PodStatus.BINDING
+            pod.node = assumed.node
+            pod.gpu_indices = assumed.gpu_indices
+            pod.portion = assumed.portion
+        if pod.node is not None and pod.node not in self.state.nodes:
+            self.state.remove_pod(key)  # its node is not registered (yet)
+            return
+        existing = self.state.pods.get(key)
+        if existing is not None and _same_pod(existing, pod):
+            return
+        try:
+            self.state.upsert_pod(pod)
+        except StateError as error:
+            self.invalid[f"pod/{key}"] = str(error)
+
+    # -- binds --------------------------------------------------------------------------
+
+    def assume(self, key: str, node: str, gpu_indices: tuple[int, ...], portion: int) -> None:
+        self.assumed[key] = Assumed(node, gpu_indices, portion)
+
+    def bind_failed(self, key: str) -> None:
+        """Drop the assumption; the pod is pending again (unless the watch says bound)."""
+        if self.assumed.pop(key, None) is not None:
+            pod = self.state.pods.get(key)
+            if pod is not None:
+                self.state.remove_pod(key)
+            self._apply_pod(key)
+
+    def pod_group_of(self, pod_key: str) -> str | None:
+        raw = self.raw_pods.get(pod_key)
+        return _job_key(raw) if raw is not None else None
+
+
+def _job_key(pod: Obj) -> str | None:
+    meta = pod.get("metadata") or {}
+    name = (meta.get("annotations") or {}).get(PODGROUP_ANNOTATION)
+    if not name:
+        return None
+    return f"{meta.get('namespace')}/{name}"
+
+
+def _same_node(a: Any, b: Any) -> bool:
+    return (
+        a.gpus == b.gpus
+        and a.gpu_memory_mib == b.gpu_memory_mib
+        and a.cpu_millis == b.cpu_millis
+        and a.memory_bytes == b.memory_bytes
+        and a.max_pods == b.max_pods
+        and a.labels == b.labels
+        and a.ready == b.ready
+    )
+
+
+def _same_pod(a: Any, b: Any) -> bool:
+    return (
+        a.status is b.status
+        and a.node == b.node
+        and a.gpu_indices == b.gpu_indices
+        and a.portion == b.portion
+        and a.gpu == b.gpu
+        and a.cpu_millis == b.cpu_millis
+        and a.memory_bytes == b.memory_bytes
+        and a.node_selector == b.node_selector
+        and a.subgroup == b.subgroup
+    )

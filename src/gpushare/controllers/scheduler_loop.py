@@ -1,0 +1,340 @@
+"""The scheduler loop: watched changes in, scheduling cycles, decisions out as API calls.
+
+Informer callbacks only append deltas to a queue; the loop's thread owns the core's
+state. It applies the deltas, runs a cycle when something changed (at most every
+``min_interval``; and every ``period`` anyway, for the time-based rules) and turns the
+decisions into API calls on a thread pool: Bind → ``pods/<name>/binding`` carrying the
+GPU assignment annotations, Evict → delete the pod, Pipeline → an Event, pending reasons
+→ ``Unschedulable`` Events and PodGroup conditions.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpushare.controllers.events import EventRecorder, now_rfc3339
+from gpushare.controllers.informers import InformerFactory
+from gpushare.controllers.kube import (
+    NODES,
+    PODGROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+    ApiError,
+    KubeClient,
+    Stopper,
+)
+from gpushare.controllers.mirror import Mirror
+from gpushare.controllers.quantities import format_bytes, format_milli
+from gpushare.controllers.translate import (
+    INDICES_ANNOTATION,
+    MEMORY_MIB_ANNOTATION,
+    PORTION_ANNOTATION,
+    format_portion,
+)
+from gpushare.model import PodStatus
+from gpushare.scheduler.config import Config
+from gpushare.scheduler.cycle import run_cycle
+from gpushare.scheduler.decisions import CycleResult, QueueReport
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+COMPONENT = "gpushare-scheduler"
+
+
+@dataclass(slots=True)
+class LoopStats:
+    cycles: int = 0
+    binds: int = 0
+    bind_failures: int = 0
+    evictions: int = 0
+    cycle_seconds: float = 0.0  # total time inside run_cycle
+    apply_seconds: float = 0.0  # total time applying deltas
+    last_cycle_seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class QueueFigures:
+    """The latest per-queue figures, in API quantity strings, for Queue status."""
+
+    reports: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    version: int = 0
+
+
+def resource_list(values: dict[str, float]) -> dict[str, str]:
+    """Natural units (GPUs, millicores, MiB) to a KAI-style ResourceList."""
+    out: dict[str, str] = {}
+    gpu = values.get("gpu", 0.0)
+    cpu = values.get("cpu", 0.0)
+    mem = values.get("memory", 0.0)
+    if math.isfinite(gpu):
+        out["nvidia.com/gpu"] = format_milli(max(round(gpu * 1000), 0))
+    if math.isfinite(cpu):
+        out["cpu"] = format_milli(max(round(cpu), 0))
+    if math.isfinite(mem):
+        out["memory"] = format_bytes(max(round(mem * 1024 * 1024), 0))
+    return out
+
+
+def figures_of(report: QueueReport) -> dict[str, dict[str, str]]:
+    return {
+        "fairShare": resource_list(report.fair_share),
+        "allocated": resource_list(report.allocated),
+        "allocatedNonPreemptible": resource_list(report.allocated_non_preemptible),
+        "requested": resource_list(report.requested),
+    }
+
+
+class SchedulerLoop:
+    name = "scheduler"
+
+    def __init__(
+        self,
+        client: KubeClient,
+        informers: InformerFactory,
+        stopper: Stopper,
+        events: EventRecorder,
+        *,
+        scheduler_names: tuple[str, ...] = ("gpushare", "kai-scheduler"),
+        config: Config | None = None,
+        bind_workers: int = 16,
+        min_interval: float = 0.05,
+        period: float = 1.0,
+    ) -> None:
+        self.client = client
+        self.stopper = stopper
+        self.events = events
+        self.config = config or Config()
+        self.min_interval = min_interval
+        self.period = period
+        self.mirror = Mirror(scheduler_names=scheduler_names)
+        self.stats = LoopStats()
+        self.figures = QueueFigures()
+        self.figures_changed = threading.Condition()
+        self._deltas: deque[tuple[str, str, Obj]] = deque()
+        self._wake = threading.Event()
+        self._pool = ThreadPoolExecutor(bind_workers, thread_name_prefix="bind")
+        self._reasons: dict[str, str] = {}  # job key -> last reported pending reason
+        self._informers = [
+            (informers.get(PRIORITY_CLASSES), "priorityclass"),
+            (informers.get(NODES), "node"),
+            (informers.get(QUEUES), "queue"),
+            (informers.get(PODGROUPS), "podgroup"),
+            (informers.get(PODS), "pod"),
+        ]
+        for informer, kind in self._informers:
+            informer.add_handler(self._handler(kind))
+
+    def _handler(self, kind: str):
+        def on_change(event: str, obj: Obj, old: Obj | None) -> None:
+            self._deltas.append((kind, event, obj))
+            self._wake.set()
+
+        return on_change
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        thread.start()
+        return thread
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        for informer, _ in self._informers:
+            while not informer.wait_synced(0.5):
+                if self.stopper.stopped:
+                    return
+        last = 0.0
+        while not self.stopper.stopped:
+            woke = self._wake.wait(self.period)
+            since = time.monotonic() - last
+            if woke and since < self.min_interval:
+                # Batch what arrives in the next few milliseconds into one cycle.
+                self.stopper.wait(self.min_interval - since)
+            self._wake.clear()
+            last = time.monotonic()
+            try:
+                self.step(time.time())
+            except Exception:
+                log.exception("scheduling cycle failed")
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def drain(self) -> int:
+        """Apply the queued deltas to the state; return how many there were."""
+        started = time.perf_counter()
+        handlers = {
+            "priorityclass": self.mirror.on_priority_class,
+            "node": self.mirror.on_node,
+            "queue": self.mirror.on_queue,
+            "podgroup": self.mirror.on_podgroup,
+            "pod": self.mirror.on_pod,
+        }
+        count = 0
+        while self._deltas:
+            kind, event, obj = self._deltas.popleft()
+            count += 1
+            try:
+                if kind == "bindfailed":
+                    self.mirror.bind_failed(str(obj["key"]))
+                else:
+                    handlers[kind](event, obj)
+            except Exception:
+                log.exception("applying a %s %s failed", kind, event)
+        self.stats.apply_seconds += time.perf_counter() - started
+        return count
+
+    def step(self, now: float) -> CycleResult:
+        """Apply deltas, run one cycle and act on it."""
+        self.drain()
+        started = time.perf_counter()
+        result = run_cycle(self.mirror.state, self.config, now)
+        elapsed = time.perf_counter() - started
+        self.stats.cycles += 1
+        self.stats.cycle_seconds += elapsed
+        self.stats.last_cycle_seconds = elapsed
+        self.act(result, now)
+        return result
+
+    # -- acting on decisions ------------------------------------------------------------
+
+    def act(self, result: CycleResult, now: float) -> None:
+        mirror = self.mirror
+        for bind in result.binds:
+            pod = mirror.state.pods.get(bind.pod)
+            if pod is None:
+                continue
+            mirror.assume(bind.pod, bind.node, tuple(bind.gpu_indices), pod.portion)
+            self._pool.submit(self._bind, bind.pod, bind.node, tuple(bind.gpu_indices),
+                              bind.portion, bind.gpu_memory_mib, bool(pod.gpu.wants_gpu))
+            self.stats.binds += 1
+        for pipe in result.pipelines:
+            raw = mirror.raw_pods.get(pipe.pod)
+            if raw is not None:
+                self.events.emit(
+                    raw, "Normal", "Pipelined",
+                    f"pod will run on node {pipe.node} once the resources being released"
+                    " there are free",
+                )
+        for evict in result.evictions:
+            raw = mirror.raw_pods.get(evict.pod)
+            job_key = mirror.pod_group_of(evict.pod)
+            if job_key is not None:
+                memory = mirror.job_memory.get(job_key)
+                if memory is not None:
+                    memory.last_eviction_at = now
+                job = mirror.state.jobs.get(job_key)
+                if job is not None:
+                    job.last_eviction_at = now
+            if raw is not None:
+                self.events.emit(raw, "Warning", "Evict",
+                                 f"evicted by {evict.action}: {evict.reason}")
+            self._pool.submit(self._evict, evict.pod)
+            self.stats.evictions += 1
+        for job_key, stale in result.stale_since.items():
+            memory = mirror.job_memory.get(job_key)
+            if memory is not None:
+                memory.stale_since = stale
+        self._report_pending(result)
+        self._publish_queues(result)
+
+    def _bind(
+        self, key: str, node: str, indices: tuple[int, ...], portion: float, memory_mib: int,
+        wants_gpu: bool,
+    ) -> None:
+        namespace, _, name = key.partition("/")
+        annotations: dict[str, str] = {}
+        if wants_gpu:
+            annotations = {
+                INDICES_ANNOTATION: ",".join(str(i) for i in indices),
+                PORTION_ANNOTATION: format_portion(portion),
+                MEMORY_MIB_ANNOTATION: str(int(memory_mib)),
+            }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            self.client.create(PODS.item(name, namespace, "binding"), body)
+        except Exception as error:
+            self.stats.bind_failures += 1
+            log.warning("bind %s to %s failed: %s", key, node, error)
+            raw = self.mirror.raw_pods.get(key)
+            if raw is not None and not (isinstance(error, ApiError) and error.not_found):
+                self.events.emit(raw, "Warning", "FailedBinding",
+                                 f"binding to node {node} failed: {error}")
+            self._deltas.append(("bindfailed", "", {"key": key}))
+            self._wake.set()
+
+    def _evict(self, key: str) -> None:
+        namespace, _, name = key.partition("/")
+        try:
+            self.client.delete(PODS.item(name, namespace), propagation="Background")
+        except Exception as error:
+            log.warning("evicting %s failed: %s", key, error)
+
+    def _report_pending(self, result: CycleResult) -> None:
+        mirror = self.mirror
+        for job_key, reason in result.pending_reasons.items():
+            if self._reasons.get(job_key) == reason:
+                continue
+            self._reasons[job_key] = reason
+            job = mirror.state.jobs.get(job_key)
+            if job is None:
+                continue
+            for pod_key in job.pods:
+                raw = mirror.raw_pods.get(pod_key)
+                pod = mirror.state.pods.get(pod_key)
+                if raw is not None and pod is not None and pod.status is PodStatus.PENDING:
+                    self.events.emit(raw, "Warning", "Unschedulable", reason)
+            pg = mirror.raw_podgroups.get(job_key)
+            if pg is not None:
+                self.events.emit(pg, "Warning", "Unschedulable", reason)
+                self._pool.submit(self._write_condition, job_key, job.queue, reason)
+        for job_key in [k for k in self._reasons if k not in result.pending_reasons]:
+            del self._reasons[job_key]
+            if job_key in mirror.raw_podgroups:
+                self._pool.submit(self._write_condition, job_key, "", "")
+
+    def _write_condition(self, job_key: str, queue: str, reason: str) -> None:
+        namespace, _, name = job_key.partition("/")
+        now = now_rfc3339()
+        if reason:
+            conditions: list[Obj] = [{
+                "type": "UnschedulableOnNodePool",
+                "nodePool": "default",
+                "status": "True",
+                "lastTransitionTime": now,
+                "reasons": [{"reason": "Unschedulable", "message": reason,
+                             "details": {"queueDetails": {"name": queue}}}],
+            }]
+        else:
+            conditions = []
+        try:
+            self.client.merge_patch(PODGROUPS.item(name, namespace, "status"),
+                                    {"status": {"schedulingConditions": conditions}})
+        except ApiError as error:
+            if error.not_found:
+                return
+            try:  # a server without the status subresource for PodGroups
+                self.client.merge_patch(PODGROUPS.item(name, namespace),
+                                        {"status": {"schedulingConditions": conditions}})
+            except ApiError:
+                log.debug("PodGroup %s condition not written: %s", job_key, error)
+
+    def _publish_queues(self, result: CycleResult) -> None:
+        reports = {name: figures_of(report) for name, report in result.queues.items()}
+        if reports != self.figures.reports:
+            with self.figures_changed:
+                self.figures.reports = reports
+                self.figures.version += 1
+                self.figures_changed.notify_all()
