@@ -1,0 +1,459 @@
+"""Scenario files (``shared/scenarios/FORMAT.md``, version 1) into model objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpushare.model.job import Job, SubGroup
+from gpushare.model.node import Node
+from gpushare.model.pod import GpuRequest, Pod, PodStatus
+from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, mib_to_bytes
+from gpushare.model.queue import UNLIMITED, Queue, ResourceSpec
+from gpushare.scheduler.config import DEFAULT_ACTIONS, Config
+from gpushare.simulator.schema import (
+    ScenarioError,
+    as_bool,
+    as_int,
+    as_list,
+    as_number,
+    as_opt_str,
+    as_str,
+    as_str_map,
+    check_keys,
+    get,
+    join,
+)
+
+#: The simulator's clock: scenario ages are measured back from it.
+NOW = 0.0
+VERY_LONG = 10**9
+
+TOP_KEYS = frozenset({
+    "format", "name", "about", "kind", "actions", "cycles", "stableCycles", "config",
+    "nodes", "queues", "jobs", "expect", "source", "capacity",
+})
+CONFIG_KEYS = frozenset({
+    "placement", "stalenessGracePeriodSeconds", "maxConsolidationPreemptees",
+    "allowConsolidatingReclaim", "kValue", "compat",
+})
+NODE_KEYS = frozenset({
+    "name", "gpus", "gpuMemoryMiB", "cpuMillis", "memoryMiB", "maxPods", "labels", "ready",
+})
+QUEUE_KEYS = frozenset({
+    "name", "parent", "priority", "resources", "preemptMinRuntimeSeconds",
+    "reclaimMinRuntimeSeconds", "createdSecondsAgo", "usage", "request", "allocated",
+})
+RESOURCE_KEYS = frozenset({"quota", "limit", "overQuotaWeight"})
+JOB_KEYS = frozenset({
+    "name", "namespace", "queue", "priority", "preemptibility", "minMember", "minSubGroup",
+    "createdSecondsAgo", "resources", "preemptionDelaySeconds", "stalenessGracePeriodSeconds",
+    "staleSeconds", "subgroups", "tasks",
+})
+POD_RESOURCE_KEYS = frozenset({"gpus", "gpuMemoryMiB", "gpuDevices", "cpuMillis", "memoryMiB"})
+SUBGROUP_KEYS = frozenset({"name", "parent", "minMember", "minSubGroup"})
+TASK_KEYS = frozenset({
+    "name", "state", "node", "gpuGroups", "subgroup", "runningSeconds", "priority",
+    "resources", "nodeSelector", "taskOrder",
+})
+EXPECT_KEYS = frozenset({"tasks", "jobs", "queues"})
+EXPECT_POD_KEYS = frozenset({"status", "node", "gpus"})
+EXPECT_QUEUE_KEYS = frozenset({"fairShare"})
+STATES = tuple(s.value for s in PodStatus)
+ACTION_NAMES = DEFAULT_ACTIONS
+
+
+@dataclass(slots=True)
+class PodExpectation:
+    status: str | None = None
+    node: str | None = None
+    gpus: Fraction | None = None
+    has_node: bool = False  # `node` was written (null means "no node")
+
+
+@dataclass(slots=True)
+class Expectations:
+    tasks: dict[str, PodExpectation] = field(default_factory=dict)
+    jobs: dict[str, PodExpectation] = field(default_factory=dict)
+    queues: dict[str, dict[str, Fraction]] = field(default_factory=dict)  # fairShare, MiB memory
+
+
+@dataclass(slots=True)
+class Scenario:
+    name: str
+    path: str
+    kind: str
+    config: Config
+    cycles: int
+    stable_cycles: int
+    nodes: list[Node] = field(default_factory=list)
+    queues: list[Queue] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    pods: list[Pod] = field(default_factory=list)
+    pod_groups: dict[str, list[str]] = field(default_factory=dict)  # pod key -> gpuGroups
+    pod_paths: dict[str, str] = field(default_factory=dict)  # pod key -> its path in the file
+    expect: Expectations = field(default_factory=Expectations)
+    # kind: fairshare
+    capacity: dict[str, Fraction] = field(default_factory=dict)
+    requests: dict[str, dict[str, Fraction]] = field(default_factory=dict)
+
+
+def load_file(path: str | Path) -> Scenario:
+    text = Path(path).read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ScenarioError("", f"not valid YAML: {err}") from None
+    return parse(data, str(path))
+
+
+def parse(data: Any, path: str = "<scenario>") -> Scenario:
+    top = check_keys(data, "", TOP_KEYS)
+    fmt = get(top, "format", "", as_int, default=1)
+    if fmt != 1:
+        raise ScenarioError("format", f"only format 1 is understood, got {fmt}")
+    name = get(top, "name", "", as_str)
+    if name is None:
+        raise ScenarioError("name", "required")
+    kind = get(top, "kind", "", as_str, default="cycle", choices=("cycle", "fairshare"))
+    actions = DEFAULT_ACTIONS
+    if "actions" in top:
+        actions = tuple(
+            as_str(a, join("actions", i), ACTION_NAMES)
+            for i, a in enumerate(as_list(top["actions"], "actions"))
+        )
+    config = _config(top.get("config"), actions)
+    sc = Scenario(
+        name=name,
+        path=path,
+        kind=kind,
+        config=config,
+        cycles=get(top, "cycles", "", as_int, default=1, minimum=0),
+        stable_cycles=get(top, "stableCycles", "", as_int, default=0, minimum=0),
+    )
+    memory_of = {}
+    for i, raw in enumerate(as_list(top.get("nodes"), "nodes")):
+        node = _node(raw, join("nodes", i))
+        if node.name in memory_of:
+            raise ScenarioError(join(join("nodes", i), "name"), f"duplicate node {node.name!r}")
+        memory_of[node.name] = node.gpu_memory_mib
+        sc.nodes.append(node)
+    queue_names: set[str] = set()
+    for i, raw in enumerate(as_list(top.get("queues"), "queues")):
+        queue, request = _queue(raw, join("queues", i), kind)
+        if queue.name in queue_names:
+            raise ScenarioError(join(join("queues", i), "name"), f"duplicate queue {queue.name!r}")
+        queue_names.add(queue.name)
+        sc.queues.append(queue)
+        if request is not None:
+            sc.requests[queue.name] = request
+    for i, q in enumerate(sc.queues):
+        if q.parent is not None and q.parent not in queue_names:
+            raise ScenarioError(join(join("queues", i), "parent"), f"unknown queue {q.parent!r}")
+    if kind == "fairshare":
+        cap = check_keys(top.get("capacity"), "capacity", frozenset(RESOURCES))
+        sc.capacity = {
+            GPU: as_number(cap.get(GPU, 0), "capacity.gpu", 0),
+            CPU: as_number(cap.get(CPU, 0), "capacity.cpu", 0),
+            MEMORY: as_number(cap.get(MEMORY, 0), "capacity.memory", 0) * MIB,
+        }
+    elif "capacity" in top:
+        raise ScenarioError("capacity", "only for kind: fairshare")
+    task_names: set[str] = set()
+    for i, raw in enumerate(as_list(top.get("jobs"), "jobs")):
+        _job(raw, join("jobs", i), sc, queue_names, memory_of, task_names)
+    sc.expect = _expect(top.get("expect"), "expect")
+    return sc
+
+
+def _config(raw: Any, actions: tuple[str, ...]) -> Config:
+    c = check_keys(raw, "config", CONFIG_KEYS)
+    gpu_placement = cpu_placement = "binpack"
+    if "placement" in c:
+        p = check_keys(c["placement"], "config.placement", frozenset({"gpu", "cpu"}))
+        gpu_placement = get(p, "gpu", "config.placement", as_str, default="binpack",
+                            choices=("binpack", "spread"))
+        cpu_placement = get(p, "cpu", "config.placement", as_str, default="binpack",
+                            choices=("binpack", "spread"))
+    compat = c.get("compat")
+    if compat is not None:
+        compat = as_str(compat, "config.compat", ("kai",))
+    return Config(
+        actions=actions,
+        gpu_placement=gpu_placement,
+        cpu_placement=cpu_placement,
+        staleness_grace_seconds=float(
+            get(c, "stalenessGracePeriodSeconds", "config", as_number, default=Fraction(60))
+        ),
+        max_consolidation_preemptees=get(
+            c, "maxConsolidationPreemptees", "config", as_int, default=16, minimum=-1
+        ),
+        allow_consolidating_reclaim=get(
+            c, "allowConsolidatingReclaim", "config", as_bool, default=True
+        ),
+        k_value=float(get(c, "kValue", "config", as_number, default=Fraction(1), minimum=0)),
+        compat=compat,
+    )
+
+
+def _node(raw: Any, path: str) -> Node:
+    n = check_keys(raw, path, NODE_KEYS)
+    name = get(n, "name", path, as_str)
+    if name is None:
+        raise ScenarioError(join(path, "name"), "required")
+    memory = get(n, "memoryMiB", path, as_number, default=Fraction(262144), minimum=0)
+    return Node(
+        name=name,
+        gpus=get(n, "gpus", path, as_int, default=0, minimum=0),
+        gpu_memory_mib=get(n, "gpuMemoryMiB", path, as_int, default=81920, minimum=0),
+        cpu_millis=get(n, "cpuMillis", path, as_int, default=64000, minimum=0),
+        memory_bytes=mib_to_bytes(memory),
+        max_pods=get(n, "maxPods", path, as_int, default=110, minimum=0),
+        labels=as_str_map(n.get("labels"), join(path, "labels")),
+        ready=get(n, "ready", path, as_bool, default=True),
+    )
+
+
+def _quantity(resource: str, value: Fraction) -> Fraction:
+    """A queue figure in natural units (memory MiB -> bytes); -1 stays unlimited."""
+    if value == UNLIMITED:
+        return UNLIMITED
+    return value * MIB if resource == MEMORY else value
+
+
+def _resources_of(raw: Any, path: str) -> dict[str, Fraction]:
+    m = check_keys(raw, path, frozenset(RESOURCES))
+    return {r: _quantity(r, as_number(v, join(path, r), 0)) for r, v in m.items()}
+
+
+def _queue(raw: Any, path: str, kind: str) -> tuple[Queue, dict[str, Fraction] | None]:
+    q = check_keys(raw, path, QUEUE_KEYS)
+    name = get(q, "name", path, as_str)
+    if name is None:
+        raise ScenarioError(join(path, "name"), "required")
+    resources: dict[str, ResourceSpec] = {}
+    res_block = check_keys(q.get("resources"), join(path, "resources"), frozenset(RESOURCES))
+    for r in RESOURCES:
+        rpath = join(join(path, "resources"), r)
+        if r not in res_block:
+            resources[r] = ResourceSpec(Fraction(0), UNLIMITED, Fraction(1))
+            continue
+        spec = check_keys(res_block[r], rpath, RESOURCE_KEYS)
+        quota = get(spec, "quota", rpath, as_number, default=Fraction(0), minimum=-1)
+        limit = get(spec, "limit", rpath, as_number, default=UNLIMITED, minimum=-1)
+        weight = get(spec, "overQuotaWeight", rpath, as_number, default=Fraction(1), minimum=0)
+        for key, value in (("quota", quota), ("limit", limit)):
+            if value < 0 and value != UNLIMITED:
+                raise ScenarioError(join(rpath, key), f"must be -1 or at least 0, got {value}")
+        resources[r] = ResourceSpec(_quantity(r, quota), _quantity(r, limit), weight)
+    usage = {}
+    if "usage" in q:
+        u = check_keys(q["usage"], join(path, "usage"), frozenset(RESOURCES))
+        usage = {r: float(as_number(v, join(join(path, "usage"), r), 0)) for r, v in u.items()}
+    request = None
+    for key in ("request", "allocated"):
+        if key in q and kind != "fairshare":
+            raise ScenarioError(join(path, key), "only for kind: fairshare")
+    if "request" in q:
+        request = _resources_of(q["request"], join(path, "request"))
+    if "allocated" in q:
+        _resources_of(q["allocated"], join(path, "allocated"))
+    queue = Queue(
+        name=name,
+        parent=as_opt_str(q.get("parent"), join(path, "parent")),
+        priority=get(q, "priority", path, as_int, default=100),
+        resources=resources,
+        preempt_min_runtime=float(
+            get(q, "preemptMinRuntimeSeconds", path, as_number, default=Fraction(0), minimum=0)
+        ),
+        reclaim_min_runtime=float(
+            get(q, "reclaimMinRuntimeSeconds", path, as_number, default=Fraction(0), minimum=0)
+        ),
+        created_at=NOW - float(get(q, "createdSecondsAgo", path, as_number, default=Fraction(0))),
+        usage=usage,
+    )
+    return queue, request
+
+
+@dataclass(slots=True)
+class _PodResources:
+    gpus: Fraction = Fraction(0)
+    gpu_memory_mib: int = 0
+    gpu_devices: int = 1
+    cpu_millis: int = 0
+    memory_mib: Fraction = Fraction(0)
+
+
+def _pod_resources(raw: Any, path: str, base: _PodResources) -> _PodResources:
+    m = check_keys(raw, path, POD_RESOURCE_KEYS)
+    out = _PodResources(
+        gpus=get(m, "gpus", path, as_number, default=base.gpus, minimum=0),
+        gpu_memory_mib=get(m, "gpuMemoryMiB", path, as_int, default=base.gpu_memory_mib,
+                           minimum=0),
+        gpu_devices=get(m, "gpuDevices", path, as_int, default=base.gpu_devices, minimum=1),
+        cpu_millis=get(m, "cpuMillis", path, as_int, default=base.cpu_millis, minimum=0),
+        memory_mib=get(m, "memoryMiB", path, as_number, default=base.memory_mib, minimum=0),
+    )
+    if "gpus" in m and out.gpus > 1 and out.gpus.denominator != 1:
+        raise ScenarioError(join(path, "gpus"), "whole GPUs or a fraction below 1")
+    if "gpuMemoryMiB" in m and "gpus" in m and out.gpus and out.gpu_memory_mib:
+        raise ScenarioError(join(path, "gpuMemoryMiB"), "either gpus or gpuMemoryMiB, not both")
+    return out
+
+
+def _gpu_request(res: _PodResources, path: str) -> GpuRequest:
+    if res.gpu_memory_mib and res.gpus:
+        raise ScenarioError(path, "either gpus or gpuMemoryMiB, not both")
+    if res.gpu_memory_mib:
+        return GpuRequest(memory_mib=res.gpu_memory_mib, devices=res.gpu_devices)
+    if 0 < res.gpus < 1:
+        milli = res.gpus * MILLI
+        if milli.denominator != 1:
+            raise ScenarioError(join(path, "gpus"), "fractions are counted in thousandths")
+        return GpuRequest(portion=int(milli), devices=res.gpu_devices)
+    return GpuRequest(whole=int(res.gpus))
+
+
+def _job(raw: Any, path: str, sc: Scenario, queues: set[str], memory_of: dict[str, int],
+         task_names: set[str]) -> None:
+    j = check_keys(raw, path, JOB_KEYS)
+    name = get(j, "name", path, as_str)
+    if name is None:
+        raise ScenarioError(join(path, "name"), "required")
+    queue = get(j, "queue", path, as_str)
+    if queue is None:
+        raise ScenarioError(join(path, "queue"), "required")
+    if queue not in queues:
+        raise ScenarioError(join(path, "queue"), f"unknown queue {queue!r}")
+    namespace = get(j, "namespace", path, as_str, default="default")
+    priority = get(j, "priority", path, as_int, default=50)
+    preemptibility = get(j, "preemptibility", path, as_str, default=None,
+                         choices=("preemptible", "non-preemptible"))
+    preemptible = priority < 100 if preemptibility is None else preemptibility == "preemptible"
+    base = _pod_resources(j.get("resources"), join(path, "resources"), _PodResources())
+    tasks = as_list(j.get("tasks"), join(path, "tasks"))
+    subgroups: dict[str, SubGroup] = {}
+    for i, sraw in enumerate(as_list(j.get("subgroups"), join(path, "subgroups"))):
+        spath = join(join(path, "subgroups"), i)
+        s = check_keys(sraw, spath, SUBGROUP_KEYS)
+        sname = get(s, "name", spath, as_str)
+        if sname is None:
+            raise ScenarioError(join(spath, "name"), "required")
+        subgroups[sname] = SubGroup(
+            name=sname,
+            parent=as_opt_str(s.get("parent"), join(spath, "parent")),
+            min_member=get(s, "minMember", spath, as_int, default=None, minimum=0),
+            min_subgroup=get(s, "minSubGroup", spath, as_int, default=None, minimum=0),
+        )
+    for i, s in enumerate(subgroups.values()):
+        if s.parent is not None:
+            if s.parent not in subgroups:
+                raise ScenarioError(join(join(join(path, "subgroups"), i), "parent"),
+                                    f"unknown subgroup {s.parent!r}")
+            subgroups[s.parent].children.append(s.name)
+    # With subgroups the tree is the gang; a job-level minMember is then only informative.
+    grace = j.get("stalenessGracePeriodSeconds")
+    job = Job(
+        name=name,
+        namespace=namespace,
+        queue=queue,
+        priority=priority,
+        preemptible=preemptible,
+        min_member=get(j, "minMember", path, as_int, default=len(tasks), minimum=0),
+        min_subgroup=get(j, "minSubGroup", path, as_int, default=None, minimum=0),
+        created_at=NOW - float(get(j, "createdSecondsAgo", path, as_number, default=Fraction(0))),
+        preemption_delay=float(
+            get(j, "preemptionDelaySeconds", path, as_number, default=Fraction(0), minimum=0)
+        ),
+        staleness_grace=None if grace is None else float(
+            as_number(grace, join(path, "stalenessGracePeriodSeconds"))
+        ),
+        stale_since=None if "staleSeconds" not in j else NOW - float(
+            as_number(j["staleSeconds"], join(path, "staleSeconds"), 0)
+        ),
+        subgroups=subgroups,
+    )
+    sc.jobs.append(job)
+    for i, traw in enumerate(tasks):
+        tpath = join(join(path, "tasks"), i)
+        t = check_keys(traw, tpath, TASK_KEYS)
+        tname = get(t, "name", tpath, as_str, default=f"{name}-{i}")
+        if tname in task_names:
+            raise ScenarioError(join(tpath, "name"), f"duplicate task {tname!r}")
+        task_names.add(tname)
+        state = get(t, "state", tpath, as_str, default="Pending", choices=STATES)
+        status = PodStatus(state)
+        node = as_opt_str(t.get("node"), join(tpath, "node"))
+        if node is not None and node not in memory_of:
+            raise ScenarioError(join(tpath, "node"), f"unknown node {node!r}")
+        if status in (PodStatus.PENDING,):
+            node = None  # a pending pod holds nothing, wherever it was
+        elif node is None and status not in (PodStatus.SUCCEEDED, PodStatus.FAILED):
+            raise ScenarioError(join(tpath, "node"), f"required for a {state} pod")
+        if status in (PodStatus.SUCCEEDED, PodStatus.FAILED):
+            node = None if node is None else node
+        res = _pod_resources(t.get("resources"), join(tpath, "resources"), base)
+        gpu = _gpu_request(res, join(tpath, "resources"))
+        subgroup = as_opt_str(t.get("subgroup"), join(tpath, "subgroup"))
+        if subgroup is not None:
+            if subgroup not in subgroups:
+                raise ScenarioError(join(tpath, "subgroup"), f"unknown subgroup {subgroup!r}")
+            if subgroups[subgroup].children:
+                raise ScenarioError(join(tpath, "subgroup"), "pods join leaf subgroups only")
+        groups = [
+            str(as_str(str(g), join(join(tpath, "gpuGroups"), k)))
+            for k, g in enumerate(as_list(t.get("gpuGroups"), join(tpath, "gpuGroups")))
+        ]
+        running = get(t, "runningSeconds", tpath, as_number, default=Fraction(VERY_LONG), minimum=0)
+        pod = Pod(
+            name=tname,
+            namespace=namespace,
+            job=job.key,
+            index=i,
+            gpu=gpu,
+            cpu_millis=res.cpu_millis,
+            memory_bytes=mib_to_bytes(res.memory_mib),
+            status=status,
+            node=node,
+            started_at=NOW - float(running),
+            priority=get(t, "priority", tpath, as_int, default=None),
+            node_selector=as_str_map(t.get("nodeSelector"), join(tpath, "nodeSelector")),
+            task_order=get(t, "taskOrder", tpath, as_int, default=None),
+            subgroup=subgroup,
+        )
+        sc.pods.append(pod)
+        sc.pod_groups[pod.key] = groups
+        sc.pod_paths[pod.key] = tpath
+
+
+def _pod_expectation(raw: Any, path: str) -> PodExpectation:
+    e = check_keys(raw, path, EXPECT_POD_KEYS)
+    status = get(e, "status", path, as_str, default=None, choices=STATES)
+    return PodExpectation(
+        status=status,
+        node=as_opt_str(e.get("node"), join(path, "node")),
+        gpus=get(e, "gpus", path, as_number, default=None, minimum=0),
+        has_node="node" in e,
+    )
+
+
+def _expect(raw: Any, path: str) -> Expectations:
+    e = check_keys(raw, path, EXPECT_KEYS)
+    out = Expectations()
+    for section in ("tasks", "jobs"):
+        spath = join(path, section)
+        items = check_keys(e.get(section), spath, frozenset(e.get(section) or {}))
+        for name, item in items.items():
+            getattr(out, section)[name] = _pod_expectation(item, join(spath, name))
+    qpath = join(path, "queues")
+    queues = check_keys(e.get("queues"), qpath, frozenset(e.get("queues") or {}))
+    for name, item in queues.items():
+        q = check_keys(item, join(qpath, name), EXPECT_QUEUE_KEYS)
+        fpath = join(join(qpath, name), "fairShare")
+        fair = check_keys(q.get("fairShare"), fpath, frozenset(RESOURCES))
+        out.queues[name] = {r: as_number(v, join(fpath, r)) for r, v in fair.items()}
+    return out
