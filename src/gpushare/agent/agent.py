@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 from kubernetes.client.exceptions import ApiException
 
 from gpushare.agent import node as nodes
@@ -29,23 +28,17 @@ from gpushare.agent.gpu_share import (
     MpsTarget,
     share_env,
     share_from_annotations,
-    watchdog_limit_mib,
 )
 from gpushare.agent.inventory import GpuInventory, HostResources
 from gpushare.agent.kube import Kube
 from gpushare.agent.logserver import LogServer
 from gpushare.agent.logstore import META_DIR, pod_dir, pods_root
+from gpushare.agent.monitor import GpuMonitor, WatchedPod
 from gpushare.agent.nvml import NvmlBackend
 from gpushare.agent.podspec import ContainerPlan, decode_secret, plan_container
 from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig, kill_leftovers
 from gpushare.agent.timefmt import rfc3339, rfc3339_micro
-from gpushare.agent.watchdog import (
-    PodGpuUsage,
-    PodLimit,
-    attribute,
-    node_totals,
-    violations,
-)
+from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
 
 log = logging.getLogger("gpushare.agent")
 
@@ -125,7 +118,16 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self._ready_since = time.time()
         self._last_usage: dict[str, str] = {}
-        self._util_since_us = 0
+        self.monitor: GpuMonitor | None = None
+        if nvml is not None and enforcement.watchdog:
+            self.monitor = GpuMonitor(
+                nvml,
+                inventory,
+                self._watched,
+                self._on_kill,
+                config.tolerance_fraction,
+                config.tolerance_mib,
+            )
         self.log_server = LogServer(
             self._locate, self._container_running, config.address, config.port
         )
@@ -506,79 +508,23 @@ class Agent:
 
     # --- GPU watchdog and usage -----------------------------------------------------
 
-    def _limits(self) -> dict[str, PodLimit]:
+    def _watched(self) -> list[WatchedPod]:
         with self._lock:
-            entries = list(self._pods.values())
-        limits = {}
-        for entry in entries:
-            if entry.share is None or entry.supervisor.finished:
-                continue
-            key = f"{entry.namespace}/{entry.name}"
-            limits[key] = PodLimit(
-                pod=key,
-                gpu_indices=tuple(d.index for d in entry.share.devices),
-                limit_mib=watchdog_limit_mib(
-                    entry.share, self.config.tolerance_fraction, self.config.tolerance_mib
-                ),
-                share_mib=entry.share.memory_mib,
-            )
-        return limits
-
-    def owner_of(self, pid: int) -> str | None:
-        """The pod a process belongs to: by its process group, else by its ancestors'."""
-        with self._lock:
-            groups = {
-                pgid: f"{e.namespace}/{e.name}"
+            return [
+                WatchedPod(f"{e.namespace}/{e.name}", e.supervisor, e.share)
                 for e in self._pods.values()
-                for pgid in e.supervisor.process_groups()
-            }
-        try:
-            pgid = os.getpgid(pid)
-        except (ProcessLookupError, PermissionError):
-            return None
-        if pgid in groups:
-            return groups[pgid]
-        try:
-            for parent in psutil.Process(pid).parents():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    owner = groups.get(os.getpgid(parent.pid))
-                    if owner is not None:
-                        return owner
-        except psutil.Error:
-            return None
-        return None
+            ]
+
+    def _on_kill(self, pod: WatchedPod, violation: Violation) -> None:
+        self.event(pod.supervisor.pod, "GPUMemoryExceeded", violation.message)
 
     def monitor_once(self) -> list[str]:
         """One watchdog pass; the pods it killed."""
-        if self.nvml is None or not self.enforcement.watchdog:
+        if self.monitor is None:
             return []
-        indices = [d.index for d in self.inventory.devices]
-        per_gpu = {i: self.nvml.compute_processes(i) for i in indices}
-        since = self._util_since_us
-        utilization = {i: self.nvml.process_utilization(i, since) for i in indices}
-        stamps = [s.timestamp_us for samples in utilization.values() for s in samples]
-        if stamps:
-            self._util_since_us = max(stamps)
-        usage = attribute(per_gpu, self.owner_of, utilization)
-        limits = self._limits()
-        killed = []
-        for violation in violations(usage, limits):
-            with self._lock:
-                entry = next(
-                    (
-                        e
-                        for e in self._pods.values()
-                        if f"{e.namespace}/{e.name}" == violation.pod and not e.supervisor.finished
-                    ),
-                    None,
-                )
-            if entry is None:
-                continue
-            entry.supervisor.kill("GPUMemoryExceeded", violation.message)
-            self.event(entry.supervisor.pod, "GPUMemoryExceeded", violation.message)
-            killed.append(violation.pod)
-        self._report_usage(usage, limits, indices)
-        return killed
+        result = self.monitor.once()
+        self._report_usage(result.usage, result.limits, [d.index for d in self.inventory.devices])
+        return [v.pod for v in result.killed]
 
     def _report_usage(
         self, usage: Mapping[str, Any], limits: Mapping[str, PodLimit], indices: list[int]
