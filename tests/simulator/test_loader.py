@@ -1,0 +1,107 @@
+import pytest
+import yaml
+
+from gpushare.model import PodStatus
+from gpushare.simulator import ScenarioError, build_state, parse, run
+
+BASE = """
+format: 1
+name: small
+actions: [allocate]
+nodes:
+  - {name: node0, gpus: 2, gpuMemoryMiB: 100}
+queues:
+  - name: q
+    resources: {gpu: {quota: 2, limit: -1, overQuotaWeight: 1}}
+jobs:
+  - name: j
+    queue: q
+    resources: {gpus: 0.5}
+    tasks:
+      - {name: a, state: Running, node: node0, gpuGroups: [g0]}
+      - {name: b, state: Pending}
+expect:
+  tasks:
+    b: {status: Binding, node: node0, gpus: 0.5}
+"""
+
+
+def load(text=BASE, **edit):
+    data = yaml.safe_load(text)
+    for path, value in edit.items():
+        target = data
+        keys = path.split("/")
+        for key in keys[:-1]:
+            target = target[int(key)] if key.isdigit() else target[key]
+        target[keys[-1]] = value
+    return parse(data, "test.yaml")
+
+
+def test_valid_scenario_runs_and_passes():
+    result = run(load())
+    assert result.passed, result.mismatches
+    assert result.snapshot.tasks["b"]["gpuGroups"] == ["g0"]
+
+
+def test_unknown_key_names_its_path():
+    with pytest.raises(ScenarioError, match=r"^jobs\[0\]\.tasks\[0\]\.stat: unknown key"):
+        data = yaml.safe_load(BASE)
+        data["jobs"][0]["tasks"][0]["stat"] = "Running"
+        parse(data)
+
+
+def test_x_keys_are_ignored_everywhere():
+    data = yaml.safe_load(BASE)
+    data["x-note"] = 1
+    data["jobs"][0]["x-why"] = "because"
+    data["jobs"][0]["tasks"][1]["x-more"] = {"a": 1}
+    assert run(parse(data)).passed
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("jobs/0/tasks/1/state", "Sleeping", r"jobs\[0\]\.tasks\[1\]\.state: expected one of"),
+        ("nodes/0/gpus", "two", r"nodes\[0\]\.gpus: expected an integer"),
+        ("queues/0/resources/gpu/quota", -3, r"queues\[0\]\.resources\.gpu\.quota: must be"),
+        ("jobs/0/queue", "nope", r"jobs\[0\]\.queue: unknown queue"),
+        ("jobs/0/tasks/0/node", "ghost", r"jobs\[0\]\.tasks\[0\]\.node: unknown node"),
+        ("config", {"placement": {"gpu": "scatter"}}, r"config\.placement\.gpu: expected one of"),
+        ("actions", ["allocate", "dance"], r"actions\[1\]: expected one of"),
+    ],
+)
+def test_bad_values_name_their_path(path, value, message):
+    with pytest.raises(ScenarioError, match=message):
+        load(**{path: value})
+
+
+def test_running_pod_needs_a_node():
+    data = yaml.safe_load(BASE)
+    del data["jobs"][0]["tasks"][0]["node"]
+    with pytest.raises(ScenarioError, match=r"jobs\[0\]\.tasks\[0\]\.node: required"):
+        parse(data)
+
+
+def test_defaults_apply_and_groups_map_to_gpus():
+    sc = load()
+    state = build_state(sc)
+    a = state.pods["default/a"]
+    assert a.status is PodStatus.RUNNING and a.gpu_indices == (0,) and a.portion == 500
+    assert sc.jobs[0].min_member == 2 and sc.jobs[0].priority == 50 and sc.jobs[0].preemptible
+
+
+def test_mismatch_is_reported():
+    result = run(load(**{"expect": {"tasks": {"b": {"status": "Pending"}}}}))
+    assert not result.passed
+    assert result.mismatches == ["after cycle 1: task b: status is Binding, expected Pending"]
+
+
+def test_stable_cycles_apply_settling():
+    data = yaml.safe_load(BASE)
+    data["stableCycles"] = 2
+    data["expect"] = {"tasks": {"b": {"status": "Binding"}}}
+    result = run(parse(data))
+    # After settling, b is Running: the expectation no longer holds in the stable cycles.
+    assert [m.split(":")[0] for m in result.mismatches] == [
+        "after stable cycle 1", "after stable cycle 2"
+    ]
