@@ -1,5 +1,5 @@
 import pytest
-from helpers import add_job, cluster, queue
+from scheduler_builders import add_job, cluster, queue
 
 from gpushare.model import PodStatus
 from gpushare.scheduler.state import StateError

@@ -1,4 +1,4 @@
-from helpers import add_job, cluster, queue
+from scheduler_builders import add_job, cluster, queue
 
 from gpushare.model import Node, PodStatus
 from gpushare.scheduler import Config, run_cycle
