@@ -1,0 +1,186 @@
+"""What the eviction actions share: options, eligibility of preemptors and victims, and
+the loop that hands pending jobs to the solver."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from gpushare.model import ACTIVE_ALLOCATED, Job, Pod, PodStatus
+from gpushare.model.quantities import RESOURCES
+from gpushare.scheduler.actions.allocate import eligible_jobs
+from gpushare.scheduler.ordering import JobQueue
+from gpushare.scheduler.session import Session
+from gpushare.scheduler.victims.signatures import FailedJobs
+from gpushare.scheduler.victims.solver import Outcome, Search
+from gpushare.scheduler.victims.steps import VictimSteps
+
+
+@dataclass(frozen=True, slots=True)
+class VictimOptions:
+    """Knobs of the eviction actions (``config`` keys in brackets).
+
+    Under ``compat: kai`` the gpushare-only improvements are off, whatever is written.
+    """
+
+    #: A queue below its fair share may reclaim up to its fair share, not only up to its
+    #: quota [reclaimToFairShare].
+    reclaim_to_fair_share: bool = True
+    #: Consolidating reclaim may disrupt (evict or move) at most this many times the GPUs
+    #: it asks for; 0 or less means no bound [maxDisruptionRatio].
+    max_disruption_ratio: Fraction = Fraction(2)
+    #: A reclaimer over its fair share must stay this much less saturated than any sibling
+    #: it takes from [reclaimSaturationMultiplier], >= 1.
+    saturation_multiplier: Fraction = Fraction(1)
+    #: Simulations one job may run in one action [maxSimulationsPerJob].
+    max_simulations: int = 256
+    #: Skip jobs that are not easier than one that already failed in the queue.
+    use_signatures: bool = True
+
+    @staticmethod
+    def of(session: Session) -> VictimOptions:
+        config = session.config
+        extra = dict(config.extra or {})
+        kai = config.kai
+
+        def num(key: str, default: Fraction) -> Fraction:
+            value = extra.get(key)
+            if value is None:
+                return default
+            return Fraction(str(value))
+
+        multiplier = max(Fraction(1), num("reclaimSaturationMultiplier", Fraction(1)))
+        return VictimOptions(
+            reclaim_to_fair_share=False if kai else bool(extra.get("reclaimToFairShare", True)),
+            max_disruption_ratio=Fraction(0) if kai else num("maxDisruptionRatio", Fraction(2)),
+            saturation_multiplier=multiplier,
+            max_simulations=int(extra.get("maxSimulationsPerJob", 256)),
+            use_signatures=bool(extra.get("useSchedulingSignatures", True)),
+        )
+
+
+def active_pods(session: Session, job: Job) -> list[Pod]:
+    return [p for p in session.state.job_pods(job) if p.status in ACTIVE_ALLOCATED]
+
+
+def has_active(session: Session, job: Job) -> bool:
+    return any(p.status in ACTIVE_ALLOCATED for p in session.state.job_pods(job))
+
+
+def in_preemption_delay(session: Session, job: Job) -> bool:
+    """A job may not trigger evictions until ``delay`` after it was created (or last
+    evicted)."""
+    if job.preemption_delay <= 0:
+        return False
+    since = job.created_at
+    if job.last_eviction_at is not None:
+        since = max(since, job.last_eviction_at)
+    return session.now - since < job.preemption_delay
+
+
+def running_seconds(session: Session, job: Job) -> float:
+    """How long the job has run since its most recent pod start."""
+    starts = [p.started_at for p in active_pods(session, job)]
+    if not starts:
+        return float("inf")
+    return session.now - max(starts)
+
+
+def is_elastic(session: Session, job: Job) -> bool:
+    return len(job.pods) > session.gang(job).min_total()
+
+
+def non_preemptible_within_quota(session: Session, job: Job, pods: list[Pod]) -> bool:
+    """A non-preemptible job never takes more than its queues' quota."""
+    if job.preemptible:
+        return True
+    request = session.step_request(pods, session.max_gpu_memory)
+    for name in session.state.ancestors(job.queue):
+        quota = session.deserved(name)
+        alloc_np = session.allocated_np(name)
+        for i in range(len(RESOURCES)):
+            if quota[i] == -1 or request[i] == 0:
+                continue
+            if alloc_np[i] + request[i] > quota[i]:
+                return False
+    return True
+
+
+def step_shape(session: Session, job: Job, step: list[Pod]) -> tuple:
+    """What makes two jobs' steps comparable for scheduling signatures."""
+    selectors = tuple(sorted({tuple(sorted(p.node_selector.items())) for p in step}))
+    return (job.priority, job.preemptible, selectors)
+
+
+def run_action(
+    session: Session,
+    *,
+    name: str,
+    jobs: list[Job],
+    search: Search,
+    may_try: Callable[[Job, list[Pod]], bool],
+    per_queue_signatures: bool = True,
+    after_success: Callable[[Outcome], None] | None = None,
+) -> int:
+    """Pop pending jobs in fair order and let the search find victims for each one's next
+    gang step. Returns the number of jobs that succeeded."""
+    options = VictimOptions.of(session)
+    state = session.state
+    order = JobQueue(session, jobs)
+    failed: dict[str, FailedJobs] = {}
+    done = 0
+    while True:
+        job = order.pop()
+        if job is None:
+            break
+        step = session.gang(job).next_step()
+        if not step:
+            continue
+        if not may_try(job, step):
+            continue
+        bucket = failed.setdefault(job.queue if per_queue_signatures else "", FailedJobs())
+        shape = step_shape(session, job, step)
+        if options.use_signatures and bucket.not_easier(shape, step):
+            continue
+        stmt = state.statement()
+        outcome = search.solve(stmt, job, step)
+        if outcome is None:
+            stmt.discard()
+            bucket.add(shape, step)
+            continue
+        stmt.commit()
+        done += 1
+        session.clear_reason(job)
+        if after_success is not None:
+            after_success(outcome)
+    return done
+
+
+def elastic_victims_keep_gang(
+    session: Session, outcome: Outcome, protected: Callable[[Job], bool]
+) -> bool:
+    """Min-runtime on elastic victims: a protected one must keep its gang (lose only its
+    surplus pods)."""
+    for victim_key, pods in outcome.victim_jobs().items():
+        victim = session.state.jobs[victim_key]
+        if not is_elastic(session, victim) or not protected(victim):
+            continue
+        taken = {p.key for p in pods}
+        steps = VictimSteps(
+            victim,
+            session.state.job_pods(victim),
+            lambda p, taken=taken: p.status in ACTIVE_ALLOCATED and p.key not in taken,
+        )
+        if not steps.satisfied():
+            return False
+    return True
+
+
+def pending_candidates(session: Session) -> list[Job]:
+    """Jobs with a formable next step, in existing leaf queues."""
+    return eligible_jobs(session)
+
+
+def is_pending_pod(pod: Pod) -> bool:
+    return pod.status is PodStatus.PENDING

@@ -1,0 +1,83 @@
+"""Consolidation: move preemptible pods to other nodes so a pending preemptible job fits.
+
+A scenario is accepted only when every victim lands again (Pipelined on its new node);
+nothing is evicted for good. At most ``maxConsolidationPreemptees`` victim jobs per
+scenario (``-1``: no limit, ``0``: consolidation off). Off as well when GPU or CPU
+placement is ``spread``, where packing would fight the strategy.
+"""
+
+from __future__ import annotations
+
+from gpushare.model import Job, Pod, PodStatus
+from gpushare.model.quantities import MILLI
+from gpushare.scheduler.session import Session
+from gpushare.scheduler.victims.common import (
+    VictimOptions,
+    has_active,
+    in_preemption_delay,
+    pending_candidates,
+    run_action,
+)
+from gpushare.scheduler.victims.solver import Outcome, Search
+
+ACTION = "consolidation"
+
+
+def _enough_gpus(session: Session, step: list[Pod]) -> bool:
+    """Idle plus releasing GPUs in the cluster cover the step's GPUs."""
+    need = 0
+    big = session.max_gpu_memory or 0
+    for pod in step:
+        g = pod.gpu
+        if g.whole:
+            need += g.whole * MILLI
+        elif g.is_shared:
+            need += min(g.portion_on(big), MILLI) * g.devices
+    if need == 0:
+        return True
+    free = sum(u.gpus_free_future_milli() for u in session.state.usage.values() if u.node.ready)
+    return free >= need
+
+
+def consolidation(session: Session) -> None:
+    config = session.config
+    limit = config.max_consolidation_preemptees
+    if limit == 0 or config.gpu_placement == "spread" or config.cpu_placement == "spread":
+        return
+    options = VictimOptions.of(session)
+
+    def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
+        out: list[tuple[Job, list[Pod]]] = []
+        for name in sorted(session.state.jobs):
+            victim = session.state.jobs[name]
+            if victim.key == job.key or not victim.preemptible or not has_active(session, victim):
+                continue
+            out.append((victim, session.state.job_pods(victim)))
+        return out
+
+    def validator(outcome: Outcome) -> bool:
+        return all(p.status is PodStatus.PIPELINED for p in outcome.victim_order)
+
+    search = Search(
+        session=session,
+        action=ACTION,
+        reason="moved to make room for a pending job",
+        candidates=candidates,
+        validator=validator,
+        max_victim_jobs=None if limit < 0 else limit,
+        max_simulations=options.max_simulations,
+    )
+
+    def may_try(job: Job, step: list[Pod]) -> bool:
+        if not job.preemptible or in_preemption_delay(session, job):
+            return False
+        return _enough_gpus(session, step)
+
+    run_action(
+        session,
+        name=ACTION,
+        jobs=pending_candidates(session),
+        search=search,
+        may_try=may_try,
+        per_queue_signatures=False,
+    )

@@ -1,0 +1,141 @@
+"""Queue order with victims, and the victim order that reverses it.
+
+Sibling queues are compared on, in turn: not over fair share first; under deserved quota
+(with the job's next step) first; higher priority first; no use of a resource the queue
+has no share of first; lower dominant-resource share (with the job added and any victims
+removed) first; lower dominant share as it is; a Pareto-smaller allocatable share first;
+the older queue first. Victims are taken from the queue this order would serve last,
+re-evaluated after every pick, and inside a queue from the job that job order would serve
+last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+
+from gpushare.model import RESOURCES
+from gpushare.scheduler.victims.shares import (
+    UNLIMITED,
+    ZERO,
+    Quantities,
+    QueueShare,
+    add,
+    compare,
+    less_equal,
+    sub,
+    zeros,
+)
+
+NO_SHARE_PENALTY = 1000
+
+
+def _over_fair_share(q: QueueShare) -> bool:
+    return all(q.fair_share[r] < q.allocated[r] for r in RESOURCES)
+
+
+def _dominant_share(
+    q: QueueShare, allocated: Quantities, totals: Mapping[str, Fraction]
+) -> Fraction:
+    best = ZERO
+    for r in RESOURCES:
+        share = q.allocatable(r)
+        if share == UNLIMITED:
+            share = totals.get(r, ZERO)
+        value = allocated[r] * NO_SHARE_PENALTY if share == 0 else allocated[r] / share
+        best = max(best, value)
+    return best
+
+
+def _uses_unshared(q: QueueShare, allocated: Quantities) -> bool:
+    return any(q.allocatable(r) == 0 and allocated[r] > 0 for r in RESOURCES)
+
+
+def queue_compare(
+    left: QueueShare,
+    right: QueueShare,
+    totals: Mapping[str, Fraction],
+    left_job: Quantities | None = None,
+    right_job: Quantities | None = None,
+    left_victims: Quantities | None = None,
+    right_victims: Quantities | None = None,
+) -> int:
+    """-1 when ``left`` is served first, 1 when ``right`` is."""
+    lj, rj = left_job or zeros(), right_job or zeros()
+    lv, rv = left_victims or zeros(), right_victims or zeros()
+
+    lo, ro = _over_fair_share(left), _over_fair_share(right)
+    if lo != ro:
+        return 1 if lo else -1
+    ls = less_equal(add(left.allocated, lj), left.deserved)
+    rs = less_equal(add(right.allocated, rj), right.deserved)
+    if ls != rs:
+        return -1 if ls else 1
+    if left.priority != right.priority:
+        return -1 if left.priority > right.priority else 1
+    lz = _uses_unshared(left, add(left.allocated, lj))
+    rz = _uses_unshared(right, add(right.allocated, rj))
+    if lz != rz:
+        return 1 if lz else -1
+    ld = _dominant_share(left, sub(add(left.allocated, lj), lv), totals)
+    rd = _dominant_share(right, sub(add(right.allocated, rj), rv), totals)
+    if ld != rd:
+        return -1 if ld < rd else 1
+    ld = _dominant_share(left, left.allocated, totals)
+    rd = _dominant_share(right, right.allocated, totals)
+    if ld != rd:
+        return -1 if ld < rd else 1
+    la, ra = left.allocatable_share(), right.allocatable_share()
+    l_smaller = less_equal(la, ra) and any(compare(la[r], ra[r]) < 0 for r in RESOURCES)
+    r_smaller = less_equal(ra, la) and any(compare(ra[r], la[r]) < 0 for r in RESOURCES)
+    if l_smaller != r_smaller:
+        return -1 if l_smaller else 1
+    if left.created_at != right.created_at:
+        return -1 if left.created_at < right.created_at else 1
+    return -1 if left.name < right.name else 1
+
+
+def pick_fair(
+    shares: Mapping[str, QueueShare],
+    totals: Mapping[str, Fraction],
+    best_by_leaf: Mapping[str, Quantities],
+) -> str | None:
+    """The leaf queue fair order serves next: walk from the roots, at each level the child
+    queue order puts first (compared with each side's best job's request)."""
+    useful: dict[str | None, list[str]] = {}
+    for leaf in sorted(best_by_leaf):
+        current: str | None = leaf
+        while current is not None:
+            parent = shares[current].parent if current in shares else None
+            kids = useful.setdefault(parent, [])
+            if current in kids:
+                break
+            kids.append(current)
+            current = parent
+    memo: dict[str, Quantities] = {}
+
+    def request_of(name: str) -> Quantities:
+        if name in best_by_leaf:
+            return best_by_leaf[name]
+        if name not in memo:
+            memo[name] = request_of(choose(useful[name]))
+        return memo[name]
+
+    def choose(names: list[str]) -> str:
+        best = names[0]
+        for name in names[1:]:
+            cmp = queue_compare(
+                shares[best], shares[name], totals,
+                left_job=request_of(best), right_job=request_of(name),
+            )
+            if cmp > 0:
+                best = name
+        return best
+
+    roots = sorted(useful.get(None, []))
+    if not roots:
+        return None
+    name = choose(roots)
+    while name not in best_by_leaf:
+        name = choose(sorted(useful[name]))
+    return name

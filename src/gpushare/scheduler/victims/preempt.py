@@ -1,0 +1,79 @@
+"""Preempt: inside one queue, a pending job evicts jobs of strictly lower priority.
+
+* Preemptors are pending jobs in fair order, outside their preemption delay; a
+  non-preemptible one must stay within its queues' quota.
+* Victims are preemptible jobs of the same queue with a strictly lower priority and pods
+  on nodes, past their preempt min-runtime (an elastic job inside it may lose only its
+  surplus pods).
+"""
+
+from __future__ import annotations
+
+from gpushare.model import Job, Pod
+from gpushare.scheduler.session import Session
+from gpushare.scheduler.victims import minruntime
+from gpushare.scheduler.victims.common import (
+    VictimOptions,
+    elastic_victims_keep_gang,
+    has_active,
+    in_preemption_delay,
+    is_elastic,
+    non_preemptible_within_quota,
+    pending_candidates,
+    run_action,
+    running_seconds,
+)
+from gpushare.scheduler.victims.solver import Outcome, Search
+
+ACTION = "preempt"
+
+
+def _protected(session: Session, victim: Job) -> bool:
+    limit = minruntime.preempt_min_runtime(session.state.queues, victim.queue)
+    return minruntime.is_protected(running_seconds(session, victim), limit)
+
+
+def preempt(session: Session) -> None:
+    options = VictimOptions.of(session)
+    kai = session.config.kai
+
+    def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
+        out: list[tuple[Job, list[Pod]]] = []
+        for name in sorted(session.state.jobs):
+            victim = session.state.jobs[name]
+            if victim.key == job.key or victim.queue != job.queue or not victim.preemptible:
+                continue
+            if victim.priority >= job.priority or not has_active(session, victim):
+                continue
+            if not is_elastic(session, victim) and _protected(session, victim):
+                continue
+            out.append((victim, session.state.job_pods(victim)))
+        return out
+
+    def validator(outcome: Outcome) -> bool:
+        if kai:
+            return elastic_victims_keep_gang(
+                session, outcome, lambda victim: _protected(session, victim)
+            )
+        return True
+
+    search = Search(
+        session=session,
+        action=ACTION,
+        reason="preempted by a higher-priority job of its queue",
+        candidates=candidates,
+        validator=validator,
+        protected_core=None if kai else (
+            lambda job, victim: is_elastic(session, victim) and _protected(session, victim)
+        ),
+        max_simulations=options.max_simulations,
+    )
+
+    def may_try(job: Job, step: list[Pod]) -> bool:
+        if in_preemption_delay(session, job):
+            return False
+        return non_preemptible_within_quota(session, job, step)
+
+    run_action(
+        session, name=ACTION, jobs=pending_candidates(session), search=search, may_try=may_try
+    )

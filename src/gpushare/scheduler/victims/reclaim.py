@@ -1,0 +1,136 @@
+"""Reclaim: a queue below its fair share takes resources back from other queues.
+
+* Reclaimers are pending jobs, in fair order, outside their preemption delay, whose next
+  step keeps their leaf queue within its fair share (and within quota, for a
+  non-preemptible job).
+* Victims are preemptible jobs of other queues with pods on nodes, past their reclaim
+  min-runtime (an elastic job inside it may lose only its surplus pods), in queues that
+  some reclaim strategy allows to lose resources.
+* A found scenario must keep to the reclaim rules (:mod:`.reclaim_rules`): every victim
+  is taken from a queue above its allocatable share, or (reclaimer within its quota)
+  above its quota; and the reclaimer overtakes no sibling it takes from. Victims that
+  land again elsewhere do not count as reclaimed (``allowConsolidatingReclaim``); outside
+  ``compat: kai`` the pods disrupted (evicted or moved) are bounded relative to the
+  request (``maxDisruptionRatio``).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from gpushare.model import Job, Pod
+from gpushare.model.quantities import RESOURCES
+from gpushare.scheduler.session import Session
+from gpushare.scheduler.victims import minruntime
+from gpushare.scheduler.victims.common import (
+    VictimOptions,
+    elastic_victims_keep_gang,
+    has_active,
+    in_preemption_delay,
+    is_elastic,
+    pending_candidates,
+    run_action,
+    running_seconds,
+)
+from gpushare.scheduler.victims.reclaim_rules import (
+    Reclaimer,
+    can_reclaim,
+    reclaimable,
+    victim_queue_allowed,
+)
+from gpushare.scheduler.victims.shares import Quantities
+from gpushare.scheduler.victims.solver import Outcome, Search, victim_units
+
+ACTION = "reclaim"
+
+
+def _request(session: Session, pods: list[Pod]) -> Quantities:
+    vec = session.step_request(pods, session.min_gpu_memory)
+    return dict(zip(RESOURCES, vec, strict=True))
+
+
+def reclaimer_of(session: Session, job: Job, pods: list[Pod]) -> Reclaimer:
+    return Reclaimer(job.queue, job.preemptible, _request(session, pods))
+
+
+def _protected(session: Session, reclaimer: Job, victim: Job) -> bool:
+    limit = minruntime.reclaim_min_runtime(session.state.queues, reclaimer.queue, victim.queue)
+    return minruntime.is_protected(running_seconds(session, victim), limit)
+
+
+def reclaim(session: Session) -> None:
+    options = VictimOptions.of(session)
+    kai = session.config.kai
+
+    def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
+        shares = search.snapshot
+        reclaimer = reclaimer_of(session, job, partial)
+        out: list[tuple[Job, list[Pod]]] = []
+        for name in sorted(session.state.jobs):
+            victim = session.state.jobs[name]
+            if victim.queue == job.queue or not victim.preemptible or victim.key == job.key:
+                continue
+            if victim.queue not in shares or not has_active(session, victim):
+                continue
+            if not victim_queue_allowed(shares, reclaimer, victim.queue):
+                continue
+            if not is_elastic(session, victim) and _protected(session, job, victim):
+                continue
+            out.append((victim, session.state.job_pods(victim)))
+        return out
+
+    def protected_core(job: Job, victim: Job) -> bool:
+        return is_elastic(session, victim) and _protected(session, job, victim)
+
+    def validator(outcome: Outcome) -> bool:
+        shares = search.snapshot
+        job = outcome.preemptor
+        reclaimer = reclaimer_of(session, job, outcome.placed)
+        units = victim_units(
+            outcome, session.state.jobs, count_moved=not session.config.allow_consolidating_reclaim
+        )
+        if not reclaimable(shares, reclaimer, units, options.saturation_multiplier):
+            return False
+        if kai and not _elastic_min_runtime_ok(session, job, outcome):
+            return False
+        return options.max_disruption_ratio <= 0 or _disruption_ok(
+            outcome, reclaimer, options.max_disruption_ratio
+        )
+
+    search = Search(
+        session=session,
+        action=ACTION,
+        reason="reclaimed for a queue below its fair share",
+        candidates=candidates,
+        validator=validator,
+        protected_core=None if kai else protected_core,
+        max_simulations=options.max_simulations,
+    )
+
+    def may_try(job: Job, step: list[Pod]) -> bool:
+        if in_preemption_delay(session, job):
+            return False
+        return can_reclaim(search.shares(), reclaimer_of(session, job, step))
+
+    run_action(
+        session, name=ACTION, jobs=pending_candidates(session), search=search, may_try=may_try
+    )
+
+
+def _elastic_min_runtime_ok(session: Session, job: Job, outcome: Outcome) -> bool:
+    """An elastic victim inside its min-runtime may only lose pods above its gang size."""
+    return elastic_victims_keep_gang(
+        session, outcome, lambda victim: _protected(session, job, victim)
+    )
+
+
+def _disruption_ok(outcome: Outcome, reclaimer: Reclaimer, ratio: Fraction) -> bool:
+    """Evicted plus moved GPUs stay within ``ratio`` times the GPUs reclaimed for."""
+    asked = reclaimer.request.get("gpu", Fraction(0))
+    if asked <= 0:
+        return True
+    disrupted = sum(
+        (outcome.victim_quantities[p.key].get("gpu", Fraction(0)) for p in outcome.victim_order),
+        Fraction(0),
+    )
+    return disrupted <= ratio * asked

@@ -1,0 +1,136 @@
+"""Candidate victims, offered one step at a time in victim order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from fractions import Fraction
+
+from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
+from gpushare.model.quantities import res_natural
+from gpushare.scheduler.victims.ordering import queue_compare
+from gpushare.scheduler.victims.shares import Quantities, QueueShare, add, zeros
+from gpushare.scheduler.victims.steps import VictimSteps
+
+
+def pod_quantities(pod: Pod) -> Quantities:
+    return dict(res_natural(pod.held()))
+
+
+class _Candidate:
+    __slots__ = ("job", "steps")
+
+    def __init__(self, job: Job, steps: VictimSteps):
+        self.job = job
+        self.steps = steps
+
+    def elastic_state(self) -> int:
+        """0 below its gang size, 1 exactly at it, 2 above it (job order: 0 first)."""
+        steps = self.steps
+        if not steps.satisfied():
+            return 0
+        return 2 if steps._has_surplus(steps.root) else 1
+
+    def victim_key(self) -> tuple:
+        """Larger is taken first: the reverse of job order."""
+        job = self.job
+        return (-job.priority, self.elastic_state(), job.created_at, job.key)
+
+
+class VictimQueue:
+    """Victim jobs grouped by leaf queue; each pop yields the next victim step."""
+
+    def __init__(
+        self,
+        jobs: Iterable[tuple[Job, Sequence[Pod]]],
+        shares: Mapping[str, QueueShare],
+        totals: Mapping[str, Fraction],
+        taken: set[str] | None = None,
+        protected_core: Callable[[Job], bool] | None = None,
+    ):
+        self.shares = shares
+        self.totals = totals
+        self.taken: set[str] = set(taken or ())
+        self._protected_core = protected_core
+        self._by_leaf: dict[str, list[_Candidate]] = {}
+        self._popped: dict[str, Quantities] = {}
+        for job, pods in jobs:
+            steps = VictimSteps(job, pods, self._is_active)
+            self._by_leaf.setdefault(job.queue, []).append(_Candidate(job, steps))
+        self._children: dict[str | None, list[str]] = {}
+        for leaf in sorted(self._by_leaf):
+            self._link(leaf)
+
+    def _is_active(self, pod: Pod) -> bool:
+        return pod.status in ACTIVE_ALLOCATED and pod.key not in self.taken
+
+    def _link(self, name: str) -> None:
+        current: str | None = name
+        while current is not None:
+            parent = self.shares[current].parent if current in self.shares else None
+            if parent is not None and parent not in self.shares:
+                parent = None
+            kids = self._children.setdefault(parent, [])
+            if current in kids:
+                return
+            kids.append(current)
+            kids.sort()
+            current = parent
+
+    def _has_candidates(self, name: str) -> bool:
+        if self._by_leaf.get(name):
+            return True
+        return any(self._has_candidates(k) for k in self._children.get(name, ()))
+
+    def _subtree_popped(self, name: str) -> Quantities:
+        out = dict(self._popped.get(name, zeros()))
+        for kid in self._children.get(name, ()):
+            out = add(out, self._subtree_popped(kid))
+        return out
+
+    def _pick_child(self, names: list[str]) -> str | None:
+        live = [n for n in names if self._has_candidates(n)]
+        if not live:
+            return None
+        worst = live[0]
+        for name in live[1:]:
+            # The victim queue takes from the queue that queue order would serve last.
+            cmp = queue_compare(
+                self.shares[worst], self.shares[name], self.totals,
+                left_victims=self._subtree_popped(worst),
+                right_victims=self._subtree_popped(name),
+            )
+            if cmp < 0:
+                worst = name
+        return worst
+
+    def _pick_leaf(self) -> str | None:
+        name = self._pick_child(self._children.get(None, []))
+        while name is not None and name not in self._by_leaf:
+            name = self._pick_child(self._children.get(name, []))
+        return name
+
+    def pop(self) -> tuple[Job, list[Pod]] | None:
+        """The next victim step, or None when no candidate is left."""
+        while True:
+            leaf = self._pick_leaf()
+            if leaf is None:
+                return None
+            candidates = self._by_leaf[leaf]
+            candidate = max(candidates, key=_Candidate.victim_key)
+            if self._protected_core is not None and self._protected_core(candidate.job):
+                pods = candidate.steps.surplus_only()
+            else:
+                pods = candidate.steps.next_step()
+            if not pods:
+                candidates.remove(candidate)
+                if not candidates:
+                    del self._by_leaf[leaf]
+                continue
+            for pod in pods:
+                self.taken.add(pod.key)
+                self._popped[leaf] = add(self._popped.get(leaf, zeros()), pod_quantities(pod))
+            if candidate.steps.active_count() == 0:
+                candidates.remove(candidate)
+                if not candidates:
+                    del self._by_leaf[leaf]
+            return candidate.job, pods
