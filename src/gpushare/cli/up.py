@@ -11,12 +11,9 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
-
-if TYPE_CHECKING:
-    from gpushare.controllers.kube import KubeClient
 
 log = logging.getLogger("gpushare.up")
 
@@ -54,7 +51,8 @@ def controllers(
     only: Annotated[
         list[str] | None,
         typer.Option(help="run only these controllers (repeatable): pod-grouper, "
-                     "job-controller, garbage-collector, scheduler, queue-status"),
+                     "job-controller, scheduler, queue-status, static-node-pods, "
+                     "garbage-collector (for API servers that do not collect dependents)"),
     ] = None,
     scheduler_name: Annotated[
         list[str] | None,
@@ -64,13 +62,13 @@ def controllers(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run all controllers in one process (pod-grouper, Job, GC, scheduler, queue status)."""
-    from gpushare.controllers.manager import ALL, start_controllers
+    from gpushare.controllers.manager import DEFAULT, start_controllers
     from gpushare.controllers.pod_grouper import SCHEDULER_NAMES
 
     _setup_logging(verbose)
     path = _kubeconfig_path(kubeconfig)
     stop = _stop_on_signals()
-    enabled = tuple(only) if only else ALL
+    enabled = tuple(only) if only else DEFAULT
     try:
         running = start_controllers(
             path, enabled=enabled,
@@ -100,7 +98,12 @@ def node_add(
     """Register a node with declared GPUs and no agent; it stays Ready without heartbeats."""
     from gpushare.controllers.events import now_rfc3339
     from gpushare.controllers.kube import ApiError, KubeClient
-    from gpushare.controllers.static_nodes import NodeSpecError, parse_labels, static_node
+    from gpushare.controllers.static_nodes import (
+        NodeSpecError,
+        parse_labels,
+        register_static_node,
+        static_node,
+    )
 
     try:
         body = static_node(name, gpus, cpu, memory, parse_labels(label or []), now_rfc3339())
@@ -121,27 +124,6 @@ def node_add(
         f" {body['metadata']['labels'].get('nvidia.com/gpu.product', '')},"
         f" cpu {capacity['cpu']}, memory {capacity['memory']}"
     )
-
-
-def register_static_node(client: KubeClient, body: dict) -> dict:
-    """Create or update the node, then write its status (a create may drop status)."""
-    from gpushare.controllers.kube import NODES, ApiError
-
-    name = body["metadata"]["name"]
-    try:
-        created = client.create(NODES.collection(), body)
-    except ApiError as error:
-        if error.status != 409:
-            raise
-        created = client.merge_patch(
-            NODES.item(name), {"metadata": {"labels": body["metadata"]["labels"],
-                                            "annotations": body["metadata"]["annotations"]}}
-        )
-    if (created.get("status") or {}).get("capacity") != body["status"]["capacity"] or (
-        created.get("status") or {}
-    ).get("conditions") != body["status"]["conditions"]:
-        created = client.merge_patch(NODES.item(name, sub="status"), {"status": body["status"]})
-    return created
 
 
 def _free_port() -> int:

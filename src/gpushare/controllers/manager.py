@@ -15,10 +15,15 @@ from gpushare.controllers.kube import KubeClient, Stopper
 from gpushare.controllers.pod_grouper import SCHEDULER_NAMES, PodGrouper
 from gpushare.controllers.queue_status import QueueStatusController
 from gpushare.controllers.scheduler_loop import SchedulerLoop
+from gpushare.controllers.static_node_pods import StaticNodePods
 
 log = logging.getLogger(__name__)
 
-ALL = ("pod-grouper", "job-controller", "garbage-collector", "scheduler", "queue-status")
+ALL = ("pod-grouper", "job-controller", "scheduler", "queue-status", "static-node-pods",
+       "garbage-collector")
+# The embedded API server collects dependents itself; the controller is for servers
+# that do not.
+DEFAULT = ("pod-grouper", "job-controller", "scheduler", "queue-status", "static-node-pods")
 
 
 @dataclass
@@ -46,7 +51,7 @@ class ControllerSet:
 def start_controllers(
     kubeconfig: str,
     *,
-    enabled: tuple[str, ...] = ALL,
+    enabled: tuple[str, ...] = DEFAULT,
     scheduler_names: tuple[str, ...] = SCHEDULER_NAMES,
     sync_timeout: float = 30.0,
 ) -> ControllerSet:
@@ -67,6 +72,8 @@ def start_controllers(
         out.controllers["job-controller"] = JobController(client, informers, stopper, events)
     if "garbage-collector" in enabled:
         out.controllers["garbage-collector"] = GarbageCollector(client, informers, stopper)
+    if "static-node-pods" in enabled:
+        out.controllers["static-node-pods"] = StaticNodePods(client, informers, stopper)
     if "scheduler" in enabled or "queue-status" in enabled:
         loop = SchedulerLoop(client, informers, stopper, events, scheduler_names=scheduler_names)
         if "scheduler" in enabled:

@@ -215,6 +215,8 @@ class Mirror:
             return
         old = self.raw_pods.get(key)
         if old is not None:
+            if _older(obj, old):
+                return  # a read that raced a newer watch event
             self._unindex_pod(key, old)
         self.raw_pods[key] = obj
         job_key = _job_key(obj)
@@ -311,6 +313,13 @@ def _job_key(pod: Obj) -> str | None:
     if not name:
         return None
     return f"{meta.get('namespace')}/{name}"
+
+
+def _older(new: Obj, old: Obj) -> bool:
+    """Whether ``new`` is an older version than ``old`` (numeric resourceVersions only)."""
+    a = str((new.get("metadata") or {}).get("resourceVersion", ""))
+    b = str((old.get("metadata") or {}).get("resourceVersion", ""))
+    return a.isdigit() and b.isdigit() and int(a) < int(b)
 
 
 def _same_node(a: Any, b: Any) -> bool:

@@ -265,15 +265,37 @@ class SchedulerLoop:
         }
         try:
             self.client.create(PODS.item(name, namespace, "binding"), body)
+            return
         except Exception as error:
             self.stats.bind_failures += 1
             log.warning("bind %s to %s failed: %s", key, node, error)
-            raw = self.mirror.raw_pods.get(key)
-            if raw is not None and not (isinstance(error, ApiError) and error.not_found):
-                self.events.emit(raw, "Warning", "FailedBinding",
-                                 f"binding to node {node} failed: {error}")
-            self._deltas.append(("bindfailed", "", {"key": key}))
-            self._wake.set()
+            failure = error
+        # The bind may have happened even though we saw an error (a dropped connection,
+        # a server restart). Until the pod itself says, it keeps its GPUs in our state,
+        # so nothing else is placed on them.
+        truth = self._read_pod(namespace, name)
+        if truth is None:
+            self._deltas.append(("pod", "DELETED", {"metadata": {"namespace": namespace,
+                                                                 "name": name}}))
+        else:
+            self._deltas.append(("pod", "MODIFIED", truth))
+            if not (truth.get("spec") or {}).get("nodeName"):
+                self.events.emit(truth, "Warning", "FailedBinding",
+                                 f"binding to node {node} failed: {failure}")
+                self._deltas.append(("bindfailed", "", {"key": key}))
+        self._wake.set()
+
+    def _read_pod(self, namespace: str, name: str) -> Obj | None:
+        """GET the pod, retrying while the server cannot be reached."""
+        delay = 0.1
+        while not self.stopper.stopped:
+            try:
+                return self.client.get(PODS.item(name, namespace))
+            except Exception as error:
+                log.debug("reading pod %s/%s: %s", namespace, name, error)
+                self.stopper.wait(delay)
+                delay = min(delay * 2, 2.0)
+        return None
 
     def _evict(self, key: str) -> None:
         namespace, _, name = key.partition("/")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import orjson
 
 from gpushare.agent.inventory import declared_gpus
+from gpushare.controllers.kube import NODES, ApiError, KubeClient
 from gpushare.controllers.quantities import format_bytes, to_int, to_milli
 
 STATIC_NODE_ANNOTATION = "gpushare.io/static-node"
@@ -103,3 +104,22 @@ def static_node(
                          "architecture": "amd64"},
         },
     }
+
+
+def register_static_node(client: KubeClient, body: dict) -> dict:
+    """Create or update the node, then write its status (a create may drop status)."""
+    name = body["metadata"]["name"]
+    try:
+        created = client.create(NODES.collection(), body)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+        created = client.merge_patch(
+            NODES.item(name), {"metadata": {"labels": body["metadata"]["labels"],
+                                            "annotations": body["metadata"]["annotations"]}}
+        )
+    if (created.get("status") or {}).get("capacity") != body["status"]["capacity"] or (
+        created.get("status") or {}
+    ).get("conditions") != body["status"]["conditions"]:
+        created = client.merge_patch(NODES.item(name, sub="status"), {"status": body["status"]})
+    return created

@@ -1,0 +1,70 @@
+"""Pod deletions on static nodes.
+
+A bound pod is deleted gracefully: the API server marks it and waits for the node's
+agent to stop it and finish the deletion. A static node (``gpushare node add``) has no
+agent and runs nothing, so this controller finishes those deletions at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from gpushare.controllers.informer import WorkQueue, run_worker
+from gpushare.controllers.informers import InformerFactory
+from gpushare.controllers.kube import NODES, PODS, KubeClient, Stopper
+from gpushare.controllers.static_nodes import STATIC_NODE_ANNOTATION
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+def is_static(node: Obj | None) -> bool:
+    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
+    return annotations.get(STATIC_NODE_ANNOTATION) == "true"
+
+
+class StaticNodePods:
+    name = "static-node-pods"
+
+    def __init__(self, client: KubeClient, informers: InformerFactory, stopper: Stopper) -> None:
+        self.client = client
+        self.stopper = stopper
+        self.nodes = informers.get(NODES)
+        self.pods = informers.get(PODS)
+        self.queue = WorkQueue()
+        self.finished = 0
+        self.pods.add_handler(self._on_pod)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(
+            target=run_worker, args=(self.queue, self.reconcile, self.stopper, self.name),
+            name=self.name, daemon=True,
+        )
+        thread.start()
+        return thread
+
+    def _on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
+        meta = pod.get("metadata") or {}
+        if kind != "DELETED" and meta.get("deletionTimestamp") and (
+            pod.get("spec") or {}
+        ).get("nodeName"):
+            self.queue.add(f"{meta.get('namespace')}/{meta.get('name')}")
+
+    def reconcile(self, key: str) -> None:
+        pod = self.pods.get(key)
+        if pod is None:
+            return
+        meta = pod.get("metadata") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not meta.get("deletionTimestamp") or not node:
+            return
+        if not is_static(self.nodes.get(str(node))):
+            return
+        self.client.delete(
+            PODS.item(str(meta.get("name")), str(meta.get("namespace"))),
+            grace_period_seconds=0, uid=str(meta.get("uid", "")) or None,
+        )
+        self.finished += 1

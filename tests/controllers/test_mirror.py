@@ -1,0 +1,134 @@
+"""The scheduler loop's mirror of the core's state: deltas in any order, assumed binds."""
+
+from __future__ import annotations
+
+from gpushare.controllers.mirror import Mirror
+from gpushare.controllers.static_nodes import static_node
+from gpushare.model import PodStatus
+from gpushare.scheduler.config import Config
+from gpushare.scheduler.cycle import run_cycle
+
+NOW = "2026-01-01T00:00:00Z"
+
+
+def queue(name, parent=None, quota=1, limit=1):
+    spec = {"resources": {"gpu": {"quota": quota, "limit": limit, "overQuotaWeight": 1}}}
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
+            "metadata": {"name": name, "creationTimestamp": NOW}, "spec": spec}
+
+
+def podgroup(name, queue_name, min_member=1):
+    return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "ns", "creationTimestamp": NOW},
+            "spec": {"minMember": min_member, "queue": queue_name, "priorityClassName": "train"}}
+
+
+def pod(name, group, *, fraction=None, gpus=None, node=None, annotations=None):
+    ann = {"pod-group-name": group}
+    if fraction:
+        ann["gpu-fraction"] = fraction
+    ann.update(annotations or {})
+    container = {"name": "c", "image": "x"}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    spec = {"schedulerName": "gpushare", "containers": [container]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "annotations": ann,
+                         "creationTimestamp": NOW},
+            "spec": spec, "status": {"phase": "Pending"}}
+
+
+def seeded(order):
+    mirror = Mirror()
+    objects = {
+        "node": [static_node("n1", "1xL40S", "64", "512Gi", {}, NOW)],
+        "queue": [queue("ml-org"), *(queue(t, "ml-org", 0.33, 1) for t in ("nlp", "vision"))],
+        "podgroup": [podgroup("pg-a", "nlp"), podgroup("pg-b", "vision")],
+        "pod": [pod("a", "pg-a", fraction="0.33"), pod("b", "pg-b", fraction="0.33")],
+    }
+    handlers = {"node": mirror.on_node, "queue": mirror.on_queue,
+                "podgroup": mirror.on_podgroup, "pod": mirror.on_pod}
+    for kind in order:
+        for obj in objects[kind]:
+            handlers[kind]("ADDED", obj)
+    return mirror
+
+
+def test_any_arrival_order_gives_the_same_schedulable_state():
+    for order in (["node", "queue", "podgroup", "pod"], ["pod", "podgroup", "queue", "node"],
+                  ["podgroup", "pod", "node", "queue"]):
+        mirror = seeded(order)
+        assert sorted(mirror.state.pods) == ["ns/a", "ns/b"], order
+        result = run_cycle(mirror.state, Config(), 1.0)
+        assert sorted(b.pod for b in result.binds) == ["ns/a", "ns/b"]
+        assert {b.gpu_indices for b in result.binds} == {(0,)}
+
+
+def test_assumed_bind_survives_a_stale_event_so_no_gpu_is_booked_twice():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW))
+    mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
+    mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
+    mirror.on_podgroup("ADDED", podgroup("pg-b", "q"))
+    mirror.on_pod("ADDED", pod("a", "pg-a", gpus=1))
+    first = run_cycle(mirror.state, Config(), 1.0)
+    assert [b.pod for b in first.binds] == ["ns/a"]
+    bind = first.binds[0]
+    mirror.assume(bind.pod, bind.node, bind.gpu_indices, 1000)
+    # An older update of the pod (no nodeName yet) arrives after the decision.
+    mirror.on_pod("MODIFIED", pod("a", "pg-a", gpus=1, annotations={"x": "y"}))
+    assert mirror.state.pods["ns/a"].status is PodStatus.BINDING
+    mirror.on_pod("ADDED", pod("b", "pg-b", gpus=1))
+    second = run_cycle(mirror.state, Config(), 2.0)
+    assert second.binds == []
+    assert "ns/pg-b" in second.pending_reasons
+
+
+def test_failed_bind_makes_the_pod_pending_again():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW))
+    mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
+    mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
+    mirror.on_pod("ADDED", pod("a", "pg-a", gpus=1))
+    result = run_cycle(mirror.state, Config(), 1.0)
+    mirror.assume("ns/a", result.binds[0].node, result.binds[0].gpu_indices, 1000)
+    mirror.bind_failed("ns/a")
+    assert mirror.state.pods["ns/a"].status is PodStatus.PENDING
+    assert [b.pod for b in run_cycle(mirror.state, Config(), 2.0).binds] == ["ns/a"]
+
+
+def test_bound_pod_reads_its_gpus_from_the_bind_annotations():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "2xH100", "64", "512Gi", {}, NOW))
+    mirror.on_queue("ADDED", queue("q", quota=2, limit=-1))
+    mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
+    bound = pod("a", "pg-a", fraction="0.5", node="n1",
+                annotations={"gpushare.io/gpu-indices": "1", "gpushare.io/gpu-portion": "0.5"})
+    mirror.on_pod("ADDED", bound)
+    usage = mirror.state.usage["n1"]
+    assert usage.gpu_used == [0, 500]
+
+
+def test_pod_of_another_scheduler_or_without_group_is_not_scheduled():
+    mirror = seeded(["node", "queue", "podgroup"])
+    other = pod("c", "pg-a", fraction="0.33")
+    other["spec"]["schedulerName"] = "default-scheduler"
+    mirror.on_pod("ADDED", other)
+    ungrouped = pod("d", "pg-a")
+    del ungrouped["metadata"]["annotations"]["pod-group-name"]
+    mirror.on_pod("ADDED", ungrouped)
+    assert mirror.state.pods == {}
+
+
+def test_deleting_a_podgroup_and_queue_drops_them():
+    mirror = seeded(["node", "queue", "podgroup", "pod"])
+    for name in ("a", "b"):
+        mirror.on_pod("DELETED", pod(name, "x"))
+    mirror.on_podgroup("DELETED", podgroup("pg-a", "nlp"))
+    mirror.on_queue("DELETED", queue("nlp", "ml-org"))
+    assert "ns/pg-a" not in mirror.state.jobs
+    assert "nlp" not in mirror.state.queues
