@@ -69,6 +69,7 @@ class ServerProcess:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    pytest.importorskip("gpushare.apiserver.server")
     data = tmp_path / "data"
     data.mkdir()
     proc = ServerProcess(data, free_port(), tmp_path / "admin.kubeconfig")
