@@ -1,0 +1,4 @@
+"""The embedded Kubernetes-compatible API server (see docs/apiserver.md).
+
+Entry point: `gpushare.apiserver.server.ApiServer`.
+"""

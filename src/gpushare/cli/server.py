@@ -1,9 +1,80 @@
-"""CLI commands of this area (filled in by the area's work)."""
+"""`gpushare apiserver` and `gpushare kubeconfig`."""
 
 from __future__ import annotations
 
+import logging
+import secrets
+from pathlib import Path
+from typing import Annotated
+
 import typer
+import yaml
+
+DataDir = Annotated[Path, typer.Option("--data-dir", help="The API server's data directory "
+                                                          "(state.db, tokens.yaml, "
+                                                          "admin.kubeconfig).")]
+Port = Annotated[int, typer.Option("--port", help="TCP port (0: any free port).")]
+Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
+Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file.")]
+UserOpt = Annotated[str | None, typer.Option("--user", help="Issue a new token for this user.")]
+Groups = Annotated[list[str] | None, typer.Option("--group", help="Groups of the new token.")]
+Token = Annotated[str | None, typer.Option("--token", help="Use this token.")]
+Cluster = Annotated[str, typer.Option("--cluster", help="Logical cluster to point at.")]
+Server = Annotated[str | None, typer.Option("--server", help="Server URL (default: the one in "
+                                                             "admin.kubeconfig).")]
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the top-level app."""
+    app.command("apiserver")(apiserver)
+    app.command("kubeconfig")(kubeconfig_cmd)
+
+
+def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1") -> None:
+    """Run the Kubernetes-compatible API server in the foreground (Ctrl-C stops it)."""
+    from gpushare.apiserver.server import ApiServer
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    server = ApiServer(data_dir, host, port)
+    typer.echo(f"gpushare apiserver listening on {server.url}; "
+               f"kubeconfig: {data_dir / 'admin.kubeconfig'}", err=True)
+    server.serve_forever()
+
+
+def kubeconfig_cmd(
+    data_dir: DataDir,
+    output: Output = None,
+    user: UserOpt = None,
+    groups: Groups = None,
+    token: Token = None,
+    cluster: Cluster = "root",
+    server: Server = None,
+) -> None:
+    """Print (or write) a kubeconfig for the API server in DATA_DIR."""
+    from gpushare.apiserver.auth import TokenFile
+    from gpushare.apiserver.server import KUBECONFIG_NAME, TOKENS_NAME, kubeconfig
+
+    tokens = TokenFile(data_dir / TOKENS_NAME)
+    if server is None:
+        admin_cfg = data_dir / KUBECONFIG_NAME
+        if not admin_cfg.exists():
+            typer.echo(f"error: {admin_cfg} does not exist; start the API server first or "
+                       "pass --server", err=True)
+            raise typer.Exit(1)
+        cfg = yaml.safe_load(admin_cfg.read_text())
+        server = str(cfg["clusters"][0]["cluster"]["server"]).split("/clusters/")[0]
+    if cluster != "root":
+        server = f"{server}/clusters/{cluster}"
+    name = user or "admin"
+    if user is not None:
+        token = token or secrets.token_urlsafe(32)
+        tokens.add(token, user, list(groups or ()))
+    ca_path = data_dir / "pki" / "ca.crt"
+    ca = ca_path.read_bytes() if ca_path.exists() else None
+    text = yaml.safe_dump(kubeconfig(server, token or tokens.admin_token, name, ca_pem=ca),
+                          sort_keys=False)
+    if output is not None:
+        output.write_text(text)
+        output.chmod(0o600)
+    else:
+        typer.echo(text, nl=False)

@@ -1,0 +1,692 @@
+"""The API's semantics, independent of HTTP: create, update, patch, delete, bind, evict.
+
+Everything here runs on the server's event-loop thread, so the store needs no locks and a
+read-modify-write (the optimistic-concurrency check and the write) is atomic.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpushare.apiserver import builtin_kinds, crds, validation
+from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
+from gpushare.apiserver.objects import deep_copy, meta, new_uid, now_rfc3339, rfc3339_after
+from gpushare.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
+from gpushare.apiserver.resources import Registry, ResourceInfo
+from gpushare.apiserver.store import Store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CLUSTER = "root"
+CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"
+QUEUE_GR = "scheduling.run.ai/queues"
+PRIORITYCLASS_GR = "scheduling.k8s.io/priorityclasses"
+FOREGROUND = "foregroundDeletion"
+ORPHAN = "orphan"
+
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+
+PATCH_MERGE = "application/merge-patch+json"
+PATCH_JSON = "application/json-patch+json"
+PATCH_STRATEGIC = "application/strategic-merge-patch+json"
+PATCH_APPLY = "application/apply-patch+yaml"
+PATCH_APPLY_CBOR = "application/apply-patch+cbor"
+
+
+@dataclass
+class DeleteOptions:
+    grace_period: int | None = None
+    propagation: str | None = None
+    precondition_uid: str | None = None
+    precondition_rv: str | None = None
+    dry_run: bool = False
+
+    @classmethod
+    def parse(cls, body: Any, query: dict[str, str]) -> DeleteOptions:
+        opts = cls()
+        if isinstance(body, dict):
+            if body.get("gracePeriodSeconds") is not None:
+                opts.grace_period = int(body["gracePeriodSeconds"])
+            opts.propagation = body.get("propagationPolicy")
+            if opts.propagation is None and body.get("orphanDependents") is not None:
+                opts.propagation = "Orphan" if body["orphanDependents"] else "Background"
+            pre = body.get("preconditions") or {}
+            opts.precondition_uid = pre.get("uid")
+            opts.precondition_rv = pre.get("resourceVersion")
+            opts.dry_run = bool(body.get("dryRun"))
+        if "gracePeriodSeconds" in query:
+            try:
+                opts.grace_period = int(query["gracePeriodSeconds"])
+            except ValueError as e:
+                raise bad_request("gracePeriodSeconds must be an integer") from e
+        if "propagationPolicy" in query:
+            opts.propagation = query["propagationPolicy"]
+        if query.get("dryRun"):
+            opts.dry_run = True
+        if opts.propagation not in (None, "Background", "Foreground", "Orphan"):
+            raise bad_request(f"propagationPolicy {opts.propagation!r} is not supported: use "
+                              "Background, Foreground or Orphan")
+        return opts
+
+
+@dataclass
+class Api:
+    store: Store
+    registries: dict[str, Registry] = field(default_factory=dict)
+    # Work for the garbage collector: (cluster, uid) of removed owners, terminating namespaces,
+    # objects waiting on the foregroundDeletion/orphan finalizers.
+    gone_owners: list[tuple[str, str]] = field(default_factory=list)
+    terminating_namespaces: set[tuple[str, str]] = field(default_factory=set)
+    finalizing: set[tuple[str, str, str, str]] = field(default_factory=set)
+    wake_gc: Callable[[], None] = lambda: None
+
+    def __post_init__(self) -> None:
+        for cluster in sorted(self.store.clusters() | {DEFAULT_CLUSTER}):
+            self.registry(cluster)
+        self._scan_pending_deletions()
+
+    # -- logical clusters ------------------------------------------------------------------
+
+    def registry(self, cluster: str) -> Registry:
+        reg = self.registries.get(cluster)
+        if reg is None:
+            reg = Registry()
+            for info in builtin_kinds.builtin_resources():
+                reg.add(info)
+            self.registries[cluster] = reg
+            for crd in self.store.list(cluster, CRD_GR):
+                for info in crds.crd_resource_infos(crd):
+                    reg.add(info)
+            if self.store.get(cluster, "namespaces", "", "default") is None:
+                self._bootstrap(cluster)
+        return reg
+
+    def _bootstrap(self, cluster: str) -> None:
+        reg = self.registries[cluster]
+        ns_info = reg.get("", "v1", "namespaces")
+        assert ns_info is not None
+        for name in builtin_kinds.SYSTEM_NAMESPACES:
+            if self.store.get(cluster, "namespaces", "", name) is None:
+                self.create(cluster, ns_info, None, {"metadata": {"name": name}})
+        pc_info = reg.get("scheduling.k8s.io", "v1", "priorityclasses")
+        assert pc_info is not None
+        for name, value in builtin_kinds.PRIORITY_CLASSES.items():
+            if self.store.get(cluster, PRIORITYCLASS_GR, "", name) is None:
+                self.create(cluster, pc_info, None, {
+                    "metadata": {"name": name}, "value": value,
+                    "description": f"gpushare workload class {name!r}",
+                    "preemptionPolicy": "PreemptLowerPriority"})
+        crd_info = reg.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        assert crd_info is not None
+        for crd in (crds.queue_crd(), crds.podgroup_crd()):
+            if self.store.get(cluster, CRD_GR, "", crd["metadata"]["name"]) is None:
+                self.create(cluster, crd_info, None, crd)
+
+    def _scan_pending_deletions(self) -> None:
+        for cluster in self.registries:
+            for ns in self.store.list(cluster, "namespaces"):
+                if ns["metadata"].get("deletionTimestamp"):
+                    self.terminating_namespaces.add((cluster, ns["metadata"]["name"]))
+            for gr in self.registries[cluster].group_resources():
+                for obj in self.store.list(cluster, gr):
+                    m = obj["metadata"]
+                    if m.get("deletionTimestamp") and {FOREGROUND, ORPHAN} & set(
+                        m.get("finalizers") or ()
+                    ):
+                        self.finalizing.add((cluster, gr, m.get("namespace") or "", m["name"]))
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, cluster: str, info: ResourceInfo, ns: str, name: str) -> dict[str, Any]:
+        obj = self.store.get(cluster, info.group_resource, ns if info.namespaced else "", name)
+        if obj is None:
+            raise not_found(info.group, info.resource, name)
+        return self.served(info, obj)
+
+    @staticmethod
+    def served(info: ResourceInfo, obj: dict[str, Any]) -> dict[str, Any]:
+        """The object as seen through `info`'s version (CRD versions convert with None)."""
+        if obj.get("apiVersion") != info.api_version:
+            obj = dict(obj)
+            obj["apiVersion"] = info.api_version
+        return obj
+
+    # -- create ----------------------------------------------------------------------------
+
+    def create(
+        self,
+        cluster: str,
+        info: ResourceInfo,
+        ns: str | None,
+        body: Any,
+        *,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object")
+        obj = body
+        self._check_type(info, obj)
+        m = meta(obj)
+        ns = self._namespace_for_write(cluster, info, ns, m)
+        gr = info.group_resource
+        if not m.get("name"):
+            gen = m.get("generateName")
+            if not gen:
+                raise invalid(info.group, info.kind, "", [Cause(
+                    "metadata.name", "Required value: name or generateName is required",
+                    "FieldValueRequired")])
+            m["name"] = self._generate_name(cluster, gr, ns, gen)
+        name = m["name"]
+        causes = validation.validate_name(gr, name) + validation.validate_metadata(m)
+        if causes:
+            raise invalid(info.group, info.kind, str(name), causes)
+        if self.store.get(cluster, gr, ns, name) is not None:
+            raise ApiError(409, f'{_qualified(info)} "{name}" already exists', "AlreadyExists",
+                           {"name": name, "group": info.group, "kind": info.resource})
+        for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
+                    "selfLink", "managedFields"):
+            m.pop(key, None)
+        m["uid"] = new_uid()
+        m["creationTimestamp"] = now_rfc3339()
+        m["generation"] = 1
+        if info.crd and info.has_status:
+            obj.pop("status", None)
+        builtin_kinds.default_object(gr, obj)
+        self._admit(cluster, info, obj, None)
+        self._validate(cluster, info, obj, None)
+        if gr == CRD_GR:
+            self._accept_crd(cluster, obj)
+        if dry_run:
+            return obj
+        self.store.put(cluster, gr, obj)
+        self._after_write(cluster, info, obj, None)
+        return obj
+
+    def _check_type(self, info: ResourceInfo, obj: dict[str, Any]) -> None:
+        kind = obj.get("kind")
+        if kind and kind != info.kind:
+            raise bad_request(f"the kind of the object ({kind}) does not match the resource "
+                              f"({info.kind})")
+        api_version = obj.get("apiVersion")
+        if api_version and api_version != info.api_version:
+            group = api_version.split("/", 1)[0] if "/" in api_version else ""
+            if group != info.group:
+                raise bad_request(f"the API version of the object ({api_version}) does not "
+                                  f"match the resource ({info.api_version})")
+        obj["kind"] = info.kind
+        obj["apiVersion"] = info.api_version
+
+    def _namespace_for_write(
+        self, cluster: str, info: ResourceInfo, ns: str | None, m: dict[str, Any]
+    ) -> str:
+        if not info.namespaced:
+            m.pop("namespace", None)
+            return ""
+        body_ns = m.get("namespace")
+        if body_ns and ns and body_ns != ns:
+            raise bad_request("the namespace of the provided object does not match the "
+                              "namespace sent on the request")
+        ns = ns or body_ns
+        if not ns:
+            raise bad_request("a namespace is required for namespaced resources")
+        m["namespace"] = ns
+        nsobj = self.store.get(cluster, "namespaces", "", ns)
+        if nsobj is None:
+            raise not_found("", "namespaces", ns)
+        if nsobj["metadata"].get("deletionTimestamp"):
+            raise ApiError(403, f'{info.resource} "{m.get("name") or m.get("generateName", "")}"'
+                                f" is forbidden: unable to create new content in namespace {ns}"
+                                " because it is being terminated", "Forbidden",
+                           {"name": m.get("name", ""), "kind": info.resource})
+        return ns
+
+    def _generate_name(self, cluster: str, gr: str, ns: str, prefix: str) -> str:
+        for _ in range(20):
+            name = prefix + "".join(random.choices(_NAME_CHARS, k=5))
+            if self.store.get(cluster, gr, ns, name) is None:
+                return name
+        raise ApiError(409, f"could not generate a unique name from {prefix!r}", "AlreadyExists")
+
+    # -- admission and validation ------------------------------------------------------------
+
+    def _admit(
+        self, cluster: str, info: ResourceInfo, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        if info.group_resource != "pods" or old is not None:
+            return
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return
+        class_name = spec.get("priorityClassName")
+        if class_name:
+            pc = self.store.get(cluster, PRIORITYCLASS_GR, "", class_name)
+            if pc is None:
+                raise ApiError(403, f'pods "{obj["metadata"]["name"]}" is forbidden: no '
+                                    f"PriorityClass with name {class_name} was found",
+                               "Forbidden", {"name": obj["metadata"]["name"], "kind": "pods"})
+            spec["priority"] = pc.get("value", 0)
+            spec["preemptionPolicy"] = pc.get("preemptionPolicy", "PreemptLowerPriority")
+        elif "priority" not in spec:
+            default = next((pc for pc in self.store.list(cluster, PRIORITYCLASS_GR)
+                            if pc.get("globalDefault")), None)
+            spec["priority"] = default.get("value", 0) if default else 0
+            if default:
+                spec["priorityClassName"] = default["metadata"]["name"]
+
+    def _validate(
+        self, cluster: str, info: ResourceInfo, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        gr = info.group_resource
+        causes: list[Cause] = []
+        if gr == "pods":
+            causes = validation.validate_pod(obj, old)
+        elif gr in ("batch/jobs", "apps/deployments", "apps/replicasets"):
+            causes = validation.validate_workload(gr, obj)
+        elif gr == QUEUE_GR:
+            def lookup(n: str) -> dict[str, Any] | None:
+                return self.store.get(cluster, QUEUE_GR, "", n)
+            if info.schema:
+                crds.validate_against_schema(obj, info.schema, "", causes)
+                causes = [Cause(c.field.lstrip("."), c.message, c.reason) for c in causes]
+            typed = {c.field for c in causes}
+            causes += [c for c in validation.validate_queue(obj, lookup) if c.field not in typed]
+        elif gr == "scheduling.run.ai/podgroups":
+            causes = validation.validate_podgroup(obj)
+        elif gr == CRD_GR:
+            causes = crds.validate_crd(obj)
+        elif gr.startswith("rbac.authorization.k8s.io/"):
+            causes = validation.validate_rbac(gr, obj)
+        if info.crd and info.schema and gr != QUEUE_GR:
+            schema_causes: list[Cause] = []
+            crds.validate_against_schema(obj, info.schema, "", schema_causes)
+            causes += [Cause(c.field.lstrip("."), c.message, c.reason) for c in schema_causes]
+        if causes:
+            raise invalid(info.group, info.kind, obj["metadata"]["name"], causes)
+
+    def _accept_crd(self, cluster: str, crd: dict[str, Any]) -> None:
+        names = crd["spec"]["names"]
+        group = crd["spec"]["group"]
+        reg = self.registry(cluster)
+        for (g, _v, r), info in reg.by_gvr.items():
+            if g == group and r != names["plural"] and (
+                info.kind == names["kind"] or names["plural"] in info.short_names
+            ):
+                raise invalid("apiextensions.k8s.io", "CustomResourceDefinition",
+                              crd["metadata"]["name"], [Cause("spec.names.kind",
+                                                              "already in use")])
+        accepted = {"plural": names["plural"], "singular": names.get("singular") or
+                    names["kind"].lower(), "kind": names["kind"],
+                    "listKind": names.get("listKind") or names["kind"] + "List"}
+        if names.get("shortNames"):
+            accepted["shortNames"] = names["shortNames"]
+        if names.get("categories"):
+            accepted["categories"] = names["categories"]
+        now = now_rfc3339()
+        crd["status"] = {
+            "acceptedNames": accepted,
+            "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+                 "message": "no conflicts found", "lastTransitionTime": now},
+                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+                 "message": "the initial names have been accepted", "lastTransitionTime": now},
+            ],
+        }
+
+    # -- hooks -----------------------------------------------------------------------------
+
+    def _after_write(
+        self, cluster: str, info: ResourceInfo, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        gr = info.group_resource
+        if gr == CRD_GR:
+            reg = self.registry(cluster)
+            spec = obj["spec"]
+            reg.remove_group_resource(spec["group"], spec["names"]["plural"])
+            for crd_info in crds.crd_resource_infos(obj):
+                reg.add(crd_info)
+        elif gr == "namespaces" and old is None:
+            name = obj["metadata"]["name"]
+            if self.store.get(cluster, "serviceaccounts", name, "default") is None:
+                sa_info = self.registry(cluster).get("", "v1", "serviceaccounts")
+                assert sa_info is not None
+                self.create(cluster, sa_info, name, {"metadata": {"name": "default"}})
+
+    def _after_delete(self, cluster: str, info: ResourceInfo, obj: dict[str, Any]) -> None:
+        gr = info.group_resource
+        if gr == CRD_GR:
+            spec = obj["spec"]
+            self.registry(cluster).remove_group_resource(spec["group"], spec["names"]["plural"])
+            cr_gr = f"{spec['group']}/{spec['names']['plural']}"
+            for cr in list(self.store.list(cluster, cr_gr)):
+                self.store.delete(cluster, cr_gr, cr["metadata"].get("namespace") or "",
+                                  cr["metadata"]["name"])
+        uid = obj["metadata"].get("uid")
+        if uid and self.store.dependents(cluster, uid):
+            self.gone_owners.append((cluster, uid))
+            self.wake_gc()
+
+    # -- update ----------------------------------------------------------------------------
+
+    def update(
+        self,
+        cluster: str,
+        info: ResourceInfo,
+        ns: str,
+        name: str,
+        body: Any,
+        subresource: str | None = None,
+        *,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a JSON object")
+        ns = ns if info.namespaced else ""
+        gr = info.group_resource
+        old = self.store.get(cluster, gr, ns, name)
+        if old is None:
+            raise not_found(info.group, info.resource, name)
+        self._check_type(info, body)
+        m = meta(body)
+        if m.get("name") and m["name"] != name:
+            raise bad_request(f"the name of the object ({m['name']}) does not match the name on "
+                              f"the URL ({name})")
+        if info.namespaced and m.get("namespace") and m["namespace"] != ns:
+            raise bad_request("the namespace of the provided object does not match the "
+                              "namespace sent on the request")
+        rv = m.get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise conflict(info.group, info.resource, name, "the object has been modified; "
+                           "please apply your changes to the latest version and try again")
+        return self._replace(cluster, info, old, body, subresource, dry_run=dry_run)
+
+    def _replace(
+        self,
+        cluster: str,
+        info: ResourceInfo,
+        old: dict[str, Any],
+        new: dict[str, Any],
+        subresource: str | None,
+        *,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        gr = info.group_resource
+        old_meta = old["metadata"]
+        if subresource == "status":
+            obj = deep_copy(old)
+            obj["status"] = new.get("status")
+            if obj["status"] is None:
+                obj.pop("status")
+        else:
+            obj = new
+            m = meta(obj)
+            for key in ("uid", "creationTimestamp", "namespace", "name", "deletionTimestamp",
+                        "deletionGracePeriodSeconds", "generation"):
+                if key in old_meta:
+                    m[key] = old_meta[key]
+                else:
+                    m.pop(key, None)
+            m.pop("managedFields", None)
+            if info.has_status:
+                if "status" in old:
+                    obj["status"] = deep_copy(old["status"])
+                else:
+                    obj.pop("status", None)
+            causes = validation.validate_metadata(m)
+            if causes:
+                raise invalid(info.group, info.kind, m["name"], causes)
+        obj["kind"] = info.kind
+        obj["apiVersion"] = old.get("apiVersion", info.api_version)
+        obj["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+        builtin_kinds.default_object(gr, obj)
+        if _spec_changed(old, obj):
+            obj["metadata"]["generation"] = int(old_meta.get("generation") or 1) + 1
+        if obj == old:
+            return old  # a no-op write keeps the resourceVersion, like Kubernetes
+        self._validate(cluster, info, obj, old)
+        if gr == CRD_GR:
+            if obj["spec"].get("group") != old["spec"].get("group") or obj["spec"]["names"].get(
+                    "plural") != old["spec"]["names"].get("plural"):
+                raise invalid("apiextensions.k8s.io", "CustomResourceDefinition",
+                              obj["metadata"]["name"],
+                              [Cause("spec.group", "field is immutable")])
+            self._accept_crd(cluster, obj)
+        if dry_run:
+            return obj
+        m = obj["metadata"]
+        if m.get("deletionTimestamp") and not m.get("finalizers") and not (
+            gr == "pods" and _graceful_pending(old)
+        ):
+            return self._remove(cluster, info, obj)
+        self.store.put(cluster, gr, obj)
+        self._after_write(cluster, info, obj, old)
+        return obj
+
+    # -- patch -----------------------------------------------------------------------------
+
+    def patch(
+        self,
+        cluster: str,
+        info: ResourceInfo,
+        ns: str,
+        name: str,
+        content_type: str,
+        body: Any,
+        subresource: str | None = None,
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> tuple[dict[str, Any], bool]:
+        """Returns (object, created)."""
+        ns = ns if info.namespaced else ""
+        gr = info.group_resource
+        old = self.store.get(cluster, gr, ns, name)
+        apply = content_type in (PATCH_APPLY, PATCH_APPLY_CBOR)
+        if old is None:
+            if apply and subresource is None:
+                if not isinstance(body, dict):
+                    raise bad_request("an apply patch must be an object")
+                m = meta(body)
+                if m.get("name") and m["name"] != name:
+                    raise bad_request("the name of the object does not match the URL")
+                m["name"] = name
+                if info.namespaced:
+                    m["namespace"] = ns
+                return self.create(cluster, info, ns, body, dry_run=dry_run), True
+            raise not_found(info.group, info.resource, name)
+        current = deep_copy(old)
+        if content_type == PATCH_MERGE:
+            patched = merge_patch(current, body)
+        elif content_type == PATCH_JSON:
+            patched = json_patch(current, body)
+        elif content_type == PATCH_STRATEGIC:
+            if info.crd:
+                raise ApiError(415, "the body of the request was in an unknown format - "
+                                    "accepted media types include: application/json-patch+json,"
+                                    " application/merge-patch+json, application/apply-patch+yaml",
+                               "UnsupportedMediaType")
+            patched = strategic_merge_patch(current, body)
+        elif apply:
+            if not isinstance(body, dict):
+                raise bad_request("an apply patch must be an object")
+            self._check_type(info, dict(body))
+            applied = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
+            patched = (merge_patch(current, applied) if info.crd
+                       else strategic_merge_patch(current, applied))
+        else:
+            raise ApiError(415, f"the patch content type {content_type!r} is not supported",
+                           "UnsupportedMediaType")
+        if not isinstance(patched, dict):
+            raise ApiError(422, "the patched object is not a JSON object", "Invalid")
+        pm = meta(patched)
+        if pm.get("name") != name:
+            raise bad_request("the patch may not change metadata.name")
+        rv = pm.get("resourceVersion")
+        if rv and rv != old["metadata"]["resourceVersion"]:
+            raise conflict(info.group, info.resource, name, "the object has been modified; "
+                           "please apply your changes to the latest version and try again")
+        return self._replace(cluster, info, old, patched, subresource, dry_run=dry_run), False
+
+    # -- delete ----------------------------------------------------------------------------
+
+    def delete(
+        self, cluster: str, info: ResourceInfo, ns: str, name: str, opts: DeleteOptions
+    ) -> tuple[dict[str, Any], bool]:
+        """Returns (object, removed_now)."""
+        ns = ns if info.namespaced else ""
+        gr = info.group_resource
+        old = self.store.get(cluster, gr, ns, name)
+        if old is None:
+            raise not_found(info.group, info.resource, name)
+        m_old = old["metadata"]
+        if opts.precondition_uid and opts.precondition_uid != m_old.get("uid"):
+            raise conflict(info.group, info.resource, name,
+                           f"Precondition failed: UID in precondition: {opts.precondition_uid}, "
+                           f"UID in object meta: {m_old.get('uid')}")
+        if opts.precondition_rv and opts.precondition_rv != m_old.get("resourceVersion"):
+            raise conflict(info.group, info.resource, name,
+                           "Precondition failed: ResourceVersion in precondition: "
+                           f"{opts.precondition_rv}, ResourceVersion in object meta: "
+                           f"{m_old.get('resourceVersion')}")
+        if gr == QUEUE_GR:
+            children = sorted(q["metadata"]["name"] for q in self.store.list(cluster, QUEUE_GR)
+                              if (q.get("spec") or {}).get("parentQueue") == name)
+            if children:
+                raise conflict(info.group, info.resource, name,
+                               f"the queue has child queues ({', '.join(children)}); delete or "
+                               "re-parent them first")
+        if opts.dry_run:
+            return old, False
+        if gr == "namespaces":
+            return self._delete_namespace(cluster, info, old), False
+        obj = deep_copy(old)
+        m = obj["metadata"]
+        finalizers = list(m.get("finalizers") or ())
+        has_dependents = bool(self.store.dependents(cluster, m_old.get("uid", "")))
+        if opts.propagation == "Foreground" and has_dependents and FOREGROUND not in finalizers:
+            finalizers.append(FOREGROUND)
+        if opts.propagation == "Orphan" and has_dependents and ORPHAN not in finalizers:
+            finalizers.append(ORPHAN)
+        if gr == "pods":
+            grace = opts.grace_period
+            if grace is None:
+                grace = int((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+            phase = (obj.get("status") or {}).get("phase")
+            bound = bool((obj.get("spec") or {}).get("nodeName"))
+            if bound and grace > 0 and phase not in ("Succeeded", "Failed"):
+                prev = m.get("deletionGracePeriodSeconds")
+                if prev is None or grace < prev:
+                    m["deletionTimestamp"] = rfc3339_after(grace)
+                    m["deletionGracePeriodSeconds"] = grace
+                m["finalizers"] = finalizers
+                if not m["finalizers"]:
+                    m.pop("finalizers")
+                if obj == old:
+                    return old, False
+                self.store.put(cluster, gr, obj)
+                self._note_finalizing(cluster, gr, obj)
+                return obj, False
+        if finalizers:
+            if not m.get("deletionTimestamp"):
+                m["deletionTimestamp"] = now_rfc3339()
+                m["deletionGracePeriodSeconds"] = 0
+            m["finalizers"] = finalizers
+            if obj == old:
+                return old, False
+            self.store.put(cluster, gr, obj)
+            self._note_finalizing(cluster, gr, obj)
+            return obj, False
+        return self._remove(cluster, info, obj), True
+
+    def _note_finalizing(self, cluster: str, gr: str, obj: dict[str, Any]) -> None:
+        m = obj["metadata"]
+        if {FOREGROUND, ORPHAN} & set(m.get("finalizers") or ()):
+            self.finalizing.add((cluster, gr, m.get("namespace") or "", m["name"]))
+            self.wake_gc()
+
+    def _remove(self, cluster: str, info: ResourceInfo, obj: dict[str, Any]) -> dict[str, Any]:
+        m = obj["metadata"]
+        gone = self.store.delete(cluster, info.group_resource, m.get("namespace") or "",
+                                 m["name"])
+        assert gone is not None
+        self._after_delete(cluster, info, gone)
+        return gone
+
+    def _delete_namespace(
+        self, cluster: str, info: ResourceInfo, old: dict[str, Any]
+    ) -> dict[str, Any]:
+        if old["metadata"].get("deletionTimestamp"):
+            return old
+        obj = deep_copy(old)
+        obj["metadata"]["deletionTimestamp"] = now_rfc3339()
+        obj["metadata"]["deletionGracePeriodSeconds"] = 0
+        obj.setdefault("status", {})["phase"] = "Terminating"
+        self.store.put(cluster, "namespaces", obj)
+        self.terminating_namespaces.add((cluster, obj["metadata"]["name"]))
+        self.wake_gc()
+        return obj
+
+    # -- pods: binding and eviction ---------------------------------------------------------
+
+    def bind(self, cluster: str, ns: str, name: str, binding: Any) -> dict[str, Any]:
+        if not isinstance(binding, dict):
+            raise bad_request("the request body must be a Binding")
+        target = binding.get("target") or {}
+        node = target.get("name")
+        if not node:
+            raise invalid("", "Binding", name, [Cause("target.name", "Required value",
+                                                      "FieldValueRequired")])
+        pod = self.store.get(cluster, "pods", ns, name)
+        if pod is None:
+            raise not_found("", "pods", name)
+        bmeta = binding.get("metadata") or {}
+        if bmeta.get("uid") and bmeta["uid"] != pod["metadata"].get("uid"):
+            raise conflict("", "pods", name, "the pod UID in the binding does not match")
+        if pod["metadata"].get("deletionTimestamp"):
+            raise conflict("", "pods", name, "pod is being deleted, cannot be assigned to a host")
+        current = (pod.get("spec") or {}).get("nodeName")
+        if current:
+            raise conflict("", "pods", name, f"pod {name} is already assigned to node "
+                                             f'"{current}"')
+        obj = deep_copy(pod)
+        obj["spec"]["nodeName"] = node
+        annotations = bmeta.get("annotations") or {}
+        if annotations:
+            obj["metadata"].setdefault("annotations", {}).update(annotations)
+        status = obj.setdefault("status", {})
+        conditions = [c for c in status.get("conditions") or ()
+                      if c.get("type") != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "True",
+                           "lastProbeTime": None, "lastTransitionTime": now_rfc3339()})
+        status["conditions"] = conditions
+        self.store.put(cluster, "pods", obj)
+        return obj
+
+    def evict(self, cluster: str, info: ResourceInfo, ns: str, name: str,
+              eviction: Any) -> None:
+        opts = DeleteOptions.parse((eviction or {}).get("deleteOptions")
+                                   if isinstance(eviction, dict) else None, {})
+        self.delete(cluster, info, ns, name, opts)
+
+
+def _qualified(info: ResourceInfo) -> str:
+    return f"{info.resource}.{info.group}" if info.group else info.resource
+
+
+def _spec_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    for key in set(old) | set(new):
+        if key in ("metadata", "status", "kind", "apiVersion"):
+            continue
+        if old.get(key) != new.get(key):
+            return True
+    return False
+
+
+def _graceful_pending(old: dict[str, Any]) -> bool:
+    """A bound pod still in its graceful-termination period (the agent finishes it)."""
+    m = old["metadata"]
+    return bool(m.get("deletionTimestamp")) and int(m.get("deletionGracePeriodSeconds") or 0) > 0

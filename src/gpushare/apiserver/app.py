@@ -1,0 +1,577 @@
+"""HTTP: routing of Kubernetes API paths onto `Api`, content negotiation, auth, watches."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import yaml
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from gpushare import __version__
+from gpushare.apiserver import discovery, logs, tables
+from gpushare.apiserver.api import (
+    DEFAULT_CLUSTER,
+    PATCH_APPLY,
+    PATCH_APPLY_CBOR,
+    Api,
+    DeleteOptions,
+)
+from gpushare.apiserver.auth import Attributes, Authorizer, TokenFile, User
+from gpushare.apiserver.errors import ApiError, bad_request, forbidden, not_found
+from gpushare.apiserver.gc import GarbageCollector
+from gpushare.apiserver.metrics import Metrics
+from gpushare.apiserver.objects import status_success
+from gpushare.apiserver.openapi import OpenApiCache
+from gpushare.apiserver.resources import ResourceInfo
+from gpushare.apiserver.selectors import parse_field_selector, parse_label_selector
+from gpushare.apiserver.watch import Watcher, WatchHub, encode_event, stream
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+_CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PUBLIC = {"/healthz", "/livez", "/readyz", "/version", "/metrics"}
+DEFAULT_WATCH_TIMEOUT = 1800.0
+
+
+def json_response(obj: Any, code: int = 200, media_type: str = JSON) -> Response:
+    return Response(orjson.dumps(obj), code, media_type=media_type)
+
+
+@dataclass(slots=True)
+class ResourceRequest:
+    info: ResourceInfo
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+class App:
+    """The ASGI application."""
+
+    def __init__(self, api: Api, tokens: TokenFile, server_address: str,
+                 bookmark_interval: float = 60.0) -> None:
+        self.api = api
+        self.store = api.store
+        self.hub = WatchHub(api.store)
+        self.tokens = tokens
+        self.authorizer = Authorizer(api.store)
+        self.openapi = OpenApiCache()
+        self.gc = GarbageCollector(api)
+        self.server_address = server_address
+        self.bookmark_interval = bookmark_interval
+        self.metrics = Metrics(lambda: self.hub.count, api.store.total_objects,
+                               lambda: api.store.rv)
+        self._gc_task: asyncio.Task[None] | None = None
+
+    # -- ASGI ------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        start = time.perf_counter()
+        request = Request(scope, receive)
+        verb, resource = request.method.lower(), ""
+        try:
+            response, verb, resource = await self.handle(request)
+        except ApiError as e:
+            response = json_response(e.status_body(), e.code)
+        except Exception as e:  # an unexpected bug must still answer with a Status
+            log.exception("internal error on %s %s", request.method, request.url.path)
+            err = ApiError(500, f"internal error: {type(e).__name__}: {e}")
+            response = json_response(err.status_body(), 500)
+        await response(scope, receive, send)
+        if verb != "watch":
+            self.metrics.observe(verb, resource, response.status_code,
+                                 time.perf_counter() - start)
+        else:
+            self.metrics.observe(verb, resource, response.status_code, 0.0)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._gc_task = asyncio.get_running_loop().create_task(self.gc.run())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._gc_task is not None:
+                    self._gc_task.cancel()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # -- routing ---------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> tuple[Response, str, str]:
+        path = request.url.path
+        cluster = DEFAULT_CLUSTER
+        prefix = ""
+        if path.startswith("/clusters/"):
+            rest = path[len("/clusters/"):]
+            cluster, _, tail = rest.partition("/")
+            if not _CLUSTER_NAME.match(cluster) or len(cluster) > 63:
+                raise bad_request(f"invalid logical cluster name {cluster!r}")
+            prefix = f"/clusters/{cluster}"
+            path = "/" + tail
+        if len(path) > 1 and path.endswith("/"):
+            path = path.rstrip("/")
+        method = request.method
+        if path in _PUBLIC:
+            return self._public(path), "get", path
+        user = self._authenticate(request, cluster)
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            return json_response({"paths": ["/api", "/api/v1", "/apis", "/healthz",
+                                            "/metrics", "/openapi/v2", "/openapi/v3",
+                                            "/version"]}), "get", "/"
+        reg = self.api.registry(cluster)
+        if parts[0] == "openapi":
+            self._require_non_resource(cluster, user, path)
+            return self._openapi(request, cluster, parts, prefix), "get", "openapi"
+        if parts[0] == "api":
+            if len(parts) == 1:
+                return self._discovery_root(request, cluster, core=True), "get", "discovery"
+            if parts[1] != "v1":
+                raise not_found("", "", path)
+            if len(parts) == 2:
+                return json_response(discovery.resource_list(reg, "", "v1")), "get", "discovery"
+            group, version, rest = "", "v1", parts[2:]
+        elif parts[0] == "apis":
+            if len(parts) == 1:
+                return self._discovery_root(request, cluster, core=False), "get", "discovery"
+            group = parts[1]
+            if group not in reg.versions:
+                raise ApiError(404, "the server could not find the requested resource",
+                               "NotFound")
+            if len(parts) == 2:
+                return json_response(discovery.api_group(reg, group)), "get", "discovery"
+            version = parts[2]
+            if version not in reg.versions[group]:
+                raise ApiError(404, "the server could not find the requested resource",
+                               "NotFound")
+            if len(parts) == 3:
+                return (json_response(discovery.resource_list(reg, group, version)), "get",
+                        "discovery")
+            rest = parts[3:]
+        else:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        rr = self._resource_request(cluster, group, version, rest, method)
+        return await self._dispatch(request, cluster, user, rr)
+
+    def _public(self, path: str) -> Response:
+        if path == "/version":
+            return json_response({"major": "1", "minor": "32", "gitVersion": "v1.32.0-gpushare",
+                                  "gitCommit": __version__, "gitTreeState": "clean",
+                                  "buildDate": "2026-01-01T00:00:00Z", "goVersion": "python",
+                                  "compiler": "cpython", "platform": "linux/amd64"})
+        if path == "/metrics":
+            return Response(self.metrics.render(), 200,
+                            media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(b"ok", 200, media_type="text/plain")
+
+    def _authenticate(self, request: Request, cluster: str) -> User:
+        header = request.headers.get("authorization", "")
+        user = None
+        if header[:7].lower() == "bearer ":
+            user = self.tokens.authenticate(header[7:].strip())
+        if user is None or (user.clusters is not None and cluster not in user.clusters):
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        return user
+
+    def _require_non_resource(self, cluster: str, user: User, path: str) -> None:
+        # Discovery and OpenAPI are readable by every authenticated user, as in Kubernetes.
+        return
+
+    def _discovery_root(self, request: Request, cluster: str, core: bool) -> Response:
+        reg = self.api.registry(cluster)
+        accept = request.headers.get("accept", "")
+        if "as=APIGroupDiscoveryList" in accept:
+            for media, version in ((discovery.AGGREGATED_V2, "apidiscovery.k8s.io/v2"),
+                                   (discovery.AGGREGATED_V2BETA1,
+                                    "apidiscovery.k8s.io/v2beta1")):
+                marker = media.split(";", 1)[1].split(";as=")[0]  # g=...;v=...
+                if marker in accept.replace(" ", ""):
+                    return json_response(discovery.aggregated(reg, core, version), 200, media)
+        if core:
+            return json_response(discovery.api_versions(self.server_address))
+        return json_response(discovery.api_group_list(reg))
+
+    def _openapi(self, request: Request, cluster: str, parts: list[str],
+                 prefix: str) -> Response:
+        reg = self.api.registry(cluster)
+        if len(parts) >= 2 and parts[1] == "v2":
+            return Response(self.openapi.v2(cluster, reg), 200, media_type=JSON)
+        if len(parts) >= 2 and parts[1] == "v3":
+            if len(parts) == 2:
+                return json_response(self.openapi.v3_root(cluster, reg, prefix))
+            docs, _hashes = self.openapi.v3(cluster, reg)
+            doc = docs.get("/".join(parts[2:]))
+            if doc is None:
+                raise ApiError(404, "the server could not find the requested resource",
+                               "NotFound")
+            return Response(doc, 200, media_type=JSON,
+                            headers={"Cache-Control": "public, immutable"})
+        raise ApiError(404, "the server could not find the requested resource", "NotFound")
+
+    def _resource_request(self, cluster: str, group: str, version: str, rest: list[str],
+                          method: str) -> ResourceRequest:
+        reg = self.api.registry(cluster)
+        ns: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            info = reg.get(group, version, rest[2])
+            if (info is not None and info.namespaced) or (
+                group == "" and rest[2] == "bindings"
+            ):
+                ns = rest[1]
+                rest = rest[2:]
+        resource = rest[0]
+        if group == "" and resource == "bindings" and ns is not None and len(rest) == 1:
+            pods = reg.get("", "v1", "pods")
+            assert pods is not None
+            return ResourceRequest(pods, ns, None, "bindings")
+        info = reg.get(group, version, resource)
+        if info is None:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if len(rest) > 3 or (sub is not None and sub not in info.subresources):
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if info.namespaced and ns is None and name is not None:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        return ResourceRequest(info, ns, name, sub)
+
+    # -- resource requests -------------------------------------------------------------------
+
+    async def _dispatch(self, request: Request, cluster: str, user: User,
+                        rr: ResourceRequest) -> tuple[Response, str, str]:
+        info, ns, name, sub = rr.info, rr.namespace, rr.name, rr.subresource
+        method = request.method
+        query = dict(request.query_params)
+        dry_run = bool(query.get("dryRun"))
+        if sub == "bindings":
+            verb, sub_rbac = "create", "binding"
+        elif method == "GET":
+            if name is None:
+                verb = "watch" if query.get("watch") in ("true", "1") else "list"
+            else:
+                verb = "get"
+            sub_rbac = sub or ""
+        else:
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                    "DELETE": "delete" if name else "deletecollection"}.get(method, "")
+            if not verb:
+                raise ApiError(405, f"method {method} is not allowed", "MethodNotAllowed")
+            sub_rbac = sub or ""
+        if info.resource == "selfsubjectaccessreviews":
+            return await self._access_review(request, cluster, user), "create", info.resource
+        if verb not in info.verbs:
+            raise ApiError(405, f"{verb} is not supported on {info.resource}", "MethodNotAllowed")
+        attrs = Attributes(verb, info.group, info.resource, sub_rbac, ns or "", name or "")
+        if not self.authorizer.allowed(cluster, user, attrs):
+            shown = f"{info.resource}/{sub_rbac}" if sub_rbac else info.resource
+            raise forbidden(user.name, verb, info.group, shown, name or "", ns or "")
+        metric_resource = f"{info.resource}/{sub}" if sub else info.resource
+        gr = info.group_resource
+        api = self.api
+
+        if sub == "bindings" or (sub == "binding" and method == "POST"):
+            body = await self._body(request)
+            pod_name = name or ((body or {}).get("metadata") or {}).get("name")
+            if not pod_name:
+                raise bad_request("the Binding must name the pod in metadata.name")
+            api.bind(cluster, ns or "", pod_name, body)
+            if isinstance(body, dict):
+                body.setdefault("apiVersion", "v1")
+                body.setdefault("kind", "Binding")
+            return json_response(body, 201), "create", "pods/binding"
+        if sub == "eviction":
+            if method != "POST":
+                raise ApiError(405, "eviction only supports POST", "MethodNotAllowed")
+            assert name is not None
+            body = await self._body(request)
+            api.evict(cluster, info, ns or "", name, body)
+            return (json_response({**status_success("pods", name), "code": 201}, 201),
+                    "create", "pods/eviction")
+        if sub == "log":
+            assert name is not None
+            return await self._logs(cluster, ns or "", name, query), "get", "pods/log"
+
+        if verb == "get":
+            assert name is not None
+            obj = api.get(cluster, info, ns or "", name)
+            return self._render(request, info, [obj], single=True), verb, metric_resource
+        if verb == "list":
+            return self._list(request, cluster, info, ns, query), verb, metric_resource
+        if verb == "watch":
+            return self._watch(request, cluster, info, ns, query), verb, metric_resource
+        if verb == "create":
+            if name is not None:
+                raise ApiError(405, "POST to a named object is not supported",
+                               "MethodNotAllowed")
+            body = await self._body(request)
+            obj = api.create(cluster, info, ns, body, dry_run=dry_run)
+            return json_response(api.served(info, obj), 201), verb, metric_resource
+        if verb == "update":
+            assert name is not None
+            body = await self._body(request)
+            if sub == "finalize":
+                sub = None
+            obj = api.update(cluster, info, ns or "", name, body, sub, dry_run=dry_run)
+            return json_response(api.served(info, obj)), verb, metric_resource
+        if verb == "patch":
+            assert name is not None
+            content_type = request.headers.get("content-type", "").split(";")[0].strip()
+            body = await self._body(request, content_type)
+            obj, created = api.patch(cluster, info, ns or "", name, content_type, body, sub,
+                                     dry_run=dry_run, force=query.get("force") == "true")
+            return (json_response(api.served(info, obj), 201 if created else 200), verb,
+                    metric_resource)
+        if verb == "delete":
+            assert name is not None
+            body = await self._body(request, allow_empty=True)
+            opts = DeleteOptions.parse(body, query)
+            obj, removed = api.delete(cluster, info, ns or "", name, opts)
+            if removed and gr != "pods" and not info.crd:
+                uid = obj["metadata"].get("uid", "")
+                return (json_response(status_success(info.resource, name, uid, info.group)),
+                        verb, metric_resource)
+            return (json_response(api.served(info, obj), 200 if removed else 202), verb,
+                    metric_resource)
+        # deletecollection
+        body = await self._body(request, allow_empty=True)
+        opts = DeleteOptions.parse(body, query)
+        items = self._select(cluster, info, ns, query)
+        for obj in items:
+            try:
+                api.delete(cluster, info, obj["metadata"].get("namespace") or "",
+                           obj["metadata"]["name"], opts)
+            except ApiError as e:
+                if e.code != 404:
+                    raise
+        return (json_response(self._list_body(info, items, {"resourceVersion":
+                                                            str(self.store.rv)})),
+                verb, metric_resource)
+
+    async def _body(self, request: Request, content_type: str | None = None,
+                    allow_empty: bool = False) -> Any:
+        raw = await request.body()
+        if not raw:
+            if allow_empty:
+                return None
+            raise bad_request("the request body is empty")
+        ctype = content_type or request.headers.get("content-type", "").split(";")[0].strip()
+        try:
+            if ctype in (PATCH_APPLY, "application/yaml", "application/x-yaml"):
+                return yaml.safe_load(raw)
+            if ctype == PATCH_APPLY_CBOR:
+                raise ApiError(415, "CBOR is not supported; send application/apply-patch+yaml",
+                               "UnsupportedMediaType")
+            return orjson.loads(raw)
+        except (orjson.JSONDecodeError, yaml.YAMLError) as e:
+            raise bad_request(f"the request body is not valid: {e}") from e
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _select(self, cluster: str, info: ResourceInfo, ns: str | None,
+                query: dict[str, str]) -> list[dict[str, Any]]:
+        gr = info.group_resource
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"), gr)
+        candidates = None
+        for f in fields:
+            if not f.negate:
+                if f.path == "metadata.name":
+                    if ns is not None or not info.namespaced:
+                        one = self.store.get(cluster, gr, ns or "", f.value)
+                        candidates = [one] if one is not None else []
+                        break
+                    continue
+                if f.path == "metadata.namespace" and ns is None:
+                    ns = f.value
+                    continue
+                indexed = self.store.list_indexed(cluster, gr, f.path, f.value)
+                if indexed is not None:
+                    candidates = indexed
+                    break
+        if candidates is None:
+            items = list(self.store.list(cluster, gr, ns if info.namespaced else None))
+        else:
+            items = [o for o in candidates if ns is None
+                     or (o["metadata"].get("namespace") or "") == ns]
+        if labels or fields:
+            from gpushare.apiserver.selectors import fields_match, labels_match
+            items = [o for o in items if labels_match(labels, o) and fields_match(fields, o)]
+        items.sort(key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"]))
+        return items
+
+    def _list_body(self, info: ResourceInfo, items: list[dict[str, Any]],
+                   list_meta: dict[str, Any]) -> dict[str, Any]:
+        if any(o.get("apiVersion") != info.api_version for o in items):
+            items = [self.api.served(info, o) for o in items]
+        return {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": list_meta,
+                "items": items}
+
+    def _list(self, request: Request, cluster: str, info: ResourceInfo, ns: str | None,
+              query: dict[str, str]) -> Response:
+        rv = self.store.rv
+        items = self._select(cluster, info, ns, query)
+        list_meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        token = query.get("continue")
+        if token:
+            try:
+                start = orjson.loads(base64.urlsafe_b64decode(token.encode()))
+                after = (start["ns"], start["name"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise ApiError(400, "invalid continue token", "BadRequest") from e
+            items = [o for o in items
+                     if (o["metadata"].get("namespace") or "", o["metadata"]["name"]) > after]
+        limit = int(query.get("limit") or 0)
+        if limit > 0 and len(items) > limit:
+            last = items[limit - 1]["metadata"]
+            list_meta["continue"] = base64.urlsafe_b64encode(orjson.dumps(
+                {"ns": last.get("namespace") or "", "name": last["name"], "rv": rv})).decode()
+            list_meta["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        return self._render(request, info, items, single=False, list_meta=list_meta)
+
+    def _render(self, request: Request, info: ResourceInfo, items: list[dict[str, Any]],
+                single: bool, list_meta: dict[str, Any] | None = None) -> Response:
+        accept = request.headers.get("accept", "")
+        if "as=Table" in accept:
+            include = request.query_params.get("includeObject", "Metadata")
+            meta = list_meta or {"resourceVersion": items[0]["metadata"]["resourceVersion"]}
+            return json_response(tables.to_table(info, items, include, meta))
+        if single:
+            return json_response(self.api.served(info, items[0]))
+        return json_response(self._list_body(info, items, list_meta or {}))
+
+    def _watch(self, request: Request, cluster: str, info: ResourceInfo, ns: str | None,
+               query: dict[str, str]) -> Response:
+        gr = info.group_resource
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"), gr)
+        timeout = DEFAULT_WATCH_TIMEOUT
+        if query.get("timeoutSeconds"):
+            try:
+                timeout = float(query["timeoutSeconds"])
+            except ValueError as e:
+                raise bad_request("timeoutSeconds must be a number") from e
+        send_initial = query.get("sendInitialEvents")
+        if send_initial not in (None, "true", "false"):
+            raise bad_request("sendInitialEvents must be true or false")
+        if send_initial == "true" and query.get("resourceVersionMatch") != "NotOlderThan":
+            raise ApiError(422, "sendInitialEvents=true requires "
+                                "resourceVersionMatch=NotOlderThan", "Invalid")
+        if send_initial == "true" and query.get("allowWatchBookmarks") != "true":
+            raise ApiError(422, "sendInitialEvents=true requires allowWatchBookmarks=true",
+                           "Invalid")
+        rv_param = query.get("resourceVersion") or ""
+        watcher = Watcher(cluster, gr, ns if info.namespaced else None, labels, fields)
+        initial: list[tuple[str, dict[str, Any]]] = []
+        as_table = "as=Table" in request.headers.get("accept", "")
+        encode = self._table_encoder(info, request) if as_table else self._encoder(info)
+        if send_initial == "true" or rv_param in ("", "0"):
+            if send_initial != "false":
+                initial = [("ADDED", o) for o in self._select(cluster, info, ns, query)]
+        else:
+            try:
+                since = int(rv_param)
+            except ValueError as e:
+                raise bad_request(f"invalid resourceVersion {rv_param!r}") from e
+            events = self.store.events_since(since)
+            if events is None:
+                status = ApiError(410, f"too old resource version: {since} "
+                                       f"({self.store.floor_rv + 1})", "Expired").status_body()
+                body = encode_event("ERROR", status)
+                return Response(body, 200, media_type=JSON)
+            for event in events:
+                if event.cluster == cluster and event.gr == gr:
+                    watcher.offer(event)
+        self.hub.add(watcher)
+
+        def bookmark(rv: int, initial_end: bool) -> dict[str, Any]:
+            m: dict[str, Any] = {"resourceVersion": str(rv)}
+            if initial_end:
+                m["annotations"] = {"k8s.io/initial-events-end": "true"}
+            return {"kind": info.kind, "apiVersion": info.api_version, "metadata": m}
+
+        body_iter: AsyncIterator[bytes] = stream(
+            self.hub, watcher, initial, encode, timeout,
+            query.get("allowWatchBookmarks") == "true", bookmark, send_initial == "true",
+            self.bookmark_interval)
+        return StreamingResponse(body_iter, 200, media_type=JSON)
+
+    def _encoder(self, info: ResourceInfo) -> Any:
+        api_version = info.api_version
+
+        def encode(typ: str, obj: dict[str, Any]) -> bytes:
+            if obj.get("apiVersion") != api_version and typ != "ERROR" and "kind" in obj:
+                obj = {**obj, "apiVersion": api_version}
+            return encode_event(typ, obj)
+        return encode
+
+    def _table_encoder(self, info: ResourceInfo, request: Request) -> Any:
+        include = request.query_params.get("includeObject", "Metadata")
+        first = [True]
+
+        def encode(typ: str, obj: dict[str, Any]) -> bytes:
+            if typ in ("ERROR", "BOOKMARK"):
+                return encode_event(typ, obj)
+            table = tables.to_table(info, [obj], include,
+                                    {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                                    with_columns=first[0])
+            first[0] = False
+            return encode_event(typ, table)
+        return encode
+
+    # -- pods/log and access reviews ---------------------------------------------------------
+
+    async def _logs(self, cluster: str, ns: str, name: str, query: dict[str, str]) -> Response:
+        pod = self.store.get(cluster, "pods", ns, name)
+        if pod is None:
+            raise not_found("", "pods", name)
+        container = logs.container_name(pod, query.get("container"))
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name:
+            raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: '
+                              "the pod is not scheduled yet")
+        node = self.store.get(cluster, "nodes", "", node_name)
+        if node is None:
+            raise not_found("", "nodes", node_name)
+        host, port = logs.agent_endpoint(node)
+        body = await logs.open_log_stream(host, port, ns, name, container, query)
+        return StreamingResponse(body, 200, media_type="text/plain")
+
+    async def _access_review(self, request: Request, cluster: str, user: User) -> Response:
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise bad_request("the request body must be a SelfSubjectAccessReview")
+        spec = body.get("spec") or {}
+        ra = spec.get("resourceAttributes")
+        allowed = False
+        if isinstance(ra, dict):
+            attrs = Attributes(ra.get("verb", ""), ra.get("group", ""), ra.get("resource", ""),
+                               ra.get("subresource", ""), ra.get("namespace", ""),
+                               ra.get("name", ""))
+            allowed = self.authorizer.allowed(cluster, user, attrs)
+        elif isinstance(spec.get("nonResourceAttributes"), dict):
+            nra = spec["nonResourceAttributes"]
+            allowed = self.authorizer.non_resource_allowed(cluster, user, nra.get("path", ""),
+                                                           nra.get("verb", ""))
+        body["status"] = {"allowed": allowed}
+        body.setdefault("apiVersion", "authorization.k8s.io/v1")
+        body.setdefault("kind", "SelfSubjectAccessReview")
+        body.setdefault("metadata", {})
+        return json_response(body, 201)

@@ -1,0 +1,352 @@
+"""CustomResourceDefinitions: turning a CRD into served resources, and the preinstalled ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpushare.apiserver.errors import Cause
+from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
+
+_AGE = PrinterColumn("Age", "date", ".metadata.creationTimestamp")
+
+
+def crd_resource_infos(crd: dict[str, Any]) -> list[ResourceInfo]:
+    """One ResourceInfo per served version of an (already validated) CRD."""
+    spec = crd["spec"]
+    names = spec["names"]
+    group = spec["group"]
+    namespaced = spec.get("scope", "Namespaced") == "Namespaced"
+    versions = [v for v in spec["versions"] if v.get("served", True)]
+    storage = next((v["name"] for v in spec["versions"] if v.get("storage")), versions[0]["name"])
+    infos = []
+    for v in versions:
+        subresources = tuple((v.get("subresources") or {}).keys())
+        cols = []
+        for c in v.get("additionalPrinterColumns") or ():
+            cols.append(
+                PrinterColumn(
+                    c["name"],
+                    c.get("type", "string"),
+                    c["jsonPath"],
+                    int(c.get("priority", 0)),
+                    c.get("description", ""),
+                    c.get("format", ""),
+                )
+            )
+        if not any(c.json_path == ".metadata.creationTimestamp" for c in cols):
+            cols.append(_AGE)
+        schema = (v.get("schema") or {}).get("openAPIV3Schema")
+        infos.append(
+            ResourceInfo(
+                group=group,
+                version=v["name"],
+                resource=names["plural"],
+                kind=names["kind"],
+                namespaced=namespaced,
+                singular=names.get("singular") or names["kind"].lower(),
+                short_names=tuple(names.get("shortNames") or ()),
+                categories=tuple(names.get("categories") or ()),
+                subresources=tuple(s for s in subresources if s in ("status", "scale")),
+                columns=tuple(cols),
+                schema=schema,
+                storage_version=storage,
+                crd=True,
+                list_kind=names.get("listKind") or names["kind"] + "List",
+            )
+        )
+    return infos
+
+
+def validate_crd(crd: dict[str, Any]) -> list[Cause]:
+    causes: list[Cause] = []
+    spec = crd.get("spec")
+    if not isinstance(spec, dict):
+        return [Cause("spec", "Required value", "FieldValueRequired")]
+    group = spec.get("group")
+    names = spec.get("names") or {}
+    if not group or not isinstance(group, str) or "." not in group:
+        causes.append(Cause("spec.group", "should be a domain with at least one dot"))
+    for key in ("plural", "kind"):
+        if not names.get(key):
+            causes.append(Cause(f"spec.names.{key}", "Required value", "FieldValueRequired"))
+    if not causes:
+        expected = f"{names['plural']}.{group}"
+        if crd["metadata"].get("name") != expected:
+            causes.append(Cause("metadata.name", f'must be spec.names.plural+"."+spec.group: '
+                                                 f'"{expected}"'))
+    if spec.get("scope", "Namespaced") not in ("Namespaced", "Cluster"):
+        causes.append(Cause("spec.scope", 'supported values: "Cluster", "Namespaced"',
+                            "FieldValueNotSupported"))
+    versions = spec.get("versions")
+    if not isinstance(versions, list) or not versions:
+        causes.append(Cause("spec.versions", "must have exactly one version marked as storage "
+                                             "version", "FieldValueRequired"))
+    else:
+        storage = [v for v in versions if isinstance(v, dict) and v.get("storage")]
+        if len(storage) != 1:
+            causes.append(Cause("spec.versions", "must have exactly one version marked as "
+                                                 "storage version"))
+        for i, v in enumerate(versions):
+            if not isinstance(v, dict) or not v.get("name"):
+                causes.append(Cause(f"spec.versions[{i}].name", "Required value",
+                                    "FieldValueRequired"))
+    return causes
+
+
+# -- structural schema validation --------------------------------------------------------------
+
+_TYPE_CHECKS = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+}
+
+
+def validate_against_schema(
+    value: Any, schema: dict[str, Any] | None, path: str, causes: list[Cause]
+) -> None:
+    """Type, required, enum and bounds checks of an openAPIV3Schema (enough for CRDs)."""
+    if not schema or value is None:
+        return
+    if schema.get("x-kubernetes-int-or-string"):
+        if not (isinstance(value, str) or _TYPE_CHECKS["integer"](value)):
+            causes.append(Cause(path, f"Invalid value: {_short(value)}: must be an integer or "
+                                      "a string", "FieldValueTypeInvalid"))
+        return
+    typ = schema.get("type")
+    if typ and typ in _TYPE_CHECKS and not _TYPE_CHECKS[typ](value):
+        causes.append(Cause(path, f'Invalid value: "{_short(value)}": {path} in body must be '
+                                  f'of type {typ}: "{_json_type(value)}"',
+                            "FieldValueTypeInvalid"))
+        return
+    if "enum" in schema and value not in schema["enum"]:
+        allowed = ", ".join(f'"{e}"' for e in schema["enum"])
+        causes.append(Cause(path, f'Unsupported value: "{_short(value)}": supported values: '
+                                  f'{allowed}', "FieldValueNotSupported"))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            causes.append(Cause(path, f"Invalid value: {value}: {path} in body should be "
+                                      f"greater than or equal to {schema['minimum']}"))
+        if "maximum" in schema and value > schema["maximum"]:
+            causes.append(Cause(path, f"Invalid value: {value}: {path} in body should be "
+                                      f"less than or equal to {schema['maximum']}"))
+    if isinstance(value, dict):
+        for req in schema.get("required") or ():
+            if req not in value:
+                causes.append(Cause(f"{path}.{req}", "Required value", "FieldValueRequired"))
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for k, v in value.items():
+            if k in props:
+                validate_against_schema(v, props[k], f"{path}.{k}", causes)
+            elif isinstance(extra, dict):
+                validate_against_schema(v, extra, f"{path}.{k}", causes)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            validate_against_schema(item, schema["items"], f"{path}[{i}]", causes)
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number" if isinstance(value, float) else "integer"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
+# -- the preinstalled CRDs ---------------------------------------------------------------------
+
+
+def _resource_limits(what: str, unit: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": f"{what} entitlement of the queue, in {unit}.",
+        "properties": {
+            "quota": {"type": "number", "description": f"Guaranteed {what} ({unit}); -1 means "
+                                                       "unlimited."},
+            "limit": {"type": "number", "description": f"Hard cap on {what} ({unit}) the queue "
+                                                       "and its children may use; -1 means no "
+                                                       "limit."},
+            "overQuotaWeight": {"type": "number", "description": "Share of the unused "
+                                                                 "resources above quota, "
+                                                                 "relative to sibling queues."},
+        },
+    }
+
+
+_RESOURCE_LIST = {
+    "type": "object",
+    "description": "Quantities by resource name (nvidia.com/gpu, cpu, memory).",
+    "additionalProperties": {"x-kubernetes-int-or-string": True},
+}
+
+
+def queue_crd() -> dict[str, Any]:
+    spec_schema = {
+        "type": "object",
+        "description": "Entitlements and position of the queue in the queue tree.",
+        "required": ["resources"],
+        "properties": {
+            "displayName": {"type": "string", "description": "Human-readable name."},
+            "parentQueue": {"type": "string", "description": "Name of the parent queue; only "
+                                                             "leaf queues hold workloads."},
+            "priority": {"type": "integer", "description": "Over-quota priority: queues of a "
+                                                           "higher priority get unused "
+                                                           "resources first (default 100)."},
+            "preemptMinRuntime": {"type": "string", "description": "Minimum runtime before a "
+                                                                   "workload of this queue may "
+                                                                   "be preempted, e.g. 10m."},
+            "reclaimMinRuntime": {"type": "string", "description": "Minimum runtime before a "
+                                                                   "workload of this queue may "
+                                                                   "be reclaimed."},
+            "resources": {
+                "type": "object",
+                "description": "Quota, limit and over-quota weight per resource.",
+                "properties": {
+                    "gpu": _resource_limits("GPU", "GPUs; fractions allowed"),
+                    "cpu": _resource_limits("CPU", "millicores"),
+                    "memory": _resource_limits("memory", "megabytes"),
+                },
+            },
+        },
+    }
+    status_schema = {
+        "type": "object",
+        "description": "Usage and fair share, written by the queue status controller.",
+        "properties": {
+            "allocated": _RESOURCE_LIST,
+            "allocatedNonPreemptible": _RESOURCE_LIST,
+            "requested": _RESOURCE_LIST,
+            "fairShare": _RESOURCE_LIST,
+            "childQueues": {"type": "array", "items": {"type": "string"}},
+            "conditions": {"type": "array", "items": {"type": "object",
+                                                      "x-kubernetes-preserve-unknown-fields":
+                                                          True}},
+        },
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    return _crd(
+        "queues", "Queue", "queue", ("q",), "scheduling.run.ai", "v2", "Cluster",
+        "A fair-share queue: guaranteed quota, over-quota weight and limit per resource.",
+        spec_schema, status_schema,
+        [
+            {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
+            {"name": "Parent", "type": "string", "jsonPath": ".spec.parentQueue"},
+            {"name": "GPU Quota", "type": "number", "jsonPath": ".spec.resources.gpu.quota"},
+            {"name": "GPU FairShare", "type": "string",
+             "jsonPath": ".status.fairShare.nvidia\\.com/gpu"},
+            {"name": "GPU Allocated", "type": "string",
+             "jsonPath": ".status.allocated.nvidia\\.com/gpu"},
+            {"name": "GPU Requested", "type": "string", "priority": 1,
+             "jsonPath": ".status.requested.nvidia\\.com/gpu"},
+            {"name": "Children", "type": "string", "priority": 1,
+             "jsonPath": ".status.childQueues"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    )
+
+
+def podgroup_crd() -> dict[str, Any]:
+    spec_schema = {
+        "type": "object",
+        "description": "A gang of pods scheduled all or nothing.",
+        "properties": {
+            "minMember": {"type": "integer", "minimum": 0, "description": "Number of pods "
+                                                                          "that must be "
+                                                                          "scheduled together "
+                                                                          "(0: elastic)."},
+            "minSubGroup": {"type": "integer", "minimum": 0},
+            "queue": {"type": "string", "description": "Leaf queue of the workload."},
+            "priorityClassName": {"type": "string"},
+            "preemptibility": {"type": "string", "enum": ["preemptible", "non-preemptible", ""]},
+            "markUnschedulable": {"type": "boolean"},
+            "schedulingBackoff": {"type": "integer"},
+            "preemptionDelay": {"type": "string"},
+            "stalenessGracePeriod": {"type": "string"},
+            "topologyConstraint": {"type": "object",
+                                   "x-kubernetes-preserve-unknown-fields": True},
+            "subGroups": {"type": "array", "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "parent": {"type": "string"},
+                    "minMember": {"type": "integer", "minimum": 0},
+                    "minSubGroup": {"type": "integer", "minimum": 0},
+                    "topologyConstraint": {"type": "object",
+                                           "x-kubernetes-preserve-unknown-fields": True},
+                },
+            }},
+        },
+    }
+    status_schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return _crd(
+        "podgroups", "PodGroup", "podgroup", ("pg",), "scheduling.run.ai", "v2alpha2",
+        "Namespaced", "A gang of pods with its queue and priority.", spec_schema, status_schema,
+        [
+            {"name": "MinMember", "type": "integer", "jsonPath": ".spec.minMember"},
+            {"name": "Queue", "type": "string", "jsonPath": ".spec.queue"},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Priority", "type": "string", "priority": 1,
+             "jsonPath": ".spec.priorityClassName"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    )
+
+
+def _crd(
+    plural: str,
+    kind: str,
+    singular: str,
+    short: tuple[str, ...],
+    group: str,
+    version: str,
+    scope: str,
+    description: str,
+    spec_schema: dict[str, Any],
+    status_schema: dict[str, Any],
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"plural": plural, "singular": singular, "kind": kind,
+                      "listKind": kind + "List", "shortNames": list(short)},
+            "scope": scope,
+            "versions": [{
+                "name": version,
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": description,
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": spec_schema,
+                        "status": status_schema,
+                    },
+                }},
+            }],
+        },
+    }

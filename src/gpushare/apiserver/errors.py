@@ -1,0 +1,127 @@
+"""API errors rendered as Kubernetes `Status` objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+
+
+@dataclass
+class Cause:
+    field: str
+    message: str
+    reason: str = "FieldValueInvalid"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": self.message, "field": self.field}
+
+
+@dataclass
+class ApiError(Exception):
+    """An error the API answers with; `status_body()` is what the client sees."""
+
+    code: int
+    message: str
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.reason:
+            self.reason = _REASONS.get(self.code, "Unknown")
+        super().__init__(self.message)
+
+    def status_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+def _details(group: str, kind: str, name: str) -> dict[str, Any]:
+    d: dict[str, Any] = {"kind": kind}
+    if name:
+        d["name"] = name
+    if group:
+        d["group"] = group
+    return d
+
+
+def _qualified(group: str, resource: str) -> str:
+    return f"{resource}.{group}" if group else resource
+
+
+def not_found(group: str, resource: str, name: str) -> ApiError:
+    return ApiError(
+        404,
+        f'{_qualified(group, resource)} "{name}" not found',
+        "NotFound",
+        _details(group, resource, name),
+    )
+
+
+def already_exists(group: str, resource: str, name: str) -> ApiError:
+    return ApiError(
+        409,
+        f'{_qualified(group, resource)} "{name}" already exists',
+        "AlreadyExists",
+        _details(group, resource, name),
+    )
+
+
+def conflict(group: str, resource: str, name: str, why: str) -> ApiError:
+    return ApiError(
+        409,
+        f'Operation cannot be fulfilled on {_qualified(group, resource)} "{name}": {why}',
+        "Conflict",
+        _details(group, resource, name),
+    )
+
+
+def invalid(group: str, kind: str, name: str, causes: list[Cause]) -> ApiError:
+    summary = ", ".join(f"{c.field}: {c.message}" for c in causes)
+    qualified = f"{kind}.{group}" if group else kind
+    details = _details(group, kind, name)
+    details["causes"] = [c.to_dict() for c in causes]
+    return ApiError(422, f'{qualified} "{name}" is invalid: {summary}', "Invalid", details)
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, message, "BadRequest")
+
+
+def forbidden(user: str, verb: str, group: str, resource: str, name: str, ns: str) -> ApiError:
+    scope = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+    target = f' "{name}"' if name else ""
+    message = (
+        f'{resource}{target} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+        f'in API group "{group}"{scope}'
+    )
+    return ApiError(403, message, "Forbidden", _details(group, resource, name))
+
+
+def gone(message: str) -> ApiError:
+    return ApiError(410, message, "Expired")

@@ -1,0 +1,163 @@
+"""The server's own garbage collector: owner references, namespaces, deletion finalizers.
+
+It runs as a task on the server's event loop. Background cascading deletion is therefore
+asynchronous (dependents disappear shortly after their owner, as in Kubernetes); foreground
+deletion keeps the owner (with the `foregroundDeletion` finalizer) until its dependents are
+gone; orphaning strips the owner reference from the dependents before the owner goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from gpushare.apiserver.api import FOREGROUND, ORPHAN, Api, DeleteOptions
+from gpushare.apiserver.errors import ApiError
+from gpushare.apiserver.objects import deep_copy
+from gpushare.apiserver.resources import ResourceInfo
+
+log = logging.getLogger(__name__)
+
+
+class GarbageCollector:
+    def __init__(self, api: Api, interval: float = 1.0) -> None:
+        self.api = api
+        self.interval = interval
+        self._wake: asyncio.Event | None = None
+        self.passes = 0
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self) -> None:
+        self._wake = asyncio.Event()
+        self.api.wake_gc = self.wake
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            self._wake.clear()
+            try:
+                self.run_once()
+            except Exception:  # keep collecting; one bad object must not stop the collector
+                log.exception("garbage collection pass failed")
+
+    def run_once(self) -> None:
+        self.passes += 1
+        api = self.api
+        while api.gone_owners:
+            cluster, uid = api.gone_owners.pop(0)
+            self._collect_dependents(cluster, uid)
+        for key in sorted(api.finalizing):
+            self._finalize(*key)
+        for cluster, ns in sorted(api.terminating_namespaces):
+            self._drain_namespace(cluster, ns)
+
+    def _info(self, cluster: str, gr: str) -> ResourceInfo | None:
+        return self.api.registry(cluster).group_resources().get(gr)
+
+    def _owner_exists(self, cluster: str, ns: str, ref: dict[str, Any]) -> bool:
+        api_version = ref.get("apiVersion") or ""
+        group = api_version.split("/", 1)[0] if "/" in api_version else ""
+        info = self.api.registry(cluster).by_kind(group, ref.get("kind") or "")
+        if info is None:
+            return False
+        owner = self.api.store.get(cluster, info.group_resource, ns if info.namespaced else "",
+                                   ref.get("name") or "")
+        return owner is not None and owner["metadata"].get("uid") == ref.get("uid")
+
+    def _collect_dependents(self, cluster: str, uid: str) -> None:
+        for gr, ns, name in self.api.store.dependents(cluster, uid):
+            info = self._info(cluster, gr)
+            dep = self.api.store.get(cluster, gr, ns, name)
+            if info is None or dep is None:
+                continue
+            refs = dep["metadata"].get("ownerReferences") or []
+            alive = [r for r in refs if r.get("uid") != uid and self._owner_exists(cluster, ns, r)]
+            try:
+                if alive:
+                    obj = deep_copy(dep)
+                    obj["metadata"]["ownerReferences"] = [r for r in refs if r.get("uid") != uid]
+                    self.api.update(cluster, info, ns, name, obj)
+                elif not dep["metadata"].get("deletionTimestamp"):
+                    self.api.delete(cluster, info, ns, name, DeleteOptions(
+                        propagation="Background"))
+            except ApiError as e:
+                log.debug("gc of %s/%s/%s: %s", gr, ns, name, e.message)
+
+    def _finalize(self, cluster: str, gr: str, ns: str, name: str) -> None:
+        api = self.api
+        obj = api.store.get(cluster, gr, ns, name)
+        info = self._info(cluster, gr)
+        if obj is None or info is None:
+            api.finalizing.discard((cluster, gr, ns, name))
+            return
+        m = obj["metadata"]
+        finalizers = list(m.get("finalizers") or ())
+        uid = m.get("uid", "")
+        deps = api.store.dependents(cluster, uid)
+        if ORPHAN in finalizers:
+            for dgr, dns, dname in deps:
+                dinfo = self._info(cluster, dgr)
+                dep = api.store.get(cluster, dgr, dns, dname)
+                if dinfo is None or dep is None:
+                    continue
+                copy = deep_copy(dep)
+                copy["metadata"]["ownerReferences"] = [
+                    r for r in copy["metadata"].get("ownerReferences") or ()
+                    if r.get("uid") != uid]
+                if not copy["metadata"]["ownerReferences"]:
+                    del copy["metadata"]["ownerReferences"]
+                api.update(cluster, dinfo, dns, dname, copy)
+            finalizers.remove(ORPHAN)
+        elif FOREGROUND in finalizers:
+            if deps:
+                for dgr, dns, dname in deps:
+                    dinfo = self._info(cluster, dgr)
+                    dep = api.store.get(cluster, dgr, dns, dname)
+                    if dinfo is None or dep is None or dep["metadata"].get("deletionTimestamp"):
+                        continue
+                    try:
+                        api.delete(cluster, dinfo, dns, dname,
+                                   DeleteOptions(propagation="Foreground"))
+                    except ApiError as e:
+                        log.debug("foreground delete of %s: %s", dname, e.message)
+                return
+            finalizers.remove(FOREGROUND)
+        else:
+            api.finalizing.discard((cluster, gr, ns, name))
+            return
+        copy = deep_copy(obj)
+        copy["metadata"]["finalizers"] = finalizers
+        if not finalizers:
+            del copy["metadata"]["finalizers"]
+            api.finalizing.discard((cluster, gr, ns, name))
+        api.update(cluster, info, ns, name, copy)
+
+    def _drain_namespace(self, cluster: str, ns: str) -> None:
+        api = self.api
+        nsobj = api.store.get(cluster, "namespaces", "", ns)
+        if nsobj is None:
+            api.terminating_namespaces.discard((cluster, ns))
+            return
+        remaining = 0
+        for gr, info in api.registry(cluster).group_resources().items():
+            if not info.namespaced:
+                continue
+            for obj in list(api.store.list(cluster, gr, ns)):
+                remaining += 1
+                if obj["metadata"].get("deletionTimestamp"):
+                    continue
+                try:
+                    api.delete(cluster, info, ns, obj["metadata"]["name"],
+                               DeleteOptions(propagation="Background"))
+                except ApiError as e:
+                    log.debug("namespace drain of %s: %s", obj["metadata"]["name"], e.message)
+        if remaining == 0 or not any(
+            api.store.count(cluster, gr, ns) for gr, info
+            in api.registry(cluster).group_resources().items() if info.namespaced
+        ):
+            api.store.delete(cluster, "namespaces", "", ns)
+            api.terminating_namespaces.discard((cluster, ns))

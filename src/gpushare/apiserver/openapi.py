@@ -1,0 +1,199 @@
+"""OpenAPI documents (v3 per group/version, and a v2 document) generated from the registry.
+
+Custom resources carry their CRD schema (so `kubectl explain queue.spec` works) and say they
+take merge patches; built-in kinds declare strategic merge patch support but publish no
+component schema, so kubectl computes their strategic merge patches from its compiled-in
+types, which carry the exact list merge keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from gpushare.apiserver.resources import Registry, ResourceInfo
+
+OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+
+_OBJECT_META_SCHEMA = {
+    "type": "object",
+    "description": "Standard object metadata.",
+    "properties": {
+        "name": {"type": "string", "description": "Name, unique within a namespace."},
+        "generateName": {"type": "string", "description": "Prefix for a server-generated "
+                                                          "name."},
+        "namespace": {"type": "string", "description": "Namespace of the object."},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"},
+                   "description": "Labels for selection."},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"},
+                        "description": "Arbitrary metadata."},
+        "uid": {"type": "string", "description": "Unique id, set by the server."},
+        "resourceVersion": {"type": "string", "description": "Version for optimistic "
+                                                             "concurrency and watches."},
+        "generation": {"type": "integer", "format": "int64",
+                       "description": "Spec generation, set by the server."},
+        "creationTimestamp": {"type": "string", "format": "date-time",
+                              "description": "Creation time, set by the server."},
+        "deletionTimestamp": {"type": "string", "format": "date-time",
+                              "description": "Set when deletion was requested."},
+        "finalizers": {"type": "array", "items": {"type": "string"},
+                       "description": "Must be empty before the object is removed."},
+        "ownerReferences": {"type": "array", "items": {"type": "object",
+                                                       "x-kubernetes-preserve-unknown-fields":
+                                                           True},
+                            "description": "Objects this one depends on."},
+    },
+}
+
+_PATCH_TYPES_CRD = ("application/json-patch+json", "application/merge-patch+json",
+                    "application/apply-patch+yaml")
+_PATCH_TYPES_BUILTIN = (*_PATCH_TYPES_CRD, "application/strategic-merge-patch+json")
+
+
+def schema_name(info: ResourceInfo) -> str:
+    if info.crd:
+        reversed_group = ".".join(reversed(info.group.split(".")))
+        return f"{reversed_group}.{info.version}.{info.kind}"
+    group = info.group.split(".")[0] if info.group else "core"
+    return f"io.k8s.api.{group}.{info.version}.{info.kind}"
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"api/{version}" if not group else f"apis/{group}/{version}"
+
+
+def _gvk(info: ResourceInfo) -> dict[str, str]:
+    return {"group": info.group, "version": info.version, "kind": info.kind}
+
+
+def _param(name: str, where: str = "query") -> dict[str, Any]:
+    return {"name": name, "in": where, "schema": {"type": "string", "uniqueItems": True},
+            **({"required": True} if where == "path" else {})}
+
+
+def _ref(info: ResourceInfo) -> dict[str, Any]:
+    if info.crd:
+        return {"$ref": f"#/components/schemas/{schema_name(info)}"}
+    return {"type": "object"}
+
+
+def _op(info: ResourceInfo, action: str, body: tuple[str, ...] | None,
+        params: list[dict[str, Any]]) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "operationId": f"{action}{info.kind}",
+        "parameters": params,
+        "responses": {"200": {"description": "OK", "content": {
+            "application/json": {"schema": _ref(info)}}}},
+        "x-kubernetes-action": action,
+        "x-kubernetes-group-version-kind": _gvk(info),
+    }
+    if body is not None:
+        op["requestBody"] = {"content": {t: {"schema": _ref(info)} for t in body},
+                             "required": True}
+    return op
+
+
+def _paths(info: ResourceInfo) -> dict[str, Any]:
+    base = "/" + _gv_path(info.group, info.version)
+    write_params = [_param("dryRun"), _param("fieldManager"), _param("fieldValidation")]
+    if info.namespaced:
+        collection = f"{base}/namespaces/{{namespace}}/{info.resource}"
+        path_params = [_param("namespace", "path")]
+    else:
+        collection = f"{base}/{info.resource}"
+        path_params = []
+    item = f"{collection}/{{name}}"
+    patch_types = _PATCH_TYPES_CRD if info.crd else _PATCH_TYPES_BUILTIN
+    item_params = [*path_params, _param("name", "path")]
+    paths: dict[str, Any] = {
+        collection: {
+            "get": _op(info, "list", None, path_params),
+            "post": _op(info, "post", ("application/json", "application/yaml"),
+                        [*path_params, *write_params]),
+            "delete": _op(info, "deletecollection", None, path_params),
+        },
+        item: {
+            "get": _op(info, "get", None, item_params),
+            "put": _op(info, "put", ("application/json", "application/yaml"),
+                       [*item_params, *write_params]),
+            "patch": _op(info, "patch", patch_types,
+                         [*item_params, *write_params, _param("force")]),
+            "delete": _op(info, "delete", None, item_params),
+        },
+    }
+    if "status" in info.subresources:
+        paths[f"{item}/status"] = {
+            "get": _op(info, "get", None, item_params),
+            "put": _op(info, "put", ("application/json",), [*item_params, *write_params]),
+            "patch": _op(info, "patch", patch_types, [*item_params, *write_params]),
+        }
+    return paths
+
+
+def _crd_schema(info: ResourceInfo) -> dict[str, Any]:
+    schema = dict(info.schema or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+    props = dict(schema.get("properties") or {})
+    props["metadata"] = {"allOf": [{"$ref": f"#/components/schemas/{OBJECT_META}"}],
+                         "description": "Standard object metadata."}
+    props.setdefault("apiVersion", {"type": "string", "description": "Versioned schema of "
+                                                                     "this representation."})
+    props.setdefault("kind", {"type": "string", "description": "REST resource this object "
+                                                               "represents."})
+    schema["properties"] = props
+    schema["x-kubernetes-group-version-kind"] = [_gvk(info)]
+    return schema
+
+
+class OpenApiCache:
+    """Per logical cluster, documents rebuilt only when the registry changes."""
+
+    def __init__(self) -> None:
+        self._v3: dict[str, tuple[int, dict[str, bytes], dict[str, str]]] = {}
+        self._v2: dict[str, tuple[int, bytes]] = {}
+
+    def v3(self, cluster: str, reg: Registry) -> tuple[dict[str, bytes], dict[str, str]]:
+        cached = self._v3.get(cluster)
+        if cached is not None and cached[0] == reg.revision:
+            return cached[1], cached[2]
+        docs: dict[str, bytes] = {}
+        hashes: dict[str, str] = {}
+        for group, versions in reg.versions.items():
+            for version in versions:
+                infos = reg.in_group_version(group, version)
+                paths: dict[str, Any] = {}
+                schemas: dict[str, Any] = {OBJECT_META: _OBJECT_META_SCHEMA}
+                for info in infos:
+                    paths.update(_paths(info))
+                    if info.crd:
+                        schemas[schema_name(info)] = _crd_schema(info)
+                doc = {"openapi": "3.0.0",
+                       "info": {"title": "gpushare", "version": "v1.32.0"},
+                       "paths": paths, "components": {"schemas": schemas}}
+                key = _gv_path(group, version)
+                docs[key] = orjson.dumps(doc)
+                hashes[key] = hashlib.sha256(docs[key]).hexdigest()[:32].upper()
+        self._v3[cluster] = (reg.revision, docs, hashes)
+        return docs, hashes
+
+    def v3_root(self, cluster: str, reg: Registry, prefix: str) -> dict[str, Any]:
+        _docs, hashes = self.v3(cluster, reg)
+        return {"paths": {k: {"serverRelativeURL": f"{prefix}/openapi/v3/{k}?hash={h}"}
+                          for k, h in hashes.items()}}
+
+    def v2(self, cluster: str, reg: Registry) -> bytes:
+        cached = self._v2.get(cluster)
+        if cached is not None and cached[0] == reg.revision:
+            return cached[1]
+        definitions: dict[str, Any] = {OBJECT_META: _OBJECT_META_SCHEMA}
+        for info in reg.by_gvr.values():
+            if info.crd:
+                schema = _crd_schema(info)
+                schema["properties"]["metadata"] = {"$ref": f"#/definitions/{OBJECT_META}"}
+                definitions[schema_name(info)] = schema
+        doc = {"swagger": "2.0", "info": {"title": "gpushare", "version": "v1.32.0"},
+               "paths": {}, "definitions": definitions}
+        data = orjson.dumps(doc)
+        self._v2[cluster] = (reg.revision, data)
+        return data

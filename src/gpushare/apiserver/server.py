@@ -1,0 +1,144 @@
+"""`ApiServer`: the embedded control plane's HTTP server, in a thread or in the foreground."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+import yaml
+
+from gpushare.apiserver.api import DEFAULT_CLUSTER, Api
+from gpushare.apiserver.app import App
+from gpushare.apiserver.auth import TokenFile
+from gpushare.apiserver.store import Store
+from gpushare.apiserver.tls import ensure_certificates
+
+log = logging.getLogger(__name__)
+
+KUBECONFIG_NAME = "admin.kubeconfig"
+TOKENS_NAME = "tokens.yaml"
+DB_NAME = "state.db"
+
+
+def kubeconfig(server: str, token: str, user: str = "admin", context: str = "gpushare",
+               ca_pem: bytes | None = None) -> dict[str, Any]:
+    cluster: dict[str, Any] = {"server": server}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context, "cluster": cluster}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": user}}],
+        "current-context": context,
+        "preferences": {},
+    }
+
+
+class ApiServer:
+    """The API server over the state in `data_dir`.
+
+    `start()` serves from a background thread (tests, `gpushare up`), `serve_forever()` from
+    the calling thread (Ctrl-C stops it cleanly), `stop()` ends either.
+    """
+
+    def __init__(self, data_dir: Path | str, host: str = "127.0.0.1", port: int = 0, *,
+                 bookmark_interval: float = 60.0, event_log_size: int = 50_000,
+                 tls: bool = True) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.host = host
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self._sock.listen(1024)
+        self.port = self._sock.getsockname()[1]
+        self.store = Store(self.data_dir / DB_NAME, event_log_size=event_log_size)
+        self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
+        self.api = Api(self.store)
+        self.app = App(self.api, self.tokens, f"{host}:{self.port}",
+                       bookmark_interval=bookmark_interval)
+        self.tls = tls
+        ssl: dict[str, Any] = {}
+        self.ca_path: Path | None = None
+        if tls:
+            self.ca_path, cert, key = ensure_certificates(self.data_dir / "pki", [host])
+            ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+        config = uvicorn.Config(self.app, log_level="warning", access_log=False,
+                                lifespan="on", timeout_keep_alive=120,
+                                timeout_graceful_shutdown=2, **ssl)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+        self.write_kubeconfig(self.data_dir / KUBECONFIG_NAME)
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    @property
+    def admin_token(self) -> str:
+        return self.tokens.admin_token
+
+    def cluster_url(self, cluster: str = DEFAULT_CLUSTER) -> str:
+        return self.url if cluster == DEFAULT_CLUSTER else f"{self.url}/clusters/{cluster}"
+
+    def write_kubeconfig(self, path: Path | str, *, token: str | None = None,
+                         user: str = "admin", cluster: str = DEFAULT_CLUSTER) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ca = self.ca_path.read_bytes() if self.ca_path is not None else None
+        cfg = kubeconfig(self.cluster_url(cluster), token or self.admin_token, user, ca_pem=ca)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+        return path
+
+    def start(self, timeout: float = 15.0) -> ApiServer:
+        self._thread = threading.Thread(target=self._run, name="gpushare-apiserver",
+                                        daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the API server failed to start")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the API server did not start in time")
+            time.sleep(0.01)
+        return self
+
+    def _run(self) -> None:
+        self._server.run(sockets=[self._sock])
+
+    def serve_forever(self) -> None:
+        try:
+            self._server.run(sockets=[self._sock])
+        finally:
+            self._close()
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._close()
+
+    def _close(self) -> None:
+        try:
+            self._sock.close()
+        finally:
+            self.store.close()
+
+    def __enter__(self) -> ApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

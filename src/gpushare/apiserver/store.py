@@ -1,0 +1,271 @@
+"""Durable object store: SQLite (WAL) on disk, every object also held in memory.
+
+Reads and watches are served from memory; each write is committed to SQLite before the
+API acknowledges it, so an acknowledged write survives a crash of the process (WAL with
+synchronous=NORMAL loses nothing on a process crash; only a power loss can drop the last
+transactions). One global, monotonically increasing resourceVersion is kept in the
+`meta` table so that it keeps increasing across restarts even after deletions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ObjKey = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+Bucket = dict[str, dict[str, dict[str, Any]]]  # namespace -> name -> object
+
+ADDED = "ADDED"
+MODIFIED = "MODIFIED"
+DELETED = "DELETED"
+
+
+@dataclass(slots=True)
+class Event:
+    rv: int
+    type: str
+    cluster: str
+    gr: str
+    obj: dict[str, Any]
+    old: dict[str, Any] | None
+
+
+Listener = Callable[[Event], None]
+
+# Fields of stored objects that are indexed for exact-match field selectors.
+INDEXED_FIELDS: dict[str, tuple[str, ...]] = {
+    "pods": ("spec.nodeName", "status.phase", "spec.schedulerName"),
+}
+
+
+def field_value(obj: dict[str, Any], path: str) -> str:
+    cur: Any = obj
+    for part in path.split("."):
+        if not isinstance(cur, dict):
+            return ""
+        cur = cur.get(part)
+    if cur is None:
+        return ""
+    if isinstance(cur, bool):
+        return "true" if cur else "false"
+    return str(cur)
+
+
+def _namespace(obj: dict[str, Any]) -> str:
+    return obj["metadata"].get("namespace") or ""
+
+
+class Store:
+    """All objects of all logical clusters, keyed (cluster, group/resource, namespace, name)."""
+
+    def __init__(self, path: Path | str | None, event_log_size: int = 50_000) -> None:
+        self.path = str(path) if path is not None else ":memory:"
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS objects (cluster TEXT NOT NULL, gr TEXT NOT NULL,"
+            " ns TEXT NOT NULL, name TEXT NOT NULL, rv INTEGER NOT NULL, data BLOB NOT NULL,"
+            " PRIMARY KEY (cluster, gr, ns, name))"
+        )
+        self.db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        self.buckets: dict[tuple[str, str], Bucket] = {}
+        self.owner_index: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+        self.field_index: dict[tuple[str, str, str, str], set[ObjKey]] = {}
+        self.listeners: list[Listener] = []
+        self.rv = 0
+        self._load()
+        self.events: deque[Event] = deque(maxlen=event_log_size)
+        # Watches may start from any RV >= floor; older ones have fallen out of the log.
+        self.floor_rv = self.rv
+        self.writes = 0
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        row = self.db.execute("SELECT value FROM meta WHERE key='rv'").fetchone()
+        self.rv = int(row[0]) if row else 0
+        for cluster, gr, _ns, _name, rv, data in self.db.execute("SELECT * FROM objects"):
+            obj = orjson.loads(data)
+            self._index_put(cluster, gr, obj)
+            self.rv = max(self.rv, rv)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, cluster: str, gr: str, ns: str, name: str) -> dict[str, Any] | None:
+        bucket = self.buckets.get((cluster, gr))
+        if bucket is None:
+            return None
+        by_name = bucket.get(ns)
+        return by_name.get(name) if by_name else None
+
+    def list(self, cluster: str, gr: str, ns: str | None = None) -> Iterator[dict[str, Any]]:
+        bucket = self.buckets.get((cluster, gr))
+        if not bucket:
+            return iter(())
+        if ns is not None:
+            return iter(list(bucket.get(ns, {}).values()))
+        return iter([o for by_name in bucket.values() for o in by_name.values()])
+
+    def list_indexed(
+        self, cluster: str, gr: str, path: str, value: str
+    ) -> list[dict[str, Any]] | None:
+        """Objects whose indexed field `path` equals `value`; None if not indexed."""
+        if path not in INDEXED_FIELDS.get(gr, ()):
+            return None
+        keys = self.field_index.get((cluster, gr, path, value), ())
+        out = []
+        for ns, name in keys:
+            obj = self.get(cluster, gr, ns, name)
+            if obj is not None:
+                out.append(obj)
+        return out
+
+    def count(self, cluster: str, gr: str, ns: str | None = None) -> int:
+        bucket = self.buckets.get((cluster, gr))
+        if not bucket:
+            return 0
+        if ns is not None:
+            return len(bucket.get(ns, ()))
+        return sum(len(v) for v in bucket.values())
+
+    def total_objects(self) -> int:
+        return sum(len(v) for b in self.buckets.values() for v in b.values())
+
+    def clusters(self) -> set[str]:
+        return {c for (c, _gr) in self.buckets}
+
+    def dependents(self, cluster: str, owner_uid: str) -> list[tuple[str, str, str]]:
+        return list(self.owner_index.get((cluster, owner_uid), ()))
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def next_rv(self) -> int:
+        return self.rv + 1
+
+    def put(self, cluster: str, gr: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Insert or replace `obj` (owned by the store from now on); sets its resourceVersion."""
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or ""
+        name = meta["name"]
+        old = self.get(cluster, gr, ns, name)
+        rv = self.rv + 1
+        meta["resourceVersion"] = str(rv)
+        data = orjson.dumps(obj)
+        self.db.execute("BEGIN")
+        try:
+            self.db.execute(
+                "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?)",
+                (cluster, gr, ns, name, rv, data),
+            )
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('rv', ?)", (str(rv),))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.rv = rv
+        self.writes += 1
+        if old is not None:
+            self._index_remove(cluster, gr, old)
+        self._index_put(cluster, gr, obj)
+        self._emit(Event(rv, MODIFIED if old is not None else ADDED, cluster, gr, obj, old))
+        return obj
+
+    def delete(self, cluster: str, gr: str, ns: str, name: str) -> dict[str, Any] | None:
+        old = self.get(cluster, gr, ns, name)
+        if old is None:
+            return None
+        rv = self.rv + 1
+        self.db.execute("BEGIN")
+        try:
+            self.db.execute(
+                "DELETE FROM objects WHERE cluster=? AND gr=? AND ns=? AND name=?",
+                (cluster, gr, ns, name),
+            )
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('rv', ?)", (str(rv),))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.rv = rv
+        self.writes += 1
+        self._index_remove(cluster, gr, old)
+        gone = orjson.loads(orjson.dumps(old))
+        gone["metadata"]["resourceVersion"] = str(rv)
+        self._emit(Event(rv, DELETED, cluster, gr, gone, old))
+        return gone
+
+    # -- events ----------------------------------------------------------------------------
+
+    def _emit(self, event: Event) -> None:
+        self.events.append(event)
+        if len(self.events) == self.events.maxlen:
+            self.floor_rv = self.events[0].rv - 1
+        for listener in self.listeners:
+            listener(event)
+
+    def events_since(self, rv: int) -> list[Event] | None:
+        """Events with resourceVersion > rv, or None if some of them are no longer kept."""
+        if rv < self.floor_rv:
+            return None
+        if not self.events or rv >= self.events[-1].rv:
+            return []
+        # Events are ordered by rv; scan from the newest end, which is where watches resume.
+        out: list[Event] = []
+        for event in reversed(self.events):
+            if event.rv <= rv:
+                break
+            out.append(event)
+        out.reverse()
+        return out
+
+    # -- indexes ---------------------------------------------------------------------------
+
+    def _index_put(self, cluster: str, gr: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or ""
+        name = meta["name"]
+        self.buckets.setdefault((cluster, gr), {}).setdefault(ns, {})[name] = obj
+        for ref in meta.get("ownerReferences") or ():
+            uid = ref.get("uid")
+            if uid:
+                self.owner_index.setdefault((cluster, uid), set()).add((gr, ns, name))
+        for path in INDEXED_FIELDS.get(gr, ()):
+            self.field_index.setdefault((cluster, gr, path, field_value(obj, path)), set()).add(
+                (ns, name)
+            )
+
+    def _index_remove(self, cluster: str, gr: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or ""
+        name = meta["name"]
+        bucket = self.buckets.get((cluster, gr))
+        if bucket is not None:
+            by_name = bucket.get(ns)
+            if by_name is not None:
+                by_name.pop(name, None)
+                if not by_name:
+                    del bucket[ns]
+        for ref in meta.get("ownerReferences") or ():
+            uid = ref.get("uid")
+            deps = self.owner_index.get((cluster, uid)) if uid else None
+            if deps is not None:
+                deps.discard((gr, ns, name))
+                if not deps:
+                    del self.owner_index[(cluster, uid)]
+        for path in INDEXED_FIELDS.get(gr, ()):
+            key = (cluster, gr, path, field_value(obj, path))
+            keys = self.field_index.get(key)
+            if keys is not None:
+                keys.discard((ns, name))
+                if not keys:
+                    del self.field_index[key]

@@ -1,0 +1,147 @@
+"""Watches: per-request filters fed from the store's event stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gpushare.apiserver.selectors import (
+    FieldRequirement,
+    Requirement,
+    fields_match,
+    labels_match,
+)
+from gpushare.apiserver.store import ADDED, DELETED, MODIFIED, Event, Store
+
+MAX_BACKLOG = 20_000
+
+
+@dataclass(eq=False)
+class Watcher:
+    cluster: str
+    gr: str
+    namespace: str | None
+    labels: tuple[Requirement, ...]
+    fields: tuple[FieldRequirement, ...]
+    backlog: deque[tuple[str, dict[str, Any]]] = field(default_factory=deque)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    overflowed: bool = False
+
+    def matches(self, obj: dict[str, Any] | None) -> bool:
+        if obj is None:
+            return False
+        if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
+            return False
+        return labels_match(self.labels, obj) and fields_match(self.fields, obj)
+
+    def offer(self, event: Event) -> None:
+        new_ok = self.matches(event.obj)
+        if event.type == DELETED:
+            if new_ok:
+                self._push(DELETED, event.obj)
+            return
+        old_ok = self.matches(event.old) if event.old is not None else False
+        if new_ok and old_ok:
+            self._push(MODIFIED, event.obj)
+        elif new_ok:
+            self._push(ADDED, event.obj)
+        elif old_ok:
+            # Left the selection: watchers see it as deleted, like Kubernetes.
+            self._push(DELETED, event.obj)
+
+    def _push(self, typ: str, obj: dict[str, Any]) -> None:
+        if self.overflowed:
+            return
+        if len(self.backlog) >= MAX_BACKLOG:
+            self.overflowed = True
+        else:
+            self.backlog.append((typ, obj))
+        self.ready.set()
+
+
+class WatchHub:
+    """Routes store events to the watchers of their (cluster, group/resource)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.watchers: dict[tuple[str, str], set[Watcher]] = {}
+        store.listeners.append(self._dispatch)
+
+    @property
+    def count(self) -> int:
+        return sum(len(s) for s in self.watchers.values())
+
+    def _dispatch(self, event: Event) -> None:
+        watchers = self.watchers.get((event.cluster, event.gr))
+        if watchers:
+            for w in watchers:
+                w.offer(event)
+
+    def add(self, w: Watcher) -> None:
+        self.watchers.setdefault((w.cluster, w.gr), set()).add(w)
+
+    def remove(self, w: Watcher) -> None:
+        ws = self.watchers.get((w.cluster, w.gr))
+        if ws is not None:
+            ws.discard(w)
+            if not ws:
+                del self.watchers[(w.cluster, w.gr)]
+
+
+Encoder = Callable[[str, dict[str, Any]], bytes]
+
+
+async def stream(
+    hub: WatchHub,
+    watcher: Watcher,
+    initial: list[tuple[str, dict[str, Any]]],
+    encode: Encoder,
+    timeout: float,
+    bookmarks: bool,
+    bookmark_object: Callable[[int, bool], dict[str, Any]],
+    initial_events_end: bool,
+    bookmark_interval: float,
+) -> AsyncIterator[bytes]:
+    """The watch response body: initial events, then live ones until the timeout."""
+    deadline = time.monotonic() + timeout
+    next_bookmark = time.monotonic() + bookmark_interval
+    try:
+        if initial:
+            yield b"".join(encode(t, o) for t, o in initial)
+        if initial_events_end:
+            yield encode("BOOKMARK", bookmark_object(hub.store.rv, True))
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if watcher.backlog:
+                batch = []
+                while watcher.backlog and len(batch) < 500:
+                    typ, obj = watcher.backlog.popleft()
+                    batch.append(encode(typ, obj))
+                yield b"".join(batch)
+                continue
+            if watcher.overflowed:
+                return
+            watcher.ready.clear()
+            wait = deadline - now
+            if bookmarks:
+                wait = min(wait, max(0.0, next_bookmark - now))
+            try:
+                await asyncio.wait_for(watcher.ready.wait(), wait)
+            except TimeoutError:
+                if bookmarks and time.monotonic() >= next_bookmark:
+                    next_bookmark = time.monotonic() + bookmark_interval
+                    yield encode("BOOKMARK", bookmark_object(hub.store.rv, False))
+    finally:
+        hub.remove(watcher)
+
+
+def encode_event(typ: str, obj: dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": typ, "object": obj}) + b"\n"

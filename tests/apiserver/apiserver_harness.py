@@ -1,0 +1,35 @@
+"""Shared helpers of the API server tests: a kubectl runner and an official client."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config
+
+from gpushare.apiserver.server import ApiServer
+
+KUBECTL = "/usr/bin/kubectl"
+
+
+@dataclass
+class Cluster:
+    server: ApiServer
+    kubeconfig: Path
+    cache_dir: Path
+
+    def kubectl(self, *args: str, check: bool = True, stdin: str | None = None,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+        cmd = [KUBECTL, "--kubeconfig", str(kubeconfig or self.kubeconfig),
+               "--cache-dir", str(self.cache_dir), *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, input=stdin, timeout=60,
+                              env={**os.environ, "HOME": str(self.cache_dir)})
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{proc.stdout}\n"
+                                 f"{proc.stderr}")
+        return proc
+
+    def api_client(self, kubeconfig: Path | None = None) -> client.ApiClient:
+        return config.new_client_from_config(str(kubeconfig or self.kubeconfig))
