@@ -9,12 +9,16 @@ change the figures, the order is re-evaluated at every pop.
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 from collections.abc import Callable, Iterable
 from fractions import Fraction
 
 from gpushare.model.job import Job
+from gpushare.model.pod import Pod
+from gpushare.model.quantities import MILLI
 from gpushare.scheduler.gang import GangView
-from gpushare.scheduler.session import F0, Session, Vec, vadd
+from gpushare.scheduler.session import F0, OrderFigures, Session, Vec, vadd
 
 JobKey = tuple[int, int, float, str]
 
@@ -97,12 +101,9 @@ def _pareto_less(a: Vec, b: Vec) -> bool:
     return all(le(a[i], b[i]) for i in range(3)) and not all(le(b[i], a[i]) for i in range(3))
 
 
-class JobQueue:
-    """Jobs waiting for an action, handed out in fair order (see module doc).
-
-    ``jobs`` are the candidates; ``push`` puts a job back (it competes again);
-    ``pop`` returns the next job or None.
-    """
+class _ExactJobQueue:
+    """The reference implementation of :class:`JobQueue`: every comparison exact, every
+    pop re-sorts everything. Used for victim order (``reverse=True``) and in tests."""
 
     def __init__(
         self,
@@ -169,3 +170,203 @@ class JobQueue:
         if job is not None:
             self._by_leaf[job.queue].remove(job)
         return job
+
+
+def step_units(session: Session, pods: list[Pod]) -> tuple[int | Fraction, int, int]:
+    """A step's request in the state's units (milli-GPUs, millicores, bytes); memory-sized
+    GPU requests at the smallest GPU, exactly."""
+    gpu: int | Fraction = 0
+    cpu = mem = 0
+    for pod in pods:
+        g = pod.gpu
+        if g.whole:
+            gpu += g.whole * MILLI
+        elif g.portion:
+            gpu += g.portion * g.devices
+        elif g.memory_mib and session.min_gpu_memory:
+            gpu += Fraction(g.memory_mib * g.devices * MILLI, session.min_gpu_memory)
+        cpu += pod.cpu_millis
+        mem += pod.memory_bytes
+    return gpu, cpu, mem
+
+
+class JobQueue:
+    """Jobs waiting for an action, handed out in fair order (see module doc).
+
+    ``jobs`` are the candidates; ``push`` puts a job back (it competes again); ``pop``
+    returns the next job or None. Figures are cached against the state's version counters,
+    so a pop costs a walk down the tree over cached keys; anything that changes (a job's
+    pods, a queue's allocation) is recomputed. ``reverse=True`` (victim order) uses the
+    exact reference implementation.
+    """
+
+    def __new__(cls, session: Session, jobs: Iterable[Job],
+                job_key: Callable[[Job], object] | None = None, reverse: bool = False):
+        if reverse or job_key is not None:
+            return _ExactJobQueue(session, jobs, job_key, reverse)
+        return super().__new__(cls)
+
+    def __init__(self, session: Session, jobs: Iterable[Job],
+                 job_key: Callable[[Job], object] | None = None, reverse: bool = False) -> None:
+        self.session = session
+        self.state = session.state
+        self.fig: OrderFigures = _figures(session)
+        self._heaps: dict[str, list] = {}
+        self._seq = itertools.count()
+        self._count = 0
+        self._job_cache: dict[str, tuple[int, object, tuple]] = {}  # key -> (version, order, req)
+        self._queue_cache: dict[str, tuple] = {}
+        for job in jobs:
+            self.push(job)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def empty(self) -> bool:
+        return self._count == 0
+
+    def _job_info(self, job: Job) -> tuple[object, tuple]:
+        version = self.state.job_version.get(job.key, 0)
+        cached = self._job_cache.get(job.key)
+        if cached is not None and cached[0] == version:
+            return cached[1], cached[2]
+        gang = self.session.gang(job)
+        order = (-job.priority, gang.elastic_state(), job.created_at, job.key)
+        req = step_units(self.session, gang.next_step() or [])
+        self._job_cache[job.key] = (version, order, req)
+        return order, req
+
+    def push(self, job: Job) -> None:
+        order, _ = self._job_info(job)
+        heapq.heappush(self._heaps.setdefault(job.queue, []),
+                       (order, next(self._seq), job, self.state.job_version.get(job.key, 0)))
+        self._count += 1
+
+    def _top(self, leaf: str) -> Job | None:
+        heap = self._heaps.get(leaf)
+        while heap:
+            _order, _, job, version = heap[0]
+            if version == self.state.job_version.get(job.key, 0):
+                return job
+            heapq.heapreplace(heap, (self._job_info(job)[0], next(self._seq), job,
+                                     self.state.job_version.get(job.key, 0)))
+        return None
+
+    def _queue_key(self, name: str, job: Job) -> tuple:
+        qu = self.state.queue_usage[name]
+        jv = self.state.job_version.get(job.key, 0)
+        cached = self._queue_cache.get(name)
+        if cached is not None and cached[0] == qu.version and cached[1] is job and cached[2] == jv:
+            return cached[3]
+        _, req = self._job_info(job)
+        fig = self.fig
+        a = (qu.allocated.gpu, qu.allocated.cpu, qu.allocated.mem)
+        ff = fig.fair_floor[name]
+        over = a[0] > ff[0] and a[1] > ff[1] and a[2] > ff[2]
+        quota = fig.quota[name]
+        starved = all(quota[i] is None or a[i] + req[i] <= quota[i] for i in range(3))
+        zero = fig.alloc_zero[name]
+        share = fig.alloc_share[name]
+        violation = any(zero[i] and a[i] + req[i] > 0 for i in range(3))
+        with_job = 0.0
+        without = 0.0
+        for i in range(3):
+            w, o = a[i] + req[i], a[i]
+            if zero[i]:
+                factor = 1 if i == 0 else MILLI  # allocated x 1000 in natural units
+                w_share, o_share = float(w) * factor, float(o) * factor
+            else:
+                w_share, o_share = float(w) / share[i], o / share[i]
+            with_job = max(with_job, w_share)
+            without = max(without, o_share)
+        key = (over, not starved, -self.state.queues[name].priority, violation, with_job, without)
+        self._queue_cache[name] = (qu.version, job, jv, key)
+        return key
+
+    def pop(self) -> Job | None:
+        if self._count == 0:
+            return None
+        state = self.state
+        best: dict[str, Job | None] = {}
+
+        def best_job(name: str) -> Job | None:
+            if name in best:
+                return best[name]
+            queue = state.queues.get(name)
+            kids = [] if queue is None else [k for k in queue.children if self._live(k)]
+            result = self._top(name) if not kids else best_job(self._choose(kids, best_job))
+            best[name] = result
+            return result
+
+        roots = sorted(q for q in self._roots() if self._live(q))
+        if not roots:
+            return None
+        job = best_job(self._choose(roots, best_job))
+        if job is None:
+            return None
+        heap = self._heaps[job.queue]
+        for i, entry in enumerate(heap):
+            if entry[2] is job:
+                heap[i] = heap[-1]
+                heap.pop()
+                heapq.heapify(heap)
+                break
+        self._count -= 1
+        return job
+
+    def _roots(self) -> list[str]:
+        state = self.state
+        roots = set()
+        for leaf, heap in self._heaps.items():
+            if not heap:
+                continue
+            chain = state.ancestors(leaf)
+            if chain:
+                roots.add(chain[-1])
+        return sorted(roots)
+
+    def _live(self, name: str) -> bool:
+        """Whether the queue's subtree holds candidates."""
+        heap = self._heaps.get(name)
+        if heap:
+            return True
+        queue = self.state.queues.get(name)
+        return queue is not None and any(self._live(k) for k in queue.children)
+
+    def _choose(self, names: list[str], best_job: Callable[[str], Job | None]) -> str:
+        if len(names) == 1:
+            return names[0]
+        keyed = []
+        for n in names:
+            job = best_job(n)
+            if job is None:
+                continue
+            keyed.append((self._queue_key(n, job), n))
+        if not keyed:
+            return names[0]
+        top = min(k for k, _ in keyed)
+        tied = [n for k, n in keyed if k == top]
+        if len(tied) == 1:
+            return tied[0]
+        session = self.session
+
+        def cmp(a: str, b: str) -> int:
+            la, ra = session.allocatable_share(a), session.allocatable_share(b)
+            if _pareto_less(la, ra):
+                return -1
+            if _pareto_less(ra, la):
+                return 1
+            qa, qb = self.state.queues[a], self.state.queues[b]
+            if qa.created_at != qb.created_at:
+                return -1 if qa.created_at < qb.created_at else 1
+            return -1 if a < b else (1 if a > b else 0)
+
+        return sorted(tied, key=functools.cmp_to_key(cmp))[0]
+
+
+def _figures(session: Session) -> OrderFigures:
+    fig = getattr(session, "_order_figures", None)
+    if fig is None:
+        fig = OrderFigures(session)
+        session._order_figures = fig  # type: ignore[attr-defined]
+    return fig

@@ -10,12 +10,14 @@ shared GPU.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from gpushare.model.job import Job
 from gpushare.model.pod import Pod, PodStatus
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.gang import is_gang
+from gpushare.scheduler.node_index import NodeIndex
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import NodeUsage, Statement
 
@@ -152,15 +154,87 @@ def ordered_fits(
     return [t[2] for t in scored]
 
 
+def best_fit(
+    session: Session, pod: Pod, nodes: list[str] | None = None, pipeline_only: bool = False
+) -> Fit | None:
+    """The node ``ordered_fits`` would put first, found through the node index when the
+    whole cluster is the choice (same order, far fewer nodes looked at)."""
+    g = pod.gpu
+    if nodes is not None or (g.is_shared and g.devices > 1):
+        fits = ordered_fits(session, pod, nodes, pipeline_only)
+        return fits[0] if fits else None
+    config = session.config
+    index = NodeIndex.of(session.state, config.gpu_placement, config.cpu_placement)
+    usage = session.state.usage
+    want_now = not pipeline_only
+
+    def first(names) -> tuple[Fit | None, Fit | None]:
+        """First fit now, and first fit at all, in the given order."""
+        later: Fit | None = None
+        for name in names:
+            fit = fit_on_node(session, pod, usage[name], pipeline_only)
+            if fit is None:
+                continue
+            if fit.now or not want_now:
+                return fit, later or fit
+            if later is None:
+                later = fit
+        return None, later
+
+    if g.whole:
+        now, later = first(index.whole_candidates(g.whole))
+        return now or later
+    if g.is_shared:
+        portion = g.portion_on(session.state.nodes[next(iter(usage))].gpu_memory_mib) if (
+            g.portion == 0 and usage
+        ) else g.portion
+        if g.is_memory:
+            # Portions differ with each node's GPU memory: look at every shared node.
+            portion = 1
+        if config.gpu_placement == "binpack":
+            now, later = first(
+                n for n in index.shared_candidates(portion)
+                if _has_shared_fit(session, pod, usage[n])
+            )
+            if now is not None:
+                return now
+            if later is not None:
+                return later
+            now, later = first(index.whole_candidates(1))
+            return now or later
+        seen: set[str] = set()
+        merged = heapq.merge(
+            ((index.gpu_key(usage[n]), n) for n in index.shared_candidates(portion)),
+            ((index.gpu_key(usage[n]), n) for n in index.whole_candidates(1)),
+        )
+        names = []
+        for _, n in merged:
+            if n not in seen:
+                seen.add(n)
+                names.append(n)
+        now, later = first(names)
+        return now or later
+    # CPU-only: GPU-less nodes first, fitting now first.
+    now_cpu, later_cpu = first(index.cpu_candidates(False, pod.cpu_millis))
+    if now_cpu is not None:
+        return now_cpu
+    now_gpu, later_gpu = first(index.cpu_candidates(True, pod.cpu_millis))
+    return now_gpu or later_cpu or later_gpu
+
+
+def _has_shared_fit(session: Session, pod: Pod, usage: NodeUsage) -> bool:
+    fit = fit_on_node(session, pod, usage, True)
+    return fit is not None and fit.has_shared_fit
+
+
 def place_pod(
     session: Session, stmt: Statement, pod: Pod, nodes: list[str] | None = None,
     pipeline_only: bool = False,
 ) -> Fit | None:
     """Place one pod on the best node (bind if it fits now, else pipeline)."""
-    fits = ordered_fits(session, pod, nodes, pipeline_only)
-    if not fits:
+    fit = best_fit(session, pod, nodes, pipeline_only)
+    if fit is None:
         return None
-    fit = fits[0]
     if fit.now:
         stmt.allocate(pod, fit.node, fit.gpu_indices, fit.portion)
     else:

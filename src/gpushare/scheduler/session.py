@@ -220,3 +220,35 @@ class Session:
 
     def clear_reason(self, job: Job) -> None:
         self.pending_reasons.pop(job.key, None)
+
+
+class OrderFigures:
+    """Per-cycle constants for fast queue ordering, in the state's integer units
+    (milli-GPUs, millicores, bytes)."""
+
+    __slots__ = ("alloc_share", "alloc_zero", "fair_floor", "quota")
+
+    def __init__(self, session: Session) -> None:
+        cap = session.capacity
+        cap_units = (float(cap[0] * MILLI), float(cap[1]), float(cap[2]))
+        scale = (MILLI, 1, 1)
+        self.fair_floor: dict[str, tuple[int, int, int]] = {}
+        self.quota: dict[str, tuple[Fraction | None, ...]] = {}
+        self.alloc_share: dict[str, tuple[float, float, float]] = {}
+        self.alloc_zero: dict[str, tuple[bool, bool, bool]] = {}
+        for name in session.state.queues:
+            fair = session.fair(name)
+            self.fair_floor[name] = tuple(  # type: ignore[assignment]
+                (fair[i] * scale[i]).__floor__() for i in range(3)
+            )
+            quota = session.quota[name]
+            self.quota[name] = tuple(
+                None if quota[i] == UNLIMITED else quota[i] * scale[i] for i in range(3)
+            )
+            share = session.allocatable_share(name)
+            units = tuple(
+                cap_units[i] if share[i] == UNLIMITED else float(share[i] * scale[i])
+                for i in range(3)
+            )
+            self.alloc_zero[name] = tuple(u == 0 for u in units)  # type: ignore[assignment]
+            self.alloc_share[name] = units  # type: ignore[assignment]

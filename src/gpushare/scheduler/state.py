@@ -105,6 +105,7 @@ class QueueUsage:
     allocated_np: Res = ZERO  # the same, of non-preemptible jobs
     pending: Res = ZERO  # Pending pods' requests (memory-sized GPU requests apart)
     pending_gpu_memory_mib: int = 0  # Pending pods' gpu-memory requests x devices, MiB
+    version: int = 0  # bumped on every change, so that derived figures can be cached
 
 
 @dataclass(slots=True)
@@ -131,6 +132,9 @@ class ClusterState:
         self._log: list[_Undo] | None = None
         self._touched: dict[str, PodStatus] = {}  # pod key -> status when the cycle began
         self._pending_jobs: dict[str, int] = {}  # job key -> pending pods (only > 0)
+        self.job_version: dict[str, int] = {}  # bumped on every change to a job's pods
+        self.dirty_nodes: set[str] = set()  # nodes changed since the node index last looked
+        self.node_version: int = 0  # bumped when nodes are added, changed or removed
 
     # ----------------------------------------------------------------- nodes
     def upsert_node(self, node: Node) -> None:
@@ -144,6 +148,8 @@ class ClusterState:
         )
         self.nodes[node.name] = node
         self.usage[node.name] = usage
+        self.node_version += 1
+        self.dirty_nodes.add(node.name)
         if old is not None:
             usage.gpu_names = {i: n for i, n in old.gpu_names.items() if i < node.gpus}
             for key in list(old.pods):
@@ -153,15 +159,16 @@ class ClusterState:
     def remove_node(self, name: str) -> None:
         usage = self.usage.pop(name, None)
         self.nodes.pop(name, None)
+        self.node_version += 1
+        self.dirty_nodes.add(name)
         if usage is None:
             return
         # Pods of a vanished node are gone with it: their workloads re-create them.
         for key in list(usage.pods):
             pod = self.pods[key]
-            self._detach_queue(pod)
+            self._detach(pod)  # the node is gone already: queue totals only
             pod.status, pod.node, pod.gpu_indices, pod.portion = PodStatus.PENDING, None, (), 0
-            self._attach_queue(pod)
-            self._count_pending(pod, +1)
+            self._attach(pod)
 
     # ---------------------------------------------------------------- queues
     def upsert_queue(self, queue: Queue) -> None:
@@ -281,6 +288,7 @@ class ClusterState:
 
     # ------------------------------------------------------ running totals
     def _attach(self, pod: Pod) -> None:
+        self.job_version[pod.job] = self.job_version.get(pod.job, 0) + 1
         if pod.node is not None:
             self._attach_node(pod)
         self._attach_queue(pod)
@@ -288,6 +296,7 @@ class ClusterState:
             self._count_pending(pod, +1)
 
     def _detach(self, pod: Pod) -> None:
+        self.job_version[pod.job] = self.job_version.get(pod.job, 0) + 1
         if pod.node is not None and pod.node in self.usage:
             self._node_delta(pod, -1)
         self._detach_queue(pod)
@@ -302,6 +311,7 @@ class ClusterState:
         if status not in ON_NODE:
             return
         u = self.usage[pod.node]  # type: ignore[index]
+        self.dirty_nodes.add(u.node.name)
         pods_key = pod.key
         if sign > 0:
             u.pods[pods_key] = None
@@ -342,6 +352,7 @@ class ClusterState:
                 held = ZERO - held
             for name in self.ancestors(job.queue):
                 qu = self.queue_usage[name]
+                qu.version += 1
                 qu.allocated = qu.allocated + held
                 if not job.preemptible:
                     qu.allocated_np = qu.allocated_np + held
@@ -352,6 +363,7 @@ class ClusterState:
             mem_mib = g.memory_mib * g.devices * sign
             for name in self.ancestors(job.queue):
                 qu = self.queue_usage[name]
+                qu.version += 1
                 qu.pending = qu.pending + req
                 qu.pending_gpu_memory_mib += mem_mib
 

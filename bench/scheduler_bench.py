@@ -1,0 +1,178 @@
+"""Scheduler core benchmark: full cycles on large synthetic clusters.
+
+Builds a cluster of N nodes x 8 GPUs with about 35 running pods per node (whole-GPU,
+fractional and CPU-only pods), a two-level queue tree, and a mix of pending whole,
+fractional and gang jobs; then runs full cycles (all actions) on the live state, settling
+in between like the scheduler loop would, and prints seconds per cycle (median), pods
+placed per second, the fair-share division time and the sizes.
+
+    python bench/scheduler_bench.py                 # 500, 1000 and 4000 nodes
+    python bench/scheduler_bench.py --nodes 5000 --queues 1000 --cycles 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from fractions import Fraction
+
+from gpushare.model import GpuRequest, Job, Node, Pod, PodStatus, Queue, ResourceSpec
+from gpushare.model.quantities import MIB
+from gpushare.scheduler import ClusterState, Config, run_cycle
+from gpushare.scheduler.session import Session
+
+UNL = Fraction(-1)
+GPUS_PER_NODE = 8
+
+
+def build(nodes: int, queues: int, pending_jobs: int, seed: int = 7) -> ClusterState:
+    rnd = random.Random(seed)
+    state = ClusterState()
+    for i in range(nodes):
+        state.upsert_node(Node(f"node-{i:05d}", gpus=GPUS_PER_NODE, gpu_memory_mib=81920,
+                               cpu_millis=128000, memory_bytes=1024 * 1024 * MIB, max_pods=110))
+    departments = max(1, queues // 20)
+    per_dept_gpu = Fraction(nodes * GPUS_PER_NODE, departments)
+    for d in range(departments):
+        state.upsert_queue(Queue(f"dept-{d:03d}", resources={
+            "gpu": ResourceSpec(per_dept_gpu, UNL, Fraction(1)),
+            "cpu": ResourceSpec(UNL, UNL, Fraction(1)),
+            "memory": ResourceSpec(UNL, UNL, Fraction(1)),
+        }))
+    leaves = []
+    for t in range(queues):
+        d = t % departments
+        name = f"team-{t:04d}"
+        leaves.append(name)
+        state.upsert_queue(Queue(name, parent=f"dept-{d:03d}", created_at=float(t), resources={
+            "gpu": ResourceSpec(per_dept_gpu / (queues // departments or 1), UNL, Fraction(1)),
+            "cpu": ResourceSpec(UNL, UNL, Fraction(1)),
+            "memory": ResourceSpec(UNL, UNL, Fraction(1)),
+        }))
+    job_id = 0
+
+    def new_job(queue: str, priority: int, min_member: int) -> Job:
+        nonlocal job_id
+        job_id += 1
+        job = Job(f"job-{job_id:07d}", "bench", queue, priority=priority,
+                  preemptible=priority < 100, min_member=min_member,
+                  created_at=float(-job_id))
+        state.upsert_job(job)
+        return job
+
+    # Running pods: per node 6 whole GPUs (3 pods x 2), 2 GPUs shared by 4 quarter pods,
+    # and CPU-only pods up to ~35 pods per node; leaving some nodes partly free.
+    for i in range(nodes):
+        node = f"node-{i:05d}"
+        busy = rnd.random() < 0.9
+        whole_pods = 3 if busy else 1
+        idx = 0
+        for _ in range(whole_pods):
+            job = new_job(rnd.choice(leaves), rnd.choice((50, 100)), 1)
+            state.upsert_pod(Pod(f"{job.name}-0", "bench", job.key, 0,
+                                 gpu=GpuRequest(whole=2), cpu_millis=8000,
+                                 memory_bytes=64 * 1024 * MIB, status=PodStatus.RUNNING,
+                                 node=node, gpu_indices=(idx, idx + 1), portion=1000))
+            idx += 2
+        for k in range(4 if busy else 2):
+            job = new_job(rnd.choice(leaves), 50, 1)
+            state.upsert_pod(Pod(f"{job.name}-0", "bench", job.key, 0,
+                                 gpu=GpuRequest(portion=250), cpu_millis=1000,
+                                 memory_bytes=8 * 1024 * MIB, status=PodStatus.RUNNING,
+                                 node=node, gpu_indices=(6 + k // 4,), portion=250))
+        for _ in range(28 if busy else 10):
+            job = new_job(rnd.choice(leaves), 50, 1)
+            state.upsert_pod(Pod(f"{job.name}-0", "bench", job.key, 0, cpu_millis=500,
+                                 memory_bytes=2 * 1024 * MIB, status=PodStatus.RUNNING,
+                                 node=node))
+    add_pending(state, rnd, leaves, pending_jobs, new_job)
+    return state
+
+
+def add_pending(state, rnd, leaves, count, new_job) -> None:
+    for _ in range(count):
+        kind = rnd.random()
+        queue = rnd.choice(leaves)
+        if kind < 0.5:
+            job = new_job(queue, 50, 1)
+            pods = [(GpuRequest(whole=rnd.choice((1, 1, 2))), 4000)]
+        elif kind < 0.8:
+            job = new_job(queue, 50, 1)
+            pods = [(GpuRequest(portion=rnd.choice((250, 500))), 1000)]
+        else:
+            size = rnd.choice((2, 4, 8))
+            job = new_job(queue, 50, size)
+            pods = [(GpuRequest(whole=1), 4000)] * size
+        for k, (gpu, cpu) in enumerate(pods):
+            state.upsert_pod(Pod(f"{job.name}-{k}", "bench", job.key, k, gpu=gpu,
+                                 cpu_millis=cpu, memory_bytes=16 * 1024 * MIB))
+
+
+def settle(state: ClusterState) -> None:
+    for pod in list(state.pods.values()):
+        if pod.status is PodStatus.BINDING:
+            state.set_pod(pod, PodStatus.RUNNING, pod.node, pod.gpu_indices, pod.portion)
+        elif pod.status in (PodStatus.RELEASING, PodStatus.PIPELINED):
+            state.set_pod(pod, PodStatus.PENDING)
+
+
+def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...]) -> None:
+    t0 = time.perf_counter()
+    state = build(nodes, queues, pending)
+    build_s = time.perf_counter() - t0
+    config = Config(actions=actions)
+    times, placed = [], []
+    division = []
+    for c in range(cycles):
+        if c:
+            settle(state)
+            rnd = random.Random(c)
+            # New work arrives between cycles, as it would in a live cluster.
+            leaves = [q for q in state.queues if q.startswith("team-")]
+            counter = [len(state.jobs)]
+
+            def new_job(queue, priority, min_member, counter=counter, c=c):
+                counter[0] += 1
+                job = Job(f"late-{c}-{counter[0]}", "bench", queue, priority=priority,
+                          preemptible=priority < 100, min_member=min_member)
+                state.upsert_job(job)
+                return job
+
+            add_pending(state, rnd, leaves, pending // 4, new_job)
+        t = time.perf_counter()
+        Session(state, config, 0.0)
+        division.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        result = run_cycle(state, config, 0.0)
+        times.append(time.perf_counter() - t)
+        placed.append(len(result.binds) + len(result.pipelines))
+    running = sum(1 for p in state.pods.values() if p.node is not None)
+    cycle = statistics.median(times)
+    print(
+        f"nodes={nodes} gpus={nodes * GPUS_PER_NODE} pods={len(state.pods)} "
+        f"(on nodes {running}) queues={len(state.queues)} pending_jobs={pending} "
+        f"build={build_s:.1f}s | cycle median={cycle:.3f}s "
+        f"(all {', '.join(f'{x:.3f}' for x in times)}) "
+        f"placed/cycle={statistics.median(placed):.0f} "
+        f"placements/s={sum(placed) / sum(times):.0f} "
+        f"fair-share division median={statistics.median(division) * 1000:.1f}ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="*", default=[500, 1000, 4000])
+    parser.add_argument("--queues", type=int, default=200)
+    parser.add_argument("--pending", type=int, default=0, help="pending jobs (default nodes/2)")
+    parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument("--actions", default="allocate,consolidation,reclaim,preempt,"
+                        "stalegangeviction")
+    args = parser.parse_args()
+    for n in args.nodes:
+        bench(n, args.queues, args.pending or n // 2, args.cycles, tuple(args.actions.split(",")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""An index of nodes by what they can still take, kept up to date from the state's dirty
+set, so that choosing a node costs a walk over the few candidates in score order rather
+than a pass over every node.
+
+Buckets hold node keys in placement order (binpack: least free first; spread: largest free
+ratio first; then name):
+
+* ``whole[b]``: ready nodes with exactly ``b`` GPUs that are (or will be, once releases
+  finish) entirely free;
+* ``shared[k]``: ready nodes whose roomiest shared GPU has ``k`` hundred milli-GPUs free;
+* ``cpu_only`` / ``cpu_gpu``: ready nodes without / with GPUs, by CPU.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Iterable, Iterator
+from fractions import Fraction
+
+from gpushare.model.quantities import MILLI
+from gpushare.scheduler.state import ClusterState, NodeUsage
+
+Key = tuple
+
+
+class NodeIndex:
+    def __init__(self, state: ClusterState, gpu_strategy: str, cpu_strategy: str) -> None:
+        self.state = state
+        self.gpu_strategy = gpu_strategy
+        self.cpu_strategy = cpu_strategy
+        self.whole: dict[int, list[Key]] = {}
+        self.shared: dict[int, list[Key]] = {}
+        self.cpu_only: list[Key] = []
+        self.cpu_gpu: list[Key] = []
+        self._entries: dict[str, list[tuple[list[Key], Key]]] = {}
+        self.node_version = state.node_version
+        for name in sorted(state.usage):
+            self._add(name)
+        state.dirty_nodes.clear()
+
+    @classmethod
+    def of(cls, state: ClusterState, gpu_strategy: str, cpu_strategy: str) -> NodeIndex:
+        index = getattr(state, "_node_index", None)
+        if (
+            index is None
+            or index.gpu_strategy != gpu_strategy
+            or index.cpu_strategy != cpu_strategy
+        ):
+            index = cls(state, gpu_strategy, cpu_strategy)
+            state._node_index = index  # type: ignore[attr-defined]
+        else:
+            index.refresh()
+        return index
+
+    def refresh(self) -> None:
+        dirty = self.state.dirty_nodes
+        if not dirty:
+            return
+        for name in sorted(dirty):
+            self._remove(name)
+            if name in self.state.usage:
+                self._add(name)
+        dirty.clear()
+
+    # ------------------------------------------------------------------ keys
+    def gpu_key(self, u: NodeUsage) -> Key:
+        free = u.gpus_free_future_milli()
+        if self.gpu_strategy == "spread":
+            total = u.node.gpus * MILLI
+            return (-Fraction(free, total) if total else 0, u.node.name)
+        return (free, u.node.name)
+
+    def cpu_key(self, u: NodeUsage) -> Key:
+        free = u.cpu_free_future()
+        if self.cpu_strategy == "spread":
+            total = u.node.cpu_millis
+            return (-Fraction(free, total) if total else 0, u.node.name)
+        return (free, u.node.name)
+
+    # ----------------------------------------------------------- maintenance
+    def _insert(self, name: str, target: list[Key], key: Key) -> None:
+        bisect.insort(target, key)
+        self._entries.setdefault(name, []).append((target, key))
+
+    def _remove(self, name: str) -> None:
+        for target, key in self._entries.pop(name, ()):
+            i = bisect.bisect_left(target, key)
+            if i < len(target) and target[i] == key:
+                del target[i]
+
+    def _add(self, name: str) -> None:
+        u = self.state.usage[name]
+        if not u.node.ready:
+            return
+        if u.node.gpus:
+            key = self.gpu_key(u)
+            whole = 0
+            roomiest = -1
+            for i in range(u.node.gpus):
+                future = u.gpu_free_future(i)
+                if future == MILLI:
+                    whole += 1
+                if u.gpu_shared[i] > 0 and future > roomiest:
+                    roomiest = future
+            if whole:
+                self._insert(name, self.whole.setdefault(whole, []), key)
+            if roomiest > 0:
+                self._insert(name, self.shared.setdefault(min(roomiest // 100, 9), []), key)
+            self._insert(name, self.cpu_gpu, self.cpu_key(u))
+        else:
+            self._insert(name, self.cpu_only, self.cpu_key(u))
+
+    # --------------------------------------------------------------- queries
+    def whole_candidates(self, at_least: int) -> Iterator[str]:
+        """Nodes with at least this many entirely free GPUs, in GPU placement order."""
+        lists = [keys for b, keys in self.whole.items() if b >= at_least and keys]
+        return (key[-1] for key in _merge(lists))
+
+    def shared_candidates(self, portion: int) -> Iterator[str]:
+        """Nodes whose roomiest shared GPU may hold this portion, in GPU placement order."""
+        lists = [keys for k, keys in self.shared.items() if (k + 1) * 100 > portion and keys]
+        return (key[-1] for key in _merge(lists))
+
+    def cpu_candidates(self, gpu_nodes: bool, cpu: int) -> Iterator[str]:
+        keys = self.cpu_gpu if gpu_nodes else self.cpu_only
+        start = 0
+        if self.cpu_strategy != "spread":
+            start = bisect.bisect_left(keys, (cpu, ""))
+        return (keys[i][-1] for i in range(start, len(keys)))
+
+
+def _merge(lists: list[list[Key]]) -> Iterable[Key]:
+    if len(lists) == 1:
+        return iter(lists[0])
+    return heapq.merge(*lists)
