@@ -8,7 +8,7 @@ placement is ``spread``, where packing would fight the strategy.
 
 from __future__ import annotations
 
-from gpushare.model import Job, Pod, PodStatus
+from gpushare.model import Job, Pod
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims.common import (
@@ -56,7 +56,7 @@ def consolidation(session: Session) -> None:
         return out
 
     def validator(outcome: Outcome) -> bool:
-        return all(p.status is PodStatus.PIPELINED for p in outcome.victim_order)
+        return not outcome.evicted
 
     search = Search(
         session=session,

@@ -26,7 +26,7 @@ from gpushare.model import ACTIVE_ALLOCATED, Job, Pod, PodStatus
 from gpushare.model.quantities import MILLI, RESOURCES
 from gpushare.scheduler.gang import GangView
 from gpushare.scheduler.ordering import job_order_key
-from gpushare.scheduler.placement import place_step
+from gpushare.scheduler.placement import place_pod, place_step
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import Statement
 from gpushare.scheduler.victims.ordering import pick_fair
@@ -46,7 +46,7 @@ class Outcome:
     evicted: list[Pod]  # victims that did not land again
     moved: list[Pod]  # victims placed again (Pipelined on their new node)
     victim_quantities: dict[str, Quantities]  # pod key -> what it held before eviction
-    victim_order: list[Pod]  # every victim, in the order the search took them
+    victim_order: list[Pod]  # evicted and moved victims, in the order the search took them
 
     def victim_jobs(self) -> dict[str, list[Pod]]:
         out: dict[str, list[Pod]] = {}
@@ -133,18 +133,51 @@ class Search:
         self, stmt: Statement, job: Job, partial: list[Pod], recorded: list[Pod],
         shares: dict[str, QueueShare], totals: dict[str, Fraction],
     ) -> Outcome | None:
+        """Two generators, least disruptive first: victims on one node at a time (the
+        victims accumulated so far that sit on a node of the latest victim), then the
+        accumulated victims on every node (for gangs spanning nodes)."""
+        for node_local in (True, False):
+            self._budget = self.max_simulations
+            outcome = self._generate(stmt, job, partial, recorded, shares, totals, node_local)
+            if outcome is not None:
+                return outcome
+        return None
+
+    def _generate(
+        self, stmt: Statement, job: Job, partial: list[Pod], recorded: list[Pod],
+        shares: dict[str, QueueShare], totals: dict[str, Fraction], node_local: bool,
+    ) -> Outcome | None:
         candidates = self.candidates(job, partial)
         protected = None
         if self.protected_core is not None:
             guard = self.protected_core
             protected = lambda victim: guard(job, victim)  # noqa: E731
         queue = VictimQueue(candidates, shares, totals, {p.key for p in recorded}, protected)
-        victims = list(recorded)
-        victim_jobs = {p.job for p in victims}
-        quantities = {p.key: pod_quantities(p) for p in victims}
+        accumulated: list[Pod] = []
+        victim_jobs = {p.job for p in recorded}
+        quantities = {p.key: pod_quantities(p) for p in recorded}
         partial_keys = tuple(p.key for p in partial)
+        latest: list[Pod] = []
+        first = True
         while True:
-            if victims:
+            if first:
+                first = False
+                scenarios = [list(recorded)] if recorded else []
+            elif node_local:
+                scenarios = []
+                if self._may_fit(partial, recorded + accumulated):
+                    seen: set[frozenset[str]] = set()
+                    for node in sorted({p.node for p in latest if p.node is not None}):
+                        # Whole victim steps of every job that has a victim on the node.
+                        jobs_here = {p.job for p in accumulated if p.node == node}
+                        on_node = [p for p in accumulated if p.job in jobs_here]
+                        key = frozenset(p.key for p in on_node)
+                        if key not in seen:
+                            seen.add(key)
+                            scenarios.append(recorded + on_node)
+            else:
+                scenarios = [recorded + accumulated]
+            for victims in scenarios:
                 outcome = self._try(stmt, job, partial, partial_keys, victims, quantities)
                 if outcome is not None:
                     return outcome
@@ -153,7 +186,7 @@ class Search:
             nxt = queue.pop()
             if nxt is None:
                 return None
-            victim_job, pods = nxt
+            victim_job, latest = nxt
             if (
                 self.max_victim_jobs is not None
                 and victim_job.key not in victim_jobs
@@ -161,9 +194,9 @@ class Search:
             ):
                 return None
             victim_jobs.add(victim_job.key)
-            for pod in pods:
+            for pod in latest:
                 quantities[pod.key] = pod_quantities(pod)
-            victims.extend(pods)
+            accumulated.extend(latest)
 
     def _try(
         self, stmt: Statement, job: Job, partial: list[Pod], partial_keys: tuple[str, ...],
@@ -208,15 +241,18 @@ class Search:
             free_gpu += usage.gpus_free_future_milli()
             free_cpu += usage.cpu_free_future()
             free_mem += usage.mem_free_future()
-        whole_by_node: dict[str, int] = {}
+        freed: dict[str, dict[int, int]] = {}  # node -> GPU index -> milli-GPU released
         for pod in victims:
-            if pod.status in ACTIVE_ALLOCATED and pod.status is not PodStatus.PIPELINED:
+            if pod.status in ACTIVE_ALLOCATED:
                 held = pod.held()
                 free_gpu += held.gpu
                 free_cpu += held.cpu
                 free_mem += held.mem
-                if pod.gpu.whole and pod.node is not None:
-                    whole_by_node[pod.node] = whole_by_node.get(pod.node, 0) + pod.gpu.whole
+                if pod.node is not None and pod.gpu_indices:
+                    share = MILLI if pod.gpu.whole else pod.portion
+                    per_gpu = freed.setdefault(pod.node, {})
+                    for i in pod.gpu_indices:
+                        per_gpu[i] = per_gpu.get(i, 0) + share
         if need_gpu > free_gpu or need_cpu > free_cpu or need_mem > free_mem:
             return False
         if max_whole:
@@ -224,8 +260,12 @@ class Search:
             for name, usage in state.usage.items():
                 if not usage.node.ready:
                     continue
-                now, later = usage.whole_gpus_free()
-                best = max(best, len(now) + len(later) + whole_by_node.get(name, 0))
+                extra = freed.get(name, {})
+                whole = sum(
+                    1 for i in range(usage.node.gpus)
+                    if usage.gpu_free_future(i) + extra.get(i, 0) >= MILLI
+                )
+                best = max(best, whole)
             if best < max_whole:
                 return False
         return True
@@ -237,6 +277,7 @@ class Search:
     ) -> Outcome | None:
         session = self.session
         cp = stmt.checkpoint()
+        before = {p.key: (p.status, p.node, p.gpu_indices, p.portion) for p in victims}
         for pod in victims:
             stmt.evict(pod, self.reason, self.action)
         victim_keys = {p.key for p in victims}
@@ -256,18 +297,62 @@ class Search:
                 if not place_step(session, stmt, job, step, pipeline_only=True).ok:
                     break
                 placed_preemptor = True
-            elif step and session.check_capacity(nxt, step).ok:
-                place_step(session, stmt, nxt, step, pipeline_only=True)
+            else:
+                self._place_again(stmt, nxt, step, before)
         if not placed_preemptor:
             stmt.rollback(cp)
             return None
-        evicted = [p for p in victims if p.status is not PodStatus.PIPELINED]
+        evicted = [p for p in victims if p.status not in ACTIVE_ALLOCATED]
         moved = [p for p in victims if p.status is PodStatus.PIPELINED]
-        outcome = Outcome(job, list(partial), evicted, moved, dict(quantities), list(victims))
+        taken = [p for p in victims if p in evicted or p in moved]
+        outcome = Outcome(job, list(partial), evicted, moved, dict(quantities), taken)
         if not self.validator(outcome):
             stmt.rollback(cp)
             return None
         return outcome
+
+    def _place_again(
+        self, stmt: Statement, job: Job, step: list[Pod],
+        before: Mapping[str, tuple[PodStatus, str | None, tuple[int, ...], int]],
+    ) -> bool:
+        """Place a victim job's step again, all or nothing, pod by pod (so that a pod
+        that lands back home keeps its old place before the next one is placed)."""
+        session = self.session
+        if not step or not session.check_capacity(job, step).ok:
+            return False
+        cp = stmt.checkpoint()
+        for pod in step:
+            if place_pod(session, stmt, pod, pipeline_only=True) is None:
+                stmt.rollback(cp)
+                return False
+            self._stay_if_back_home(pod, before[pod.key])
+        return True
+
+    def _stay_if_back_home(
+        self, pod: Pod, was: tuple[PodStatus, str | None, tuple[int, ...], int]
+    ) -> None:
+        """A victim placed again where it runs (its node; for a GPU share, the same GPU)
+        is not moved at all: it keeps running as it was, when its old GPUs were not
+        handed to someone else meanwhile."""
+        status, node, gpu_indices, portion = was
+        if pod.status is not PodStatus.PIPELINED or pod.node != node or node is None:
+            return
+        if status not in (PodStatus.RUNNING, PodStatus.BINDING):
+            return
+        if pod.gpu.is_shared and tuple(sorted(pod.gpu_indices)) != tuple(sorted(gpu_indices)):
+            return  # a share on another GPU of the node is a move
+        state = self.session.state
+        moved_to = (pod.gpu_indices, pod.portion)
+        state.set_pod(pod, status, node, gpu_indices, portion)
+        usage = state.usage[node]
+        fits = (
+            usage.cpu_free_future() >= 0
+            and usage.mem_free_future() >= 0
+            and usage.pods_free_future() >= 0
+            and all(usage.gpu_free_future(i) >= 0 for i in gpu_indices)
+        )
+        if not fits:
+            state.set_pod(pod, PodStatus.PIPELINED, node, *moved_to)
 
     def _replacement_step(self, job: Job, evicted: list[Pod], victim_keys: set[str]) -> list[Pod]:
         """One gang step of a victim job's evicted pods: what it may get back."""

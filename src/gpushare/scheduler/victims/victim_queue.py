@@ -81,11 +81,20 @@ class VictimQueue:
             return True
         return any(self._has_candidates(k) for k in self._children.get(name, ()))
 
-    def _subtree_popped(self, name: str) -> Quantities:
-        out = dict(self._popped.get(name, zeros()))
-        for kid in self._children.get(name, ()):
-            out = add(out, self._subtree_popped(kid))
-        return out
+    def _next_candidate(self, leaf: str) -> _Candidate:
+        return max(self._by_leaf[leaf], key=_Candidate.victim_key)
+
+    def _victims_of(self, name: str) -> Quantities:
+        """What a queue would have given up: its popped victims plus its next candidate
+        job (for a parent queue, those of the child it would give up from first)."""
+        if name in self._by_leaf:
+            out = dict(self._popped.get(name, zeros()))
+            nxt = self._next_candidate(name)
+            for pod in nxt.steps._all_active(nxt.steps.root):
+                out = add(out, pod_quantities(pod))
+            return out
+        child = self._pick_child(self._children.get(name, []))
+        return self._victims_of(child) if child is not None else zeros()
 
     def _pick_child(self, names: list[str]) -> str | None:
         live = [n for n in names if self._has_candidates(n)]
@@ -96,8 +105,8 @@ class VictimQueue:
             # The victim queue takes from the queue that queue order would serve last.
             cmp = queue_compare(
                 self.shares[worst], self.shares[name], self.totals,
-                left_victims=self._subtree_popped(worst),
-                right_victims=self._subtree_popped(name),
+                left_victims=self._victims_of(worst),
+                right_victims=self._victims_of(name),
             )
             if cmp < 0:
                 worst = name
@@ -116,7 +125,7 @@ class VictimQueue:
             if leaf is None:
                 return None
             candidates = self._by_leaf[leaf]
-            candidate = max(candidates, key=_Candidate.victim_key)
+            candidate = self._next_candidate(leaf)
             if self._protected_core is not None and self._protected_core(candidate.job):
                 pods = candidate.steps.surplus_only()
             else:
