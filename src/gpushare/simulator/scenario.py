@@ -15,6 +15,9 @@ from gpushare.model.pod import GpuRequest, Pod, PodStatus
 from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, mib_to_bytes
 from gpushare.model.queue import UNLIMITED, Queue, ResourceSpec
 from gpushare.scheduler.config import DEFAULT_ACTIONS, Config
+from gpushare.scheduler.victims.options import CONFIG_KEYS as VICTIM_CONFIG_KEYS
+from gpushare.scheduler.victims.options import OptionError
+from gpushare.scheduler.victims.options import read_config as read_victim_config
 from gpushare.simulator.schema import (
     ScenarioError,
     as_bool,
@@ -40,7 +43,7 @@ TOP_KEYS = frozenset({
 CONFIG_KEYS = frozenset({
     "placement", "stalenessGracePeriodSeconds", "maxConsolidationPreemptees",
     "allowConsolidatingReclaim", "kValue", "compat",
-})
+}) | VICTIM_CONFIG_KEYS
 NODE_KEYS = frozenset({
     "name", "gpus", "gpuMemoryMiB", "cpuMillis", "memoryMiB", "maxPods", "labels", "ready",
 })
@@ -197,7 +200,16 @@ def _config(raw: Any, actions: tuple[str, ...]) -> Config:
         ),
         k_value=float(get(c, "kValue", "config", as_number, default=Fraction(1), minimum=0)),
         compat=compat,
+        extra=_victim_config(c),
     )
+
+
+def _victim_config(c: dict[str, Any]) -> dict[str, object]:
+    """The eviction actions' own keys (gpushare.scheduler.victims.options)."""
+    try:
+        return read_victim_config(c, "config")
+    except OptionError as err:
+        raise ScenarioError(err.path, err.message) from None
 
 
 def _node(raw: Any, path: str) -> Node:

@@ -4,60 +4,16 @@ the loop that hands pending jobs to the solver."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from fractions import Fraction
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod, PodStatus
 from gpushare.model.quantities import RESOURCES
 from gpushare.scheduler.actions.allocate import eligible_jobs
 from gpushare.scheduler.ordering import JobQueue
 from gpushare.scheduler.session import Session
+from gpushare.scheduler.victims.options import VictimOptions
 from gpushare.scheduler.victims.signatures import FailedJobs
 from gpushare.scheduler.victims.solver import Outcome, Search
 from gpushare.scheduler.victims.steps import VictimSteps
-
-
-@dataclass(frozen=True, slots=True)
-class VictimOptions:
-    """Knobs of the eviction actions (``config`` keys in brackets).
-
-    Under ``compat: kai`` the gpushare-only improvements are off, whatever is written.
-    """
-
-    #: A queue below its fair share may reclaim up to its fair share, not only up to its
-    #: quota [reclaimToFairShare].
-    reclaim_to_fair_share: bool = True
-    #: Consolidating reclaim may disrupt (evict or move) at most this many times the GPUs
-    #: it asks for; 0 or less means no bound [maxDisruptionRatio].
-    max_disruption_ratio: Fraction = Fraction(2)
-    #: A reclaimer over its fair share must stay this much less saturated than any sibling
-    #: it takes from [reclaimSaturationMultiplier], >= 1.
-    saturation_multiplier: Fraction = Fraction(1)
-    #: Simulations one job may run in one action [maxSimulationsPerJob].
-    max_simulations: int = 256
-    #: Skip jobs that are not easier than one that already failed in the queue.
-    use_signatures: bool = True
-
-    @staticmethod
-    def of(session: Session) -> VictimOptions:
-        config = session.config
-        extra = dict(config.extra or {})
-        kai = config.kai
-
-        def num(key: str, default: Fraction) -> Fraction:
-            value = extra.get(key)
-            if value is None:
-                return default
-            return Fraction(str(value))
-
-        multiplier = max(Fraction(1), num("reclaimSaturationMultiplier", Fraction(1)))
-        return VictimOptions(
-            reclaim_to_fair_share=False if kai else bool(extra.get("reclaimToFairShare", True)),
-            max_disruption_ratio=Fraction(0) if kai else num("maxDisruptionRatio", Fraction(2)),
-            saturation_multiplier=multiplier,
-            max_simulations=int(extra.get("maxSimulationsPerJob", 256)),
-            use_signatures=bool(extra.get("useSchedulingSignatures", True)),
-        )
 
 
 def active_pods(session: Session, job: Job) -> list[Pod]:
@@ -125,7 +81,7 @@ def run_action(
 ) -> int:
     """Pop pending jobs in fair order and let the search find victims for each one's next
     gang step. Returns the number of jobs that succeeded."""
-    options = VictimOptions.of(session)
+    options = VictimOptions.of(session.config)
     state = session.state
     order = JobQueue(session, jobs)
     failed: dict[str, FailedJobs] = {}

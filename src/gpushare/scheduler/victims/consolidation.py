@@ -12,12 +12,12 @@ from gpushare.model import Job, Pod
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims.common import (
-    VictimOptions,
     has_active,
     in_preemption_delay,
     pending_candidates,
     run_action,
 )
+from gpushare.scheduler.victims.options import VictimOptions
 from gpushare.scheduler.victims.solver import Outcome, Search
 
 ACTION = "consolidation"
@@ -44,7 +44,7 @@ def consolidation(session: Session) -> None:
     limit = config.max_consolidation_preemptees
     if limit == 0 or config.gpu_placement == "spread" or config.cpu_placement == "spread":
         return
-    options = VictimOptions.of(session)
+    options = VictimOptions.of(session.config)
 
     def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
         out: list[tuple[Job, list[Pod]]] = []

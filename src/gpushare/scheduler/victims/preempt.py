@@ -13,7 +13,6 @@ from gpushare.model import Job, Pod
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims import minruntime
 from gpushare.scheduler.victims.common import (
-    VictimOptions,
     elastic_victims_keep_gang,
     has_active,
     in_preemption_delay,
@@ -23,6 +22,7 @@ from gpushare.scheduler.victims.common import (
     run_action,
     running_seconds,
 )
+from gpushare.scheduler.victims.options import VictimOptions
 from gpushare.scheduler.victims.solver import Outcome, Search
 
 ACTION = "preempt"
@@ -34,7 +34,7 @@ def _protected(session: Session, victim: Job) -> bool:
 
 
 def preempt(session: Session) -> None:
-    options = VictimOptions.of(session)
+    options = VictimOptions.of(session.config)
     kai = session.config.kai
 
     def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:

@@ -23,7 +23,6 @@ from gpushare.model.quantities import RESOURCES
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims import minruntime
 from gpushare.scheduler.victims.common import (
-    VictimOptions,
     elastic_victims_keep_gang,
     has_active,
     in_preemption_delay,
@@ -32,6 +31,7 @@ from gpushare.scheduler.victims.common import (
     run_action,
     running_seconds,
 )
+from gpushare.scheduler.victims.options import VictimOptions
 from gpushare.scheduler.victims.reclaim_rules import (
     Reclaimer,
     can_reclaim,
@@ -59,7 +59,7 @@ def _protected(session: Session, reclaimer: Job, victim: Job) -> bool:
 
 
 def reclaim(session: Session) -> None:
-    options = VictimOptions.of(session)
+    options = VictimOptions.of(session.config)
     kai = session.config.kai
 
     def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:

@@ -1,0 +1,96 @@
+"""Configuration of the eviction actions: the ``config`` keys they add, read strictly.
+
+=============================== ========= ===========================================
+key                             default   meaning
+=============================== ========= ===========================================
+``maxDisruptionRatio``          ``2``     consolidating reclaim may evict or move at
+                                          most this many times the GPUs it reclaims
+                                          for; ``0`` no bound (always so under
+                                          ``compat: kai``)
+``reclaimSaturationMultiplier`` ``1``     a reclaimer above its fair share must stay
+                                          this much less saturated than a sibling it
+                                          takes from (>= 1)
+``maxSimulationsPerJob``        ``256``   simulations one job may run per generator in
+                                          one action (the deterministic search bound)
+``useSchedulingSignatures``     ``true``  skip jobs not easier than one that failed
+=============================== ========= ===========================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from gpushare.model.quantities import QuantityError, to_fraction
+
+CONFIG_KEYS: frozenset[str] = frozenset({
+    "maxDisruptionRatio",
+    "reclaimSaturationMultiplier",
+    "maxSimulationsPerJob",
+    "useSchedulingSignatures",
+})
+
+
+class OptionError(ValueError):
+    """A bad value for one of the keys above; the message names the key's path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def _number(value: Any, path: str, minimum: Fraction) -> Fraction:
+    try:
+        number = to_fraction(value)
+    except QuantityError:
+        raise OptionError(path, f"expected a number, got {value!r}") from None
+    if number < minimum:
+        raise OptionError(path, f"must be at least {minimum}, got {value!r}")
+    return number
+
+
+def read_config(raw: Mapping[str, Any], path: str = "config") -> dict[str, object]:
+    """The eviction keys present in a ``config`` block, checked, for ``Config.extra``."""
+    out: dict[str, object] = {}
+    for key in sorted(CONFIG_KEYS & set(raw)):
+        value, where = raw[key], f"{path}.{key}"
+        if key == "maxDisruptionRatio":
+            out[key] = _number(value, where, Fraction(0))
+        elif key == "reclaimSaturationMultiplier":
+            out[key] = _number(value, where, Fraction(1))
+        elif key == "maxSimulationsPerJob":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise OptionError(where, f"expected an integer >= 1, got {value!r}")
+            out[key] = value
+        else:
+            if not isinstance(value, bool):
+                raise OptionError(where, f"expected true or false, got {value!r}")
+            out[key] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class VictimOptions:
+    """The knobs as the actions use them (see the module table)."""
+
+    max_disruption_ratio: Fraction = Fraction(2)
+    saturation_multiplier: Fraction = Fraction(1)
+    max_simulations: int = 256
+    use_signatures: bool = True
+
+    @staticmethod
+    def of(config: Any) -> VictimOptions:
+        extra: Mapping[str, object] = getattr(config, "extra", None) or {}
+        ratio = Fraction(str(extra.get("maxDisruptionRatio", 2)))
+        return VictimOptions(
+            # KAI bounds nothing: a consolidating reclaim may move any number of pods.
+            max_disruption_ratio=Fraction(0) if getattr(config, "kai", False) else ratio,
+            saturation_multiplier=max(
+                Fraction(1), Fraction(str(extra.get("reclaimSaturationMultiplier", 1)))
+            ),
+            max_simulations=int(extra.get("maxSimulationsPerJob", 256)),  # type: ignore[call-overload]
+            use_signatures=bool(extra.get("useSchedulingSignatures", True)),
+        )
