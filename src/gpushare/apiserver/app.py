@@ -18,7 +18,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gpushare import __version__
-from gpushare.apiserver import discovery, logs, tables
+from gpushare.apiserver import discovery, logs, protobuf, tables
 from gpushare.apiserver.api import (
     DEFAULT_CLUSTER,
     PATCH_APPLY,
@@ -26,7 +26,7 @@ from gpushare.apiserver.api import (
     Api,
     DeleteOptions,
 )
-from gpushare.apiserver.auth import Attributes, Authorizer, TokenFile, User
+from gpushare.apiserver.auth import AUTHENTICATED, Attributes, Authorizer, TokenFile, User
 from gpushare.apiserver.errors import ApiError, bad_request, forbidden, not_found
 from gpushare.apiserver.gc import GarbageCollector
 from gpushare.apiserver.metrics import Metrics
@@ -188,6 +188,14 @@ class App:
             user = self.tokens.authenticate(header[7:].strip())
         if user is None or (user.clusters is not None and cluster not in user.clusters):
             raise ApiError(401, "Unauthorized", "Unauthorized")
+        as_user = request.headers.get("impersonate-user")
+        if as_user:
+            if not user.is_admin:
+                raise ApiError(403, f'users "{as_user}" is forbidden: User "{user.name}" cannot '
+                                    "impersonate resource \"users\" in API group \"\"",
+                               "Forbidden")
+            groups = tuple(request.headers.getlist("impersonate-group"))
+            user = User(as_user, (*groups, AUTHENTICATED), user.clusters)
         return user
 
     def _require_non_resource(self, cluster: str, user: User, path: str) -> None:
@@ -375,6 +383,8 @@ class App:
         try:
             if ctype in (PATCH_APPLY, "application/yaml", "application/x-yaml"):
                 return yaml.safe_load(raw)
+            if ctype == protobuf.PROTOBUF:
+                return protobuf.decode(raw)
             if ctype == PATCH_APPLY_CBOR:
                 raise ApiError(415, "CBOR is not supported; send application/apply-patch+yaml",
                                "UnsupportedMediaType")

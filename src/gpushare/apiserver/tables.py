@@ -130,7 +130,8 @@ def column_cell(col: PrinterColumn, obj: dict[str, Any], now: datetime) -> Any:
     if value is None:
         return None
     if col.type == "date":
-        return age(value, now)
+        # "Created At" columns print the timestamp itself, like Kubernetes; others an age.
+        return value if col.name == "Created At" else age(value, now)
     if isinstance(value, list):
         return ",".join(str(v) if not isinstance(v, dict | list) else orjson.dumps(v).decode()
                         for v in value)
@@ -346,7 +347,8 @@ def table_columns(info: ResourceInfo) -> list[dict[str, Any]]:
              "description": "Name must be unique within a namespace.", "priority": 0}]
     if info.columns:
         for c in info.columns:
-            cols.append({"name": c.name, "type": "string" if c.type == "date" else c.type,
+            ctype = "string" if c.type == "date" and c.name != "Created At" else c.type
+            cols.append({"name": c.name, "type": ctype,
                          "format": c.format, "description": c.description or c.name,
                          "priority": c.priority})
     else:
