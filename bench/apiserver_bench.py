@@ -1,0 +1,146 @@
+"""API server alone: pod creates, bindings and watch delivery per second.
+
+Starts the server as a subprocess (HTTPS, SQLite WAL, as in production), then from C client
+threads creates N pods and binds each of them to one of a few nodes through
+`pods/<name>/binding`, while W watchers stream pod events. Prints the sizes, the create and
+bind rates, and how long the watchers took to see the last binding.
+
+    python bench/apiserver_bench.py --pods 2000 --clients 4 --watchers 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import yaml
+
+SERVER = """
+import signal, sys, threading
+from gpushare.apiserver.server import ApiServer
+server = ApiServer(sys.argv[1], "127.0.0.1", 0)
+server.start()
+print(server.port, flush=True)
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+stop.wait()
+server.stop()
+"""
+
+
+class Conn:
+    def __init__(self, port: int, token: str, ctx: ssl.SSLContext) -> None:
+        self.conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                        "Accept": "application/json"}
+
+    def post(self, path: str, body: dict) -> int:
+        self.conn.request("POST", path, orjson.dumps(body), self.headers)
+        resp = self.conn.getresponse()
+        resp.read()
+        return resp.status
+
+
+def pod(name: str) -> dict:
+    return {"metadata": {"name": name, "labels": {"kai.scheduler/queue": "bench"},
+                         "annotations": {"gpu-fraction": "0.25"}},
+            "spec": {"containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"requests": {"cpu": "100m"}}}]}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pods", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--watchers", type=int, default=3)
+    parser.add_argument("--profile", type=Path, help="write a py-spy flame graph here")
+    args = parser.parse_args()
+
+    data = Path(tempfile.mkdtemp(prefix="apiserver-bench-"))
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(data)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline())
+    spy = None
+    if args.profile:
+        spy = subprocess.Popen(["py-spy", "record", "-o", str(args.profile), "-p",
+                                str(proc.pid), "--nonblocking"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    token = yaml.safe_load((data / "tokens.yaml").read_text())["tokens"][0]["token"]
+    ctx = ssl.create_default_context(cafile=str(data / "pki" / "ca.crt"))
+
+    seen_bound: list[float] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
+        conn.request("GET", "/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=600",
+                     headers={"Authorization": f"Bearer {token}"})
+        resp = conn.getresponse()
+        bound = 0
+        while bound < args.pods:
+            line = resp.readline()
+            if not line:
+                break
+            event = orjson.loads(line)
+            if event["type"] == "MODIFIED" and event["object"]["spec"].get("nodeName"):
+                bound += 1
+        seen_bound.append(time.perf_counter())
+        conn.close()
+
+    watchers = [threading.Thread(target=watch) for _ in range(args.watchers)]
+    for w in watchers:
+        w.start()
+    time.sleep(0.5)
+    per_client = args.pods // args.clients
+    created_at: list[float] = []
+
+    def client(idx: int) -> None:
+        c = Conn(port, token, ctx)
+        names = [f"p-{idx}-{i}" for i in range(per_client)]
+        for n in names:
+            assert c.post("/api/v1/namespaces/default/pods", pod(n)) == 201
+        created_at.append(time.perf_counter())
+        for i, n in enumerate(names):
+            binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {
+                "name": n, "annotations": {"gpushare.io/gpu-indices": str(i % 8)}},
+                "target": {"kind": "Node", "name": f"node-{i % 10}"}}
+            assert c.post(f"/api/v1/namespaces/default/pods/{n}/binding", binding) == 201
+
+    args.pods = per_client * args.clients
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    end = time.perf_counter()
+    for w in watchers:
+        w.join(timeout=120)
+    done.set()
+    if spy is not None:
+        spy.terminate()
+        spy.wait()
+    proc.terminate()
+    proc.wait()
+    creates = max(created_at) - start
+    print(f"machine: {os.cpu_count()} CPUs; pods={args.pods} clients={args.clients} "
+          f"watchers={args.watchers}")
+    print(f"creates: {args.pods / creates:.0f}/s (all created after {creates:.2f}s)")
+    print(f"creates + bindings: {2 * args.pods / (end - start):.0f} requests/s; "
+          f"{args.pods / (end - start):.0f} pods created and bound/s")
+    if seen_bound:
+        print(f"every watcher saw every binding {max(seen_bound) - end:.3f}s after the last "
+              f"bind returned ({len(seen_bound)}/{args.watchers} watchers complete)")
+
+
+if __name__ == "__main__":
+    main()
