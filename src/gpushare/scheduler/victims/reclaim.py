@@ -125,12 +125,20 @@ def _elastic_min_runtime_ok(session: Session, job: Job, outcome: Outcome) -> boo
 
 
 def _disruption_ok(outcome: Outcome, reclaimer: Reclaimer, ratio: Fraction) -> bool:
-    """Evicted plus moved GPUs stay within ``ratio`` times the GPUs reclaimed for."""
-    asked = reclaimer.request.get("gpu", Fraction(0))
-    if asked <= 0:
+    """Consolidating reclaim (victims moved, not only evicted) may disrupt at most
+    ``ratio`` times what the reclaimer asks for, per resource it asks for (GPUs always).
+
+    A reclaim that only evicts is bounded by the fair-share rules already; moving pods
+    is what lets an over-served queue restart many times what it needs.
+    """
+    if not outcome.moved:
         return True
-    disrupted = sum(
-        (outcome.victim_quantities[p.key].get("gpu", Fraction(0)) for p in outcome.victim_order),
-        Fraction(0),
-    )
-    return disrupted <= ratio * asked
+    disrupted = {r: Fraction(0) for r in RESOURCES}
+    for pod in outcome.victim_order:
+        for r in RESOURCES:
+            disrupted[r] += outcome.victim_quantities[pod.key].get(r, Fraction(0))
+    for r in RESOURCES:
+        asked = reclaimer.request.get(r, Fraction(0))
+        if (asked > 0 or r == "gpu") and disrupted[r] > ratio * asked:
+            return False
+    return True
