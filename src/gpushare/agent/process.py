@@ -17,8 +17,10 @@ from pathlib import Path
 
 import psutil
 
-# $0 is the exit-code file; "$@" the container's command line.
-_WRAPPER = '"$@"; rc=$?; printf "%s\\n" "$rc" > "$0"; exit "$rc"'
+# $0 is the exit-code file; "$@" the container's command line. The wrapper waits through a
+# SIGTERM sent to the group (a trap, not an ignore, so the command still gets the default
+# disposition) and records how the command ended; only SIGKILL stops it first.
+_WRAPPER = 'trap ":" TERM INT; "$@"; rc=$?; printf "%s\\n" "$rc" > "$0"; exit "$rc"'
 
 UNKNOWN_EXIT = 137  # what the kubelet reports for a container whose end it did not see
 

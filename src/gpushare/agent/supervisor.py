@@ -49,6 +49,7 @@ class _Slot:
     run: int = 0  # run number (log file) of the current or last run
     next_start: float = 0.0  # monotonic time
     index: TimestampIndex | None = None
+    launching: bool = False  # the log file may exist before the process does
 
 
 class PodSupervisor:
@@ -124,7 +125,7 @@ class PodSupervisor:
     def container_running(self, container: str) -> bool:
         """Whether the container's current run is going (a log follow ends with the run)."""
         return any(
-            slot.record.name == container and slot.process is not None
+            slot.record.name == container and (slot.process is not None or slot.launching)
             for slot in self._init + self._main
         )
 
@@ -248,6 +249,7 @@ class PodSupervisor:
             record.restart_count += 1
         run = record.restart_count
         log = log_path(self.directory, record.name, run)
+        slot.launching = True
         ensure_log_file(log)
         exit_file = self.meta / "exit" / f"{record.name}.{run}"
         try:
@@ -255,12 +257,14 @@ class PodSupervisor:
                 plan.argv, plan.env, self.directory / plan.working_dir, log, exit_file
             )
         except proc.StartError as exc:
+            slot.launching = False
             with log.open("a") as f:
                 f.write(f"{exc}\n")
             record.running_since = time.time()
             slot.run = run
             self._finish_run(slot, 128, reason="StartError", message=str(exc))
             return True
+        slot.launching = False
         slot.run = run
         slot.index = TimestampIndex(log)
         record.running_since = time.time()

@@ -1,0 +1,388 @@
+"""The supervisor, log store/server, MPS manager and watchdog, with real processes and no API.
+
+GPUs are absent here: the watchdog reads a FAKE NVML (`fake_nvml.FakeNvml`) that reports
+GPU memory for the PIDs of real processes the supervisor started.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from fake_nvml import FakeNvml
+
+from gpushare.agent.enforcement import EnforcementError, choose
+from gpushare.agent.gpu_share import share_from_annotations
+from gpushare.agent.inventory import GpuInventory, declared_gpus
+from gpushare.agent.logserver import LogServer, parse_request
+from gpushare.agent.logstore import LogRequest, log_path, read_log
+from gpushare.agent.monitor import GpuMonitor, WatchedPod
+from gpushare.agent.mps import MpsManager
+from gpushare.agent.nvml import GpuProcess, ProcessUtilization, probe_inventory
+from gpushare.agent.podspec import plan_container
+from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig
+from gpushare.agent.watchdog import PodGpuUsage, PodLimit, attribute, violations
+
+FAST = SupervisorConfig(backoff_base_s=0.1, backoff_max_s=0.4, poll_s=0.05, default_grace_s=5)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.statuses: list[dict[str, Any]] = []
+        self.deleted = False
+
+    def report(self, status: dict[str, Any]) -> None:
+        self.statuses.append(status)
+
+    def terminated(self) -> None:
+        self.deleted = True
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return self.statuses[-1] if self.statuses else {}
+
+
+class NoValues:
+    def config_map(self, namespace: str, name: str) -> None:
+        return None
+
+    def secret(self, namespace: str, name: str) -> None:
+        return None
+
+
+def pod(name: str, containers: list[dict], restart: str = "Always",
+        init: list[dict] | None = None, annotations: dict | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeName": "n", "restartPolicy": restart, "containers": containers}
+    if init:
+        spec["initContainers"] = init
+    return {"metadata": {"name": name, "namespace": "t", "uid": f"uid-{name}",
+                         "annotations": annotations or {}}, "spec": spec}
+
+
+def supervise(p: dict, directory: Path, config: SupervisorConfig = FAST):
+    recorder = Recorder()
+
+    def planner(container: dict, init: bool):
+        return plan_container(p, container, "spec.containers[0]",
+                              {"PATH": os.environ["PATH"]}, {}, NoValues(), init)
+
+    sup = PodSupervisor(p, directory, planner, recorder, config)
+    sup.start()
+    return sup, recorder
+
+
+def wait_for(check, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def main_state(recorder: Recorder) -> dict:
+    return recorder.last.get("containerStatuses", [{}])[0]
+
+
+# --- supervisor ---------------------------------------------------------------------------
+
+
+def test_never_reports_the_exit_code_and_fails(tmp_path: Path) -> None:
+    sup, rec = supervise(pod("p", [{"name": "c", "command": ["sh", "-c", "exit 7"]}], "Never"),
+                         tmp_path)
+    wait_for(lambda: rec.last.get("phase") == "Failed")
+    terminated = main_state(rec)["state"]["terminated"]
+    assert terminated["exitCode"] == 7 and terminated["reason"] == "Error"
+    assert main_state(rec)["restartCount"] == 0
+    sup.stop(0)
+    assert sup.wait(5) and rec.deleted
+
+
+def test_on_failure_restarts_until_success(tmp_path: Path) -> None:
+    # fails twice (counting runs in a file), then succeeds
+    script = 'n=$(cat count 2>/dev/null || echo 0); n=$((n+1)); echo $n > count; [ $n -ge 3 ]'
+    sup, rec = supervise(pod("p", [{"name": "c", "command": ["sh", "-c", script]}], "OnFailure"),
+                         tmp_path)
+    wait_for(lambda: rec.last.get("phase") == "Succeeded")
+    status = main_state(rec)
+    assert status["restartCount"] == 2
+    assert status["state"]["terminated"]["exitCode"] == 0
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+    assert any(
+        s["containerStatuses"][0]["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff"
+        for s in rec.statuses
+    )
+    sup.stop(0)
+
+
+def test_always_restarts_even_after_success(tmp_path: Path) -> None:
+    sup, rec = supervise(pod("p", [{"name": "c", "command": ["true"]}], "Always"), tmp_path)
+    wait_for(lambda: main_state(rec).get("restartCount", 0) >= 2)
+    assert rec.last["phase"] == "Running"
+    sup.stop(0)
+
+
+def test_init_containers_run_first_in_order_and_must_succeed(tmp_path: Path) -> None:
+    p = pod(
+        "p",
+        [{"name": "main", "command": ["sh", "-c", "echo main >> order"]}],
+        "Never",
+        init=[{"name": "one", "command": ["sh", "-c", "echo one >> order"]},
+              {"name": "two", "command": ["sh", "-c", "echo two >> order"]}],
+    )
+    sup, rec = supervise(p, tmp_path)
+    wait_for(lambda: rec.last.get("phase") == "Succeeded")
+    assert (tmp_path / "order").read_text().split() == ["one", "two", "main"]
+    assert [s["state"]["terminated"]["exitCode"] for s in rec.last["initContainerStatuses"]] == [
+        0, 0]
+    assert any(c["type"] == "Initialized" and c["status"] == "True"
+               for c in rec.last["conditions"])
+    sup.stop(0)
+
+    failing = pod("q", [{"name": "main", "command": ["sh", "-c", "echo ran > main-ran"]}],
+                  "Never", init=[{"name": "bad", "command": ["false"]}])
+    sup, rec = supervise(failing, tmp_path / "q")
+    wait_for(lambda: rec.last.get("phase") == "Failed")
+    assert not (tmp_path / "q" / "main-ran").exists()
+    sup.stop(0)
+
+
+def test_a_missing_executable_is_a_start_error(tmp_path: Path) -> None:
+    sup, rec = supervise(pod("p", [{"name": "c", "command": ["no-such-binary-xyz"]}], "Never"),
+                         tmp_path)
+    wait_for(lambda: rec.last.get("phase") == "Failed")
+    terminated = main_state(rec)["state"]["terminated"]
+    assert terminated["reason"] == "StartError" and "no-such-binary-xyz" in terminated["message"]
+    sup.stop(0)
+
+
+def test_stop_terms_then_kills_the_whole_process_group(tmp_path: Path) -> None:
+    # the shell ignores SIGTERM; its background child would outlive a kill of the leader alone
+    script = "trap '' TERM; sleep 300 & echo $! > child.pid; wait"
+    sup, rec = supervise(pod("p", [{"name": "c", "command": ["sh", "-c", script]}]), tmp_path)
+    child = int(wait_for(lambda: (tmp_path / "child.pid").exists()
+                         and (tmp_path / "child.pid").read_text().strip()))
+    groups = sup.process_groups()
+    assert groups and psutil.pid_exists(child)
+    sup.stop(0.5)
+    assert sup.wait(10)
+    assert rec.deleted
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    assert main_state(rec)["state"]["terminated"]["exitCode"] == 137
+
+
+def test_a_new_supervisor_adopts_running_processes_instead_of_starting_again(
+    tmp_path: Path,
+) -> None:
+    p = pod("p", [{"name": "c", "command": ["sh", "-c", "echo run >> runs; sleep 300"]}])
+    first, _ = supervise(p, tmp_path)
+    wait_for(lambda: (tmp_path / "runs").exists())
+    pgid = first.process_groups()[0]
+    # the agent dies: its supervisor thread is gone, the processes stay
+    second, rec = supervise(p, tmp_path)
+    wait_for(lambda: rec.last.get("phase") == "Running")
+    assert second.process_groups() == [pgid]
+    time.sleep(0.3)
+    assert (tmp_path / "runs").read_text().split() == ["run"]
+    second.stop(0)
+    assert second.wait(10)
+
+
+def test_adopted_process_exit_code_comes_from_the_exit_file(tmp_path: Path) -> None:
+    p = pod("p", [{"name": "c", "command": ["sh", "-c", "sleep 0.5; exit 5"]}], "Never")
+    first, _ = supervise(p, tmp_path)
+    wait_for(lambda: first.process_groups())
+    second, rec = supervise(p, tmp_path)
+    wait_for(lambda: rec.last.get("phase") == "Failed")
+    assert main_state(rec)["state"]["terminated"]["exitCode"] == 5
+    second.stop(0)
+    first.stop(0)
+
+
+# --- logs -----------------------------------------------------------------------------
+
+
+def test_logs_tail_previous_and_timestamps(tmp_path: Path) -> None:
+    sup, rec = supervise(
+        pod("p", [{"name": "c", "command": ["sh", "-c", "echo one; echo two; echo three; exit 1"]}],
+            "OnFailure"), tmp_path)
+    wait_for(lambda: main_state(rec).get("restartCount", 0) >= 1)
+    sup.stop(0)
+    sup.wait(5)
+    path = log_path(tmp_path, "c", 0)
+    body, _ = read_log(path, LogRequest("t", "p", "c"))
+    assert body == b"one\ntwo\nthree\n"
+    body, _ = read_log(path, LogRequest("t", "p", "c", tail_lines=1))
+    assert body == b"three\n"
+    body, _ = read_log(path, LogRequest("t", "p", "c", timestamps=True))
+    first = body.splitlines()[0].decode()
+    assert first.endswith(" one") and first[:4].isdigit() and "T" in first.split()[0]
+
+
+def test_log_server_serves_and_follows(tmp_path: Path) -> None:
+    script = "echo start; sleep 0.6; echo middle; sleep 0.3; echo end"
+    sup, _ = supervise(pod("p", [{"name": "c", "command": ["sh", "-c", script]}], "Never"),
+                       tmp_path)
+    server = LogServer(lambda ns, name: tmp_path if (ns, name) == ("t", "p") else None,
+                       lambda ns, name, c: sup.container_running(c))
+    server.start()
+    try:
+        wait_for(lambda: log_path(tmp_path, "c", 0).exists())
+        base = f"http://127.0.0.1:{server.port}/containerLogs/t/p/c"
+        with urllib.request.urlopen(base + "?follow=true", timeout=10) as response:
+            followed = response.read()
+        assert followed == b"start\nmiddle\nend\n"
+        with urllib.request.urlopen(base + "?tailLines=1", timeout=5) as response:
+            assert response.read() == b"end\n"
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/containerLogs/t/q/c")
+        assert missing.value.code == 404
+    finally:
+        server.stop()
+        sup.stop(0)
+
+
+def test_log_request_parsing_names_bad_parameters() -> None:
+    request = parse_request("/containerLogs/ns/p/c?follow=true&tailLines=5&timestamps=1")
+    assert (request.follow, request.tail_lines, request.timestamps) == (True, 5, True)
+    with pytest.raises(ValueError, match="tailLines"):
+        parse_request("/containerLogs/ns/p/c?tailLines=x")
+
+
+# --- watchdog -------------------------------------------------------------------------
+
+
+def test_attribution_and_violation_decisions() -> None:
+    owners = {10: "ns/a", 11: "ns/a", 20: "ns/b"}
+    usage = attribute(
+        {0: [GpuProcess(10, 30 << 30), GpuProcess(11, 10 << 30), GpuProcess(20, 1 << 30),
+             GpuProcess(99, 5 << 30)]},
+        owners.get,
+        {0: [ProcessUtilization(10, 40, 5), ProcessUtilization(10, 20, 9),
+             ProcessUtilization(20, 30, 9)]},
+    )
+    assert usage["ns/a"].memory_mib == {0: 40960}  # both processes summed
+    assert usage["ns/a"].sm_percent == {0: 20}  # the latest sample of pid 10
+    assert "99" not in str(usage)  # not started by the agent: ignored
+    limits = {"ns/a": PodLimit("ns/a", (0,), 35000, 33000),
+              "ns/b": PodLimit("ns/b", (1,), 35000, 33000)}
+    found = violations(usage, limits)
+    assert [(v.pod, v.gpu_index) for v in found] == [("ns/a", 0), ("ns/b", 0)]
+    assert found[1].share_mib == 0  # ns/b holds memory on a GPU it was not given
+    assert "40960 MiB" in found[0].message and "33000 MiB" in found[0].message
+    assert PodGpuUsage({0: 5}, {0: 7}).to_annotation(10).startswith('{"allocatedMemoryMiB":10')
+
+
+def test_watchdog_kills_the_pod_over_its_share_and_spares_the_other(tmp_path: Path) -> None:
+    nvml = FakeNvml.with_gpus("1xH100")
+    inventory = probe_inventory(nvml)
+    annotations = {"gpushare.io/gpu-indices": "0", "gpushare.io/gpu-portion": "0.5"}
+    watched = []
+    for name in ("greedy", "modest"):
+        p = pod(name, [{"name": "c", "command": ["sh", "-c", "sleep 300 & wait"]}], "Always",
+                annotations=annotations)
+        sup, rec = supervise(p, tmp_path / name)
+        watched.append((WatchedPod(f"t/{name}", sup, share_from_annotations(
+            annotations, inventory)), rec))
+    wait_for(lambda: all(w.supervisor.process_groups() for w, _ in watched))
+    # the fake NVML reports the grandchild `sleep` of each pod (attributed by process group)
+    pids = {}
+    for w, _ in watched:
+        pgid = w.supervisor.process_groups()[0]
+        pids[w.key] = wait_for(lambda pgid=pgid: [p.pid for p in psutil.process_iter()
+                                                  if p.name() == "sleep"
+                                                  and os.getpgid(p.pid) == pgid])[0]
+    nvml.processes[0] = [GpuProcess(pids["t/greedy"], 60_000 << 20),
+                         GpuProcess(pids["t/modest"], 30_000 << 20)]
+    killed = []
+    monitor = GpuMonitor(nvml, inventory, lambda: [w for w, _ in watched],
+                         on_kill=lambda pod, v: killed.append(v))
+    result = monitor.once()
+    assert [v.pod for v in result.killed] == ["t/greedy"] and killed
+    greedy_rec, modest_rec = watched[0][1], watched[1][1]
+    wait_for(lambda: greedy_rec.last.get("phase") == "Failed")
+    assert greedy_rec.last["reason"] == "GPUMemoryExceeded"
+    assert "60000 MiB" in greedy_rec.last["message"]
+    assert not psutil.pid_exists(pids["t/greedy"]) or psutil.Process(
+        pids["t/greedy"]).status() == psutil.STATUS_ZOMBIE
+    assert modest_rec.last["phase"] == "Running"
+    assert result.usage["t/modest"].memory_mib == {0: 30000}
+    for w, _ in watched:
+        w.supervisor.stop(0)
+        w.supervisor.wait(5)
+
+
+# --- MPS and enforcement choice ---------------------------------------------------------
+
+
+class FakeMpsControl:
+    """Stands in for `nvidia-cuda-mps-control` (no GPU here): records the calls."""
+
+    def __init__(self, start_ok: bool = True) -> None:
+        self.calls: list[tuple[list[str], dict[str, str], str | None]] = []
+        self.start_ok = start_ok
+        self.up: set[str] = set()
+
+    def __call__(self, argv: list[str], env: dict[str, str], stdin: str | None):
+        self.calls.append((argv, env, stdin))
+        pipe = env["CUDA_MPS_PIPE_DIRECTORY"]
+        if argv[1:] == ["-d"]:
+            if not self.start_ok:
+                return 1, "An instance of this daemon is already running"
+            self.up.add(pipe)
+            Path(pipe, "control").touch()
+            return 0, ""
+        if stdin == "quit\n":
+            self.up.discard(pipe)
+            return 0, ""
+        return (0, "") if pipe in self.up else (1, "not running")
+
+
+def test_mps_manager_starts_one_daemon_per_gpu_and_restarts_dead_ones(tmp_path: Path) -> None:
+    inventory = declared_gpus("n", "2xH100")
+    control = FakeMpsControl()
+    manager = MpsManager(inventory.devices, tmp_path / "mps", "mps-control", control)
+    assert manager.start_all() == []
+    starts = [(env["CUDA_VISIBLE_DEVICES"], env["CUDA_MPS_PIPE_DIRECTORY"])
+              for argv, env, _ in control.calls if argv[1:] == ["-d"]]
+    assert starts == [(d.uuid, str(tmp_path / "mps" / f"gpu{d.index}" / "pipe"))
+                      for d in inventory.devices]
+    assert manager.supervise() == []
+    control.up.discard(manager.pipe_directory(1))  # GPU 1's daemon died
+    assert manager.supervise() == [1]
+    manager.stop_all()
+    assert control.up == set()
+
+
+def _real(inventory: GpuInventory) -> GpuInventory:
+    return GpuInventory(devices=inventory.devices, declared=False)
+
+
+def test_enforcement_choice() -> None:
+    declared = declared_gpus("n", "1xL40S")
+    assert choose("auto", declared, False, lambda: None).annotation == "none (declared GPUs)"
+    with pytest.raises(EnforcementError, match="declared"):
+        choose("mps", declared, False, lambda: None)
+    real = _real(declared)
+
+    def manager(ok: bool):
+        return lambda: MpsManager(real.devices, Path("/tmp/gpushare-test-mps"), "x",
+                                  FakeMpsControl(ok))
+
+    found = choose("auto", real, True, manager(True), which=lambda _: "/bin/mps")
+    assert found.annotation == "mps,nvml-watchdog" and found.mps is not None
+    fallback = choose("auto", real, True, manager(False), which=lambda _: "/bin/mps")
+    assert fallback.annotation == "nvml-watchdog" and "MPS not used" in fallback.notes[0]
+    absent = choose("auto", real, True, manager(True), which=lambda _: None)
+    assert absent.annotation == "nvml-watchdog"
+    with pytest.raises(EnforcementError, match="not on PATH"):
+        choose("mps", real, True, manager(True), which=lambda _: None)
+    assert choose("watchdog", real, True, manager(True)).backends == ("nvml-watchdog",)
+    with pytest.raises(EnforcementError, match="NVML"):
+        choose("watchdog", real, False, manager(True))
