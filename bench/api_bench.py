@@ -26,14 +26,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
+
 from gpushare.controllers.events import now_rfc3339
 from gpushare.controllers.kube import PODS, QUEUES, KubeClient
 from gpushare.controllers.static_nodes import register_static_node, static_node
 
 SERVER = """
-import signal, sys, threading
+import signal, socket, sys, threading
 from gpushare.apiserver.server import ApiServer
 server = ApiServer(sys.argv[1], "127.0.0.1", int(sys.argv[2]))
+if sys.argv[4] == "nodelay":  # accepted sockets inherit it from the listening socket
+    server._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 server.start()
 server.write_kubeconfig(sys.argv[3])
 print("ready", flush=True)
@@ -125,6 +129,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--profile", type=Path, help="py-spy record server and controllers")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    parser.add_argument("--tcp-nodelay", action="store_true",
+                        help="set TCP_NODELAY on the server's listening socket (a server that"
+                        " does not set it waits ~40 ms per response on delayed ACKs)")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="gpushare-bench-"))
@@ -132,7 +139,8 @@ def main() -> None:
     data.mkdir()
     procs: list[subprocess.Popen] = []
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(data), str(port),
-                               str(kubeconfig)], stdout=subprocess.PIPE,
+                               str(kubeconfig), "nodelay" if args.tcp_nodelay else "-"],
+                              stdout=subprocess.PIPE,
                               stderr=(workdir / "server.log").open("wb"))
     procs.append(server)
     assert server.stdout is not None
@@ -164,7 +172,8 @@ def main() -> None:
         for name, proc in (("server", server), ("controllers", controllers)):
             spies.append(subprocess.Popen(
                 ["py-spy", "record", "-p", str(proc.pid), "-o",
-                 str(args.profile / f"{name}.svg"), "--rate", "50", "--nonblocking"],
+                 str(args.profile / f"{name}.txt"), "--format", "raw", "--rate", "50",
+                 "--nonblocking", "--threads"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(2.0)  # the controllers list and watch before the burst
 
@@ -183,6 +192,9 @@ def main() -> None:
         except Exception:
             errors += 1
 
+    watched = {"server": psutil.Process(server.pid), "controllers": psutil.Process(controllers.pid),
+               "bench client": psutil.Process()}
+    cpu_before = {name: sum(p.cpu_times()[:2]) for name, p in watched.items()}
     first = time.perf_counter()
     with ThreadPoolExecutor(args.clients) as pool:
         list(pool.map(create, range(args.pods)))
@@ -191,6 +203,8 @@ def main() -> None:
     while len(watcher.bound) < args.pods - errors and time.perf_counter() < deadline:
         time.sleep(0.05)
     watcher.stop()
+    wall = time.perf_counter() - first
+    cpu = {name: sum(p.cpu_times()[:2]) - cpu_before[name] for name, p in watched.items()}
 
     for spy in spies:
         spy.send_signal(signal.SIGINT)
@@ -220,8 +234,11 @@ def main() -> None:
           f" ms, p99 {percentile(watch_lat, .99) * 1e3:.1f} ms")
     print(f"bind latency (create sent -> bound seen): p50 {percentile(bind_lat, .5) * 1e3:.0f}"
           f" ms, p99 {percentile(bind_lat, .99) * 1e3:.0f} ms")
+    print("CPU during the run: " + ", ".join(
+        f"{name} {seconds:.1f}s ({seconds / wall:.0%})" for name, seconds in cpu.items()))
     if args.profile:
-        print(f"profiles: {args.profile}/server.svg, {args.profile}/controllers.svg")
+        print(f"profiles (collapsed stacks): {args.profile}/server.txt,"
+              f" {args.profile}/controllers.txt")
     client.close()
     if args.keep:
         print(f"data kept in {workdir}")

@@ -11,11 +11,13 @@ import logging
 import threading
 from typing import Any
 
-from gpushare.controllers.informer import Informer, WorkQueue, run_worker
+from gpushare.controllers.informer import Informer, WorkQueue, start_workers
 from gpushare.controllers.informers import InformerFactory
 from gpushare.controllers.kube import BY_KIND, JOBS, PODGROUPS, PODS, KubeClient, Resource, Stopper
 
 log = logging.getLogger(__name__)
+
+WORKERS = 4  # concurrent reconciles: API round trips overlap
 
 Obj = dict[str, Any]
 
@@ -40,6 +42,7 @@ class GarbageCollector:
             "podgroups": (PODGROUPS, informers.get(PODGROUPS)),
         }
         self.queue = WorkQueue()
+        self.workers = WORKERS
         self._by_owner: dict[str, set[str]] = {}  # owner uid -> dependent work keys
         self._lock = threading.Lock()
         self.deleted = 0
@@ -48,13 +51,8 @@ class GarbageCollector:
         for informer in self.owners.values():
             informer.add_handler(self._on_owner)
 
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(
-            target=run_worker, args=(self.queue, self.reconcile, self.stopper, self.name),
-            name=self.name, daemon=True,
-        )
-        thread.start()
-        return thread
+    def start(self) -> list[threading.Thread]:
+        return start_workers(self.queue, self.reconcile, self.stopper, self.name, self.workers)
 
     def _dependent_handler(self, plural: str):
         def on_change(kind: str, obj: Obj, old: Obj | None) -> None:

@@ -316,3 +316,19 @@ def run_worker(
         finally:
             with contextlib.suppress(Exception):
                 queue.done(key)
+
+
+def start_workers(
+    queue: WorkQueue, reconcile: Callable[[str], None], stopper: Stopper, name: str, count: int
+) -> list[threading.Thread]:
+    """``count`` threads reconciling from one queue (a key is never worked on twice at once),
+    so that one slow API round trip does not hold up every other key."""
+    threads = []
+    for i in range(count):
+        thread = threading.Thread(
+            target=run_worker, args=(queue, reconcile, stopper, name),
+            name=f"{name}-{i}", daemon=True,
+        )
+        thread.start()
+        threads.append(thread)
+    return threads

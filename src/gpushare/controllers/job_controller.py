@@ -16,12 +16,14 @@ from typing import Any
 
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.grouping import controller_reference
-from gpushare.controllers.informer import WorkQueue, run_worker
+from gpushare.controllers.informer import WorkQueue, start_workers
 from gpushare.controllers.informers import InformerFactory
 from gpushare.controllers.jobs import finished_condition, plan_job
 from gpushare.controllers.kube import JOBS, PODS, ApiError, KubeClient, Stopper
 
 log = logging.getLogger(__name__)
+
+WORKERS = 4  # concurrent reconciles: API round trips overlap
 
 Obj = dict[str, Any]
 EXPECTATION_SECONDS = 30.0  # forget an unseen create after this long (it may have been lost)
@@ -45,6 +47,7 @@ class JobController:
         self.jobs = informers.get(JOBS)
         self.pods = informers.get(PODS)
         self.queue = WorkQueue()
+        self.workers = WORKERS
         self._pods_by_job: dict[str, dict[str, Obj]] = {}  # job uid -> pod key -> pod
         self._created: dict[str, dict[str, tuple[float, Obj]]] = {}  # job uid -> unseen creates
         self._lock = threading.Lock()
@@ -52,13 +55,8 @@ class JobController:
         self.jobs.add_handler(self._on_job)
         self.pods.add_handler(self._on_pod)
 
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(
-            target=run_worker, args=(self.queue, self.reconcile, self.stopper, self.name),
-            name=self.name, daemon=True,
-        )
-        thread.start()
-        return thread
+    def start(self) -> list[threading.Thread]:
+        return start_workers(self.queue, self.reconcile, self.stopper, self.name, self.workers)
 
     def _on_job(self, kind: str, job: Obj, old: Obj | None) -> None:
         meta = job.get("metadata") or {}

@@ -88,6 +88,6 @@ def start_controllers(
         raise TimeoutError(f"the caches did not fill within {sync_timeout:.0f}s")
     events.start()
     for name, controller in out.controllers.items():
-        out.threads.append(controller.start())  # type: ignore[attr-defined]
+        out.threads.extend(controller.start())  # type: ignore[attr-defined]
         log.info("started %s", name)
     return out

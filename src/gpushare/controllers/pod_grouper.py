@@ -20,11 +20,13 @@ from gpushare.controllers.grouping import (
     skips_grouping,
     spec_differs,
 )
-from gpushare.controllers.informer import WorkQueue, run_worker
+from gpushare.controllers.informer import WorkQueue, start_workers
 from gpushare.controllers.informers import InformerFactory
 from gpushare.controllers.kube import BY_KIND, JOBS, PODGROUPS, PODS, ApiError, KubeClient, Stopper
 
 log = logging.getLogger(__name__)
+
+WORKERS = 8  # concurrent reconciles: API round trips overlap
 
 SCHEDULER_NAMES = ("gpushare", "kai-scheduler")
 OWNER_CACHE_SECONDS = 5.0
@@ -54,6 +56,7 @@ class PodGrouper:
         self.podgroups = informers.get(PODGROUPS)
         self.jobs = informers.get(JOBS)
         self.queue = WorkQueue()
+        self.workers = WORKERS
         # Owners read with GET (kinds without a watch here), briefly cached by uid.
         self._owner_cache: dict[str, tuple[float, Obj | None]] = {}
         # PodGroups written but not yet seen by the watch: a lagging cache must not
@@ -62,13 +65,8 @@ class PodGrouper:
         self.pods.add_handler(self._on_pod)
         self.podgroups.add_handler(self._on_podgroup)
 
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(
-            target=run_worker, args=(self.queue, self.reconcile, self.stopper, self.name),
-            name=self.name, daemon=True,
-        )
-        thread.start()
-        return thread
+    def start(self) -> list[threading.Thread]:
+        return start_workers(self.queue, self.reconcile, self.stopper, self.name, self.workers)
 
     # -- events -------------------------------------------------------------------------
 

@@ -61,10 +61,10 @@ class QueueStatusController:
         self.queues.add_handler(lambda *_: self._dirty.set())
         self.writes = 0
 
-    def start(self) -> threading.Thread:
+    def start(self) -> list[threading.Thread]:
         thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         thread.start()
-        return thread
+        return [thread]
 
     def _run(self) -> None:
         seen_version = -1

@@ -140,10 +140,10 @@ class SchedulerLoop:
 
         return on_change
 
-    def start(self) -> threading.Thread:
+    def start(self) -> list[threading.Thread]:
         thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         thread.start()
-        return thread
+        return [thread]
 
     # -- the loop -----------------------------------------------------------------------
 

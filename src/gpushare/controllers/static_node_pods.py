@@ -11,12 +11,14 @@ import logging
 import threading
 from typing import Any
 
-from gpushare.controllers.informer import WorkQueue, run_worker
+from gpushare.controllers.informer import WorkQueue, start_workers
 from gpushare.controllers.informers import InformerFactory
 from gpushare.controllers.kube import NODES, PODS, KubeClient, Stopper
 from gpushare.controllers.static_nodes import STATIC_NODE_ANNOTATION
 
 log = logging.getLogger(__name__)
+
+WORKERS = 4  # concurrent reconciles: API round trips overlap
 
 Obj = dict[str, Any]
 
@@ -35,16 +37,12 @@ class StaticNodePods:
         self.nodes = informers.get(NODES)
         self.pods = informers.get(PODS)
         self.queue = WorkQueue()
+        self.workers = WORKERS
         self.finished = 0
         self.pods.add_handler(self._on_pod)
 
-    def start(self) -> threading.Thread:
-        thread = threading.Thread(
-            target=run_worker, args=(self.queue, self.reconcile, self.stopper, self.name),
-            name=self.name, daemon=True,
-        )
-        thread.start()
-        return thread
+    def start(self) -> list[threading.Thread]:
+        return start_workers(self.queue, self.reconcile, self.stopper, self.name, self.workers)
 
     def _on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
         meta = pod.get("metadata") or {}
