@@ -6,6 +6,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config
 
@@ -33,3 +34,15 @@ class Cluster:
 
     def api_client(self, kubeconfig: Path | None = None) -> client.ApiClient:
         return config.new_client_from_config(str(kubeconfig or self.kubeconfig))
+
+
+def http_client(server: ApiServer, token: str | None = None, cluster: str = "root") -> Any:
+    """An httpx client for raw API requests (status codes, headers, streaming)."""
+    import ssl
+
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token or server.admin_token}"}
+    return httpx.Client(base_url=server.cluster_url(cluster), headers=headers,
+                        verify=ssl.create_default_context(cafile=str(server.ca_path)),
+                        timeout=30)
