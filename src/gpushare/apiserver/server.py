@@ -119,8 +119,11 @@ class ApiServer:
         self._server.run(sockets=[self._sock])
 
     def serve_forever(self) -> None:
+        """Serve until SIGINT/SIGTERM, then shut down cleanly and return."""
         try:
             self._server.run(sockets=[self._sock])
+        except KeyboardInterrupt:
+            pass  # uvicorn re-raises the signal it handled; the shutdown was already clean
         finally:
             self._close()
 
