@@ -83,7 +83,13 @@ class _ApiValues:
         return self._kube.config_map_data(namespace, name)
 
     def secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        return decode_secret(self._kube.secret_data(namespace, name))
+        body = self._kube.secret(namespace, name)
+        if body is None:
+            return None
+        values = decode_secret(body.get("data") or {}) or {}
+        # a real API server folds stringData into data on write; accept it unfolded too
+        values.update({k: str(v) for k, v in (body.get("stringData") or {}).items()})
+        return values
 
 
 @dataclass(slots=True)

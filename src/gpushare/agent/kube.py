@@ -205,14 +205,13 @@ class Kube:
             raise
         return dict(body.get("data") or {})
 
-    def secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+    def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            body = _json(self.core.read_namespaced_secret(name, namespace, _preload_content=False))
+            return _json(self.core.read_namespaced_secret(name, namespace, _preload_content=False))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return dict(body.get("data") or {})
 
     def create_event(self, body: dict[str, Any]) -> None:
         namespace = body["metadata"]["namespace"]

@@ -1,0 +1,291 @@
+"""End to end on this machine: the real API server, the agent as a `gpushare agent` process
+with declared (fake) GPUs, pods created bound to its node, `/usr/bin/kubectl` for logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gpushare.agent.kube import Kube, api_client_from_kubeconfig
+from gpushare.apiserver.server import ApiServer
+from gpushare.controllers import node_lifecycle
+
+NODE = "e2e-node"
+NS = "default"
+KUBECTL = "/usr/bin/kubectl"
+
+
+class Cluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.server = ApiServer(root / "api").start()
+        self.kubeconfig = root / "api" / "admin.kubeconfig"
+        self.kube = Kube(api_client_from_kubeconfig(str(self.kubeconfig)))
+        self.agent: subprocess.Popen[bytes] | None = None
+
+    def start_agent(self) -> None:
+        self.agent = subprocess.Popen(
+            [sys.executable, "-m", "gpushare.cli.main", "agent", "--kubeconfig",
+             str(self.kubeconfig), "--node-name", NODE, "--gpus", "2xH100", "--data-dir",
+             str(self.root / "agent"), "--heartbeat", "0.5", "--restart-backoff", "0.2",
+             "--stop-pods-on-exit"],
+            stdout=open(self.root / "agent.log", "ab"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
+        wait_for(lambda: ready_status(self.kube.get_node(NODE)) == "True", 30)
+
+    def kill_agent(self, sig: int = signal.SIGKILL) -> None:
+        assert self.agent is not None
+        self.agent.send_signal(sig)
+        self.agent.wait(15)
+        self.agent = None
+
+    def kubectl(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        return subprocess.run([KUBECTL, *args], env=env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def create_pod(self, name: str, containers: list[dict[str, Any]], restart: str = "Never",
+                   annotations: dict[str, str] | None = None,
+                   init: list[dict[str, Any]] | None = None) -> None:
+        for container in [*containers, *(init or [])]:
+            container.setdefault("image", "busybox")  # required by the API, not run
+        spec: dict[str, Any] = {"nodeName": NODE, "restartPolicy": restart,
+                                "containers": containers, "terminationGracePeriodSeconds": 5}
+        if init:
+            spec["initContainers"] = init
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}},
+                "spec": spec}
+        self.kube.core.create_namespaced_pod(NS, body, _preload_content=False)
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        return self.kube.read_pod(NS, name)
+
+    def wait_phase(self, name: str, *phases: str, timeout: float = 20) -> dict[str, Any]:
+        return wait_for(lambda: (p := self.pod(name)) is not None
+                        and (p.get("status") or {}).get("phase") in phases and p, timeout)
+
+
+def ready_status(node: dict[str, Any] | None) -> str | None:
+    for condition in ((node or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status")
+    return None
+
+
+def wait_for(check, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("agent-e2e"))
+    c.start_agent()
+    yield c
+    if c.agent is not None:
+        c.kill_agent(signal.SIGTERM)
+    c.server.stop()
+
+
+def test_node_registration(cluster: Cluster) -> None:
+    node = cluster.kube.get_node(NODE)
+    assert node is not None
+    labels, annotations = node["metadata"]["labels"], node["metadata"]["annotations"]
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert labels["nvidia.com/gpu.count"] == "2"
+    assert labels["nvidia.com/gpu.memory"] == "81559"
+    assert annotations["gpushare.io/gpus-declared"] == "true"
+    assert annotations["gpushare.io/enforcement"] == "none (declared GPUs)"
+    gpus = json.loads(annotations["gpushare.io/gpus"])
+    assert [g["index"] for g in gpus] == [0, 1] and gpus[0]["uuid"].startswith("GPU-declared-")
+    status = node["status"]
+    assert status["capacity"]["nvidia.com/gpu"] == "2"
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in status["addresses"]
+    assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] > 0
+
+
+def test_pod_runs_with_gpu_env_expanded_env_and_field_refs(cluster: Cluster) -> None:
+    cluster.kube.core.create_namespaced_config_map(
+        NS, {"metadata": {"name": "settings"}, "data": {"mode": "fast"}}, _preload_content=False)
+    cluster.kube.core.create_namespaced_secret(
+        NS, {"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}},
+        _preload_content=False)
+    script = ("echo CUDA=$CUDA_VISIBLE_DEVICES NV=$NVIDIA_VISIBLE_DEVICES "
+              "PORTION=$GPU_PORTION NAME=$(POD_NAME) GREETING=$GREETING MODE=$MODE "
+              "TOKEN=$TOKEN NODE=$NODE ESC='$$(POD_NAME)' PWD=$(pwd)")
+    cluster.create_pod(
+        "env-pod",
+        [{"name": "main", "image": "ignored", "command": ["sh", "-c", script],
+          "workingDir": "work",
+          "env": [
+              {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+              {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+              {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings",
+                                                                   "key": "mode"}}},
+              {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds",
+                                                                 "key": "token"}}},
+              {"name": "GREETING", "value": "hello-$(POD_NAME)"},
+          ]}],
+        annotations={"gpushare.io/gpu-indices": "1", "gpushare.io/gpu-portion": "0.5",
+                     "gpushare.io/gpu-memory-mib": "40000"},
+    )
+    pod = cluster.wait_phase("env-pod", "Succeeded", "Failed")
+    assert pod["status"]["phase"] == "Succeeded", pod["status"]
+    logs = cluster.kubectl("logs", "env-pod")
+    assert logs.returncode == 0, logs.stderr
+    fields = dict(item.split("=", 1) for item in logs.stdout.split())
+    node = cluster.kube.get_node(NODE)
+    uuid1 = json.loads(node["metadata"]["annotations"]["gpushare.io/gpus"])[1]["uuid"]
+    assert fields["CUDA"] == "1" and fields["NV"] == uuid1 and fields["PORTION"] == "0.5"
+    assert fields["NAME"] == "env-pod" and fields["GREETING"] == "hello-env-pod"
+    assert fields["MODE"] == "fast" and fields["TOKEN"] == "s3cret" and fields["NODE"] == NODE
+    assert fields["ESC"] == "$(POD_NAME)"  # $$ escapes the expansion
+    assert fields["PWD"].endswith("/pods/default/env-pod/work")
+
+
+def test_pod_without_gpus_sees_none(cluster: Cluster) -> None:
+    cluster.create_pod("cpu-pod", [{"name": "main", "command": [
+        "sh", "-c", 'echo "[$CUDA_VISIBLE_DEVICES] $NVIDIA_VISIBLE_DEVICES"']}])
+    cluster.wait_phase("cpu-pod", "Succeeded")
+    assert cluster.kubectl("logs", "cpu-pod").stdout == "[] void\n"
+
+
+def test_exit_code_and_restart_policies(cluster: Cluster) -> None:
+    cluster.create_pod("fails", [{"name": "main", "command": ["sh", "-c", "exit 3"]}], "Never")
+    script = 'n=$(cat n 2>/dev/null || echo 0); n=$((n+1)); echo $n > n; echo run $n; [ $n -ge 3 ]'
+    cluster.create_pod("flaky", [{"name": "main", "command": ["sh", "-c", script]}], "OnFailure")
+    pod = cluster.wait_phase("fails", "Failed")
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 3 and terminated["reason"] == "Error"
+    assert terminated["startedAt"] and terminated["finishedAt"]
+    pod = cluster.wait_phase("flaky", "Succeeded", timeout=30)
+    status = pod["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 2
+    assert status["state"]["terminated"]["exitCode"] == 0
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+    assert cluster.kubectl("logs", "flaky").stdout == "run 3\n"
+    assert cluster.kubectl("logs", "flaky", "--previous").stdout == "run 2\n"
+    conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
+    assert conditions["PodScheduled"] == "True" and conditions["Initialized"] == "True"
+
+
+def test_running_pod_status_and_init_containers_first(cluster: Cluster) -> None:
+    cluster.create_pod(
+        "with-init",
+        [{"name": "main", "command": ["sh", "-c", "cat order; echo main-ready; sleep 30"]}],
+        "Never",
+        init=[{"name": "first", "command": ["sh", "-c", "echo first >> order"]},
+              {"name": "second", "command": ["sh", "-c", "echo second >> order"]}],
+    )
+    pod = cluster.wait_phase("with-init", "Running")
+    status = pod["status"]
+    assert [s["state"]["terminated"]["exitCode"] for s in status["initContainerStatuses"]] == [
+        0, 0]
+    main = status["containerStatuses"][0]
+    assert main["ready"] is True and "startedAt" in main["state"]["running"]
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {"PodScheduled": "True", "Initialized": "True",
+                          "ContainersReady": "True", "Ready": "True"}
+    assert status["podIP"] == "127.0.0.1" and status["hostIP"] == "127.0.0.1"
+    logs = wait_for(lambda: "main-ready" in (out := cluster.kubectl("logs", "with-init").stdout)
+                    and out)
+    assert logs.splitlines()[:2] == ["first", "second"]
+    assert cluster.kubectl("logs", "with-init", "-c", "second").stdout == ""
+
+
+def test_kubectl_logs_follow_streams_until_the_container_ends(cluster: Cluster) -> None:
+    script = "for i in 1 2 3 4; do echo line $i; sleep 0.4; done"
+    cluster.create_pod("chatty", [{"name": "main", "command": ["sh", "-c", script]}])
+    cluster.wait_phase("chatty", "Running", "Succeeded")
+    followed = cluster.kubectl("logs", "-f", "chatty", timeout=30)
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.splitlines() == ["line 1", "line 2", "line 3", "line 4"]
+    tail = cluster.kubectl("logs", "chatty", "--tail=1", "--timestamps")
+    stamp, text = tail.stdout.strip().split(" ", 1)
+    assert text == "line 4" and stamp.endswith("Z") and "T" in stamp
+
+
+def test_deleting_a_pod_kills_its_whole_process_group(cluster: Cluster) -> None:
+    cluster.create_pod("doomed", [{"name": "main", "command": [
+        "sh", "-c", "sleep 300 & echo child $!; sleep 300 & echo child $!; wait"]}])
+    cluster.wait_phase("doomed", "Running")
+    logs = wait_for(lambda: (out := cluster.kubectl("logs", "doomed").stdout).count("child") == 2
+                    and out)
+    children = [int(line.split()[1]) for line in logs.splitlines()]
+    assert all(psutil.pid_exists(pid) for pid in children)
+    deleted = cluster.kubectl("delete", "pod", "doomed", "--wait=false")
+    assert deleted.returncode == 0, deleted.stderr
+    wait_for(lambda: cluster.pod("doomed") is None, 20)  # the agent finished the deletion
+
+    def gone(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    assert all(gone(pid) for pid in children)
+
+
+def test_restarted_agent_adopts_running_pods_without_running_them_twice(
+    cluster: Cluster,
+) -> None:
+    marker = cluster.root / "adopt-marker"
+    cluster.create_pod("survivor", [{"name": "main", "command": [
+        "sh", "-c", f"echo started >> {marker}; sleep 300"]}])
+    cluster.wait_phase("survivor", "Running")
+    wait_for(marker.exists)
+    cluster.kill_agent(signal.SIGKILL)
+    time.sleep(0.5)
+    cluster.start_agent()
+    time.sleep(1.5)
+    pod = cluster.wait_phase("survivor", "Running")
+    assert marker.read_text().split() == ["started"]
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    cluster.kubectl("delete", "pod", "survivor", "--wait=false")
+    wait_for(lambda: cluster.pod("survivor") is None, 20)
+
+
+def test_killed_agent_node_turns_not_ready_and_recovers(cluster: Cluster) -> None:
+    stop = threading.Event()
+    controller = threading.Thread(
+        target=node_lifecycle.run,
+        args=(cluster.kube.api_client, stop),
+        kwargs={"grace_s": 2.0, "interval_s": 0.3},
+        daemon=True,
+    )
+    controller.start()
+    try:
+        assert ready_status(cluster.kube.get_node(NODE)) == "True"
+        cluster.kill_agent(signal.SIGKILL)
+        node = wait_for(lambda: (n := cluster.kube.get_node(NODE)) is not None
+                        and ready_status(n) == "Unknown" and n, 15)
+        assert any(t["key"] == "node.kubernetes.io/unreachable"
+                   for t in node["spec"].get("taints") or [])
+        # Kubernetes prints NotReady for Ready=Unknown
+        row = cluster.kubectl("get", "node", NODE, "--no-headers").stdout.split()
+        assert row[1] in ("NotReady", "Unknown")
+        cluster.start_agent()
+        wait_for(lambda: not ((cluster.kube.get_node(NODE) or {}).get("spec") or {}).get(
+            "taints"), 10)
+    finally:
+        stop.set()
+        controller.join(5)
