@@ -86,6 +86,7 @@ class Watcher:
         self.rv = resource_version
         self.added: dict[str, float] = {}
         self.bound: dict[str, float] = {}
+        self.grouped: dict[str, float] = {}
         self.abort = None
         self.stopped = False
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -104,6 +105,8 @@ class Watcher:
                     if event.get("type") == "BOOKMARK" or not name.startswith("bench-"):
                         continue
                     self.added.setdefault(name, now)
+                    if "pod-group-name" in (meta.get("annotations") or {}):
+                        self.grouped.setdefault(name, now)
                     if (obj.get("spec") or {}).get("nodeName"):
                         self.bound.setdefault(name, now)
             except Exception:
@@ -173,7 +176,7 @@ def main() -> None:
             spies.append(subprocess.Popen(
                 ["py-spy", "record", "-p", str(proc.pid), "-o",
                  str(args.profile / f"{name}.txt"), "--format", "raw", "--rate", "50",
-                 "--nonblocking", "--threads"],
+                 "--nonblocking", "--threads", "--gil"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(2.0)  # the controllers list and watch before the burst
 
@@ -195,6 +198,7 @@ def main() -> None:
     watched = {"server": psutil.Process(server.pid), "controllers": psutil.Process(controllers.pid),
                "bench client": psutil.Process()}
     cpu_before = {name: sum(p.cpu_times()[:2]) for name, p in watched.items()}
+    machine_before = psutil.cpu_times()
     first = time.perf_counter()
     with ThreadPoolExecutor(args.clients) as pool:
         list(pool.map(create, range(args.pods)))
@@ -205,6 +209,8 @@ def main() -> None:
     watcher.stop()
     wall = time.perf_counter() - first
     cpu = {name: sum(p.cpu_times()[:2]) - cpu_before[name] for name, p in watched.items()}
+    machine_after = psutil.cpu_times()
+    machine_idle = (machine_after.idle - machine_before.idle) / (wall * (os.cpu_count() or 1))
 
     for spy in spies:
         spy.send_signal(signal.SIGINT)
@@ -234,11 +240,22 @@ def main() -> None:
           f" ms, p99 {percentile(watch_lat, .99) * 1e3:.1f} ms")
     print(f"bind latency (create sent -> bound seen): p50 {percentile(bind_lat, .5) * 1e3:.0f}"
           f" ms, p99 {percentile(bind_lat, .99) * 1e3:.0f} ms")
+    grouping = [watcher.grouped[n] - sent[n] for n in watcher.grouped if n in sent]
+    to_bind = [watcher.bound[n] - watcher.grouped[n] for n in watcher.bound
+               if n in watcher.grouped]
+    print(f"stages, p50/p99: create -> grouped {percentile(grouping, .5) * 1e3:.0f}/"
+          f"{percentile(grouping, .99) * 1e3:.0f} ms, grouped -> bound"
+          f" {percentile(to_bind, .5) * 1e3:.0f}/{percentile(to_bind, .99) * 1e3:.0f} ms")
     print("CPU during the run: " + ", ".join(
-        f"{name} {seconds:.1f}s ({seconds / wall:.0%})" for name, seconds in cpu.items()))
+        f"{name} {seconds:.1f}s ({seconds / wall:.0%})" for name, seconds in cpu.items())
+        + f"; machine idle {machine_idle:.0%}")
     if args.profile:
         print(f"profiles (collapsed stacks): {args.profile}/server.txt,"
               f" {args.profile}/controllers.txt")
+    stats = [line.split(": ", 2)[-1] for line in
+             (workdir / "controllers.log").read_text().splitlines() if "scheduler: " in line]
+    if stats:
+        print("controllers: " + stats[-1].strip())
     client.close()
     if args.keep:
         print(f"data kept in {workdir}")

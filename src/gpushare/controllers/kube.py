@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +109,7 @@ class KubeClient:
         k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
         # One connection per concurrent request: the binder pool and the informers.
         configuration.connection_pool_maxsize = pool_size
+        configuration.refresh_api_key_hook = _throttled(configuration.refresh_api_key_hook)
         return cls(k8s_client.ApiClient(configuration))
 
     @property
@@ -255,6 +257,35 @@ class KubeClient:
         finally:
             with contextlib.suppress(Exception):
                 raw.release_conn()
+
+
+TOKEN_REFRESH_SECONDS = 30.0
+
+
+def _throttled(hook: Any) -> Any:
+    """The loader's token-refresh hook, run at most every TOKEN_REFRESH_SECONDS.
+
+    The hook re-reads the kubeconfig on every request (so exec/OIDC tokens stay fresh);
+    that costs about a quarter of a millisecond of CPU per request, which at hundreds of
+    requests a second is most of the client's own work.
+    """
+    if hook is None:
+        return None
+    last = [float("-inf")]
+    current = [hook]
+
+    def refresh(configuration: Any) -> None:
+        now = time.monotonic()
+        if now - last[0] >= TOKEN_REFRESH_SECONDS:
+            last[0] = now
+            current[0](configuration)
+            # The loader's hook installs a fresh copy of itself each time it runs.
+            installed = configuration.refresh_api_key_hook
+            if installed is not refresh and installed is not None:
+                current[0] = installed
+            configuration.refresh_api_key_hook = refresh
+
+    return refresh
 
 
 def _abort(raw: Any) -> None:

@@ -10,6 +10,7 @@ GPU assignment annotations, Evict → delete the pod, Pipeline → an Event, pen
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 COMPONENT = "gpushare-scheduler"
+TIMED_ACTIONS = frozenset({"stalegangeviction"})
 
 
 @dataclass(slots=True)
@@ -113,6 +115,11 @@ class SchedulerLoop:
         self.stopper = stopper
         self.events = events
         self.config = config or Config()
+        # Cycles triggered by changes skip the time-based sweep over every job (stale
+        # gangs); the periodic cycle runs every action.
+        self.event_config = dataclasses.replace(
+            self.config, actions=tuple(a for a in self.config.actions if a not in TIMED_ACTIONS)
+        )
         self.min_interval = min_interval
         self.period = period
         self.mirror = Mirror(scheduler_names=scheduler_names)
@@ -152,7 +159,7 @@ class SchedulerLoop:
             while not informer.wait_synced(0.5):
                 if self.stopper.stopped:
                     return
-        last = 0.0
+        last = last_full = 0.0
         while not self.stopper.stopped:
             woke = self._wake.wait(self.period)
             since = time.monotonic() - last
@@ -161,11 +168,20 @@ class SchedulerLoop:
                 self.stopper.wait(self.min_interval - since)
             self._wake.clear()
             last = time.monotonic()
+            full = last - last_full >= self.period
+            if full:
+                last_full = last
             try:
-                self.step(time.time())
+                self.step(time.time(), full=full)
             except Exception:
                 log.exception("scheduling cycle failed")
         self._pool.shutdown(wait=False, cancel_futures=True)
+        s = self.stats
+        log.info(
+            "scheduler: %d cycles (%.3fs in cycles, %.3fs applying deltas), %d binds"
+            " (%d failed), %d evictions", s.cycles, s.cycle_seconds, s.apply_seconds,
+            s.binds, s.bind_failures, s.evictions,
+        )
 
     def drain(self) -> int:
         """Apply the queued deltas to the state; return how many there were."""
@@ -191,11 +207,12 @@ class SchedulerLoop:
         self.stats.apply_seconds += time.perf_counter() - started
         return count
 
-    def step(self, now: float) -> CycleResult:
-        """Apply deltas, run one cycle and act on it."""
+    def step(self, now: float, full: bool = True) -> CycleResult:
+        """Apply deltas, run one cycle (every action when ``full``) and act on it."""
         self.drain()
         started = time.perf_counter()
-        result = run_cycle(self.mirror.state, self.config, now)
+        config = self.config if full else self.event_config
+        result = run_cycle(self.mirror.state, config, now)
         elapsed = time.perf_counter() - started
         self.stats.cycles += 1
         self.stats.cycle_seconds += elapsed
@@ -223,6 +240,11 @@ class SchedulerLoop:
                     f"pod will run on node {pipe.node} once the resources being released"
                     " there are free",
                 )
+            # Nothing is written for a pipelined pod: like any pending pod it is decided
+            # afresh in a later cycle, once the victims' deletions have arrived.
+            pod = mirror.state.pods.get(pipe.pod)
+            if pod is not None and pod.status is PodStatus.PIPELINED:
+                mirror.state.set_pod(pod, PodStatus.PENDING)
         for evict in result.evictions:
             raw = mirror.raw_pods.get(evict.pod)
             job_key = mirror.pod_group_of(evict.pod)
