@@ -289,3 +289,71 @@ def test_killed_agent_node_turns_not_ready_and_recovers(cluster: Cluster) -> Non
     finally:
         stop.set()
         controller.join(5)
+
+
+def test_watchdog_through_the_api_with_a_fake_nvml(tmp_path: Path) -> None:
+    """The agent in-process, over a FAKE NVML: usage annotations, the kill, its Event."""
+    from fake_nvml import FakeNvml
+
+    from gpushare.agent.agent import Agent, AgentConfig
+    from gpushare.agent.enforcement import Enforcement
+    from gpushare.agent.inventory import host_resources
+    from gpushare.agent.nvml import GpuProcess, probe_inventory
+    from gpushare.agent.supervisor import SupervisorConfig
+
+    server = ApiServer(tmp_path / "api").start()
+    kube = Kube(api_client_from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig")))
+    nvml = FakeNvml.with_gpus("1xH100", node="fake-gpu-node")
+    inventory = probe_inventory(nvml)  # as if probed: not declared
+    config = AgentConfig(node_name="fake-gpu-node", data_dir=tmp_path / "agent",
+                         heartbeat_s=0.5, monitor_s=3600, usage_report_s=0,
+                         supervisor=SupervisorConfig(backoff_base_s=0.2))
+    agent = Agent(kube, config, inventory, host_resources(),
+                  Enforcement(("nvml-watchdog",), "nvml-watchdog"), nvml)
+    agent.start()
+    try:
+        node = kube.get_node("fake-gpu-node")
+        assert node["metadata"]["annotations"]["gpushare.io/enforcement"] == "nvml-watchdog"
+        assert "gpushare.io/gpus-declared" not in node["metadata"]["annotations"]
+        share = {"gpushare.io/gpu-indices": "0", "gpushare.io/gpu-portion": "0.5",
+                 "gpushare.io/gpu-memory-mib": "40000"}
+        for name in ("tenant", "neighbour"):
+            kube.core.create_namespaced_pod(NS, {
+                "metadata": {"name": name, "annotations": share},
+                "spec": {"nodeName": "fake-gpu-node", "restartPolicy": "Always",
+                         "containers": [{"name": "main", "image": "x",
+                                         "command": ["sh", "-c", "sleep 300 & wait"]}]},
+            }, _preload_content=False)
+        wait_for(lambda: len(agent.pods()) == 2
+                 and all(s.process_groups() for s in agent.pods().values()))
+        pids = {}
+        for key, sup in agent.pods().items():
+            pgid = sup.process_groups()[0]
+            pids[key] = wait_for(lambda pgid=pgid: [
+                p.pid for p in psutil.process_iter()
+                if p.name() == "sleep" and os.getpgid(p.pid) == pgid])[0]
+        nvml.processes[0] = [GpuProcess(pids["default/tenant"], 10_000 << 20),
+                             GpuProcess(pids["default/neighbour"], 5_000 << 20)]
+        assert agent.monitor_once() == []
+        usage = wait_for(lambda: (kube.read_pod(NS, "tenant") or {}).get("metadata", {})
+                         .get("annotations", {}).get("gpushare.io/gpu-usage"))
+        assert json.loads(usage)["memoryMiB"] == 10_000
+        assert json.loads(usage)["allocatedMemoryMiB"] == 40_000
+        totals = wait_for(lambda: kube.get_node("fake-gpu-node")["metadata"]["annotations"]
+                          .get("gpushare.io/gpu-usage"))
+        assert json.loads(totals)["gpus"][0]["memoryMiB"] == 15_000
+        assert json.loads(totals)["gpus"][0]["allocatedMemoryMiB"] == 80_000
+
+        nvml.processes[0][0] = GpuProcess(pids["default/tenant"], 60_000 << 20)
+        assert agent.monitor_once() == ["default/tenant"]
+        pod = wait_for(lambda: (p := kube.read_pod(NS, "tenant"))
+                       and p["status"].get("phase") == "Failed" and p)
+        assert pod["status"]["reason"] == "GPUMemoryExceeded"
+        assert "60000 MiB" in pod["status"]["message"]
+        events = json.loads(kube.core.list_namespaced_event(NS, _preload_content=False).data)
+        assert any(e["reason"] == "GPUMemoryExceeded"
+                   and e["involvedObject"]["name"] == "tenant" for e in events["items"])
+        assert kube.read_pod(NS, "neighbour")["status"]["phase"] == "Running"
+    finally:
+        agent.stop(stop_pods=True)
+        server.stop()

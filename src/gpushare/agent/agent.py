@@ -171,8 +171,15 @@ class Agent:
                 entry.supervisor.stop(2.0)
             for entry in running:
                 entry.supervisor.wait(10)
+        deadline = time.monotonic() + 5
+        while not self._writes.empty() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with contextlib.suppress(Exception):
+            self.kube.api_client.rest_client.pool_manager.clear()
+        # the pod watch may sit in a long request: it is a daemon thread, so don't wait long
+        deadline = time.monotonic() + 2
         for thread in self._threads:
-            thread.join(timeout=5)
+            thread.join(timeout=max(0.05, deadline - time.monotonic()))
         self.log_server.stop()
         if self.enforcement.mps is not None:
             self.enforcement.mps.stop_all()
