@@ -47,6 +47,19 @@ def is_elastic(session: Session, job: Job) -> bool:
     return len(job.pods) > session.gang(job).min_total()
 
 
+def elastic_memo(session: Session) -> Callable[[Job], bool]:
+    """``is_elastic`` remembered per job for one action (a job's shape does not change)."""
+    seen: dict[str, bool] = {}
+
+    def elastic(job: Job) -> bool:
+        value = seen.get(job.key)
+        if value is None:
+            value = seen[job.key] = is_elastic(session, job)
+        return value
+
+    return elastic
+
+
 def non_preemptible_within_quota(session: Session, job: Job, pods: list[Pod]) -> bool:
     """A non-preemptible job never takes more than its queues' quota."""
     if job.preemptible:

@@ -13,10 +13,10 @@ from gpushare.model import Job, Pod
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims import minruntime
 from gpushare.scheduler.victims.common import (
+    elastic_memo,
     elastic_victims_keep_gang,
     has_active,
     in_preemption_delay,
-    is_elastic,
     non_preemptible_within_quota,
     pending_candidates,
     run_action,
@@ -35,6 +35,7 @@ def _protected(session: Session, victim: Job) -> bool:
 
 def preempt(session: Session) -> None:
     options = VictimOptions.of(session.config)
+    elastic = elastic_memo(session)
     kai = session.config.kai
 
     def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
@@ -45,7 +46,7 @@ def preempt(session: Session) -> None:
                 continue
             if victim.priority >= job.priority or not has_active(session, victim):
                 continue
-            if not is_elastic(session, victim) and _protected(session, victim):
+            if not elastic(victim) and _protected(session, victim):
                 continue
             out.append((victim, session.state.job_pods(victim)))
         return out
@@ -64,7 +65,7 @@ def preempt(session: Session) -> None:
         candidates=candidates,
         validator=validator,
         protected_core=None if kai else (
-            lambda job, victim: is_elastic(session, victim) and _protected(session, victim)
+            lambda job, victim: elastic(victim) and _protected(session, victim)
         ),
         max_simulations=options.max_simulations,
     )

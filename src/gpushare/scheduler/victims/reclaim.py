@@ -23,10 +23,10 @@ from gpushare.model.quantities import RESOURCES
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims import minruntime
 from gpushare.scheduler.victims.common import (
+    elastic_memo,
     elastic_victims_keep_gang,
     has_active,
     in_preemption_delay,
-    is_elastic,
     pending_candidates,
     run_action,
     running_seconds,
@@ -60,27 +60,39 @@ def _protected(session: Session, reclaimer: Job, victim: Job) -> bool:
 
 def reclaim(session: Session) -> None:
     options = VictimOptions.of(session.config)
+    elastic = elastic_memo(session)
     kai = session.config.kai
+
+    protection: dict[tuple[str, str], bool] = {}  # (reclaimer queue, victim job) -> protected
+
+    def protected(job: Job, victim: Job) -> bool:
+        key = (job.queue, victim.key)
+        if key not in protection:
+            protection[key] = _protected(session, job, victim)
+        return protection[key]
 
     def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
         shares = search.snapshot
         reclaimer = reclaimer_of(session, job, partial)
+        allowed: dict[str, bool] = {}
         out: list[tuple[Job, list[Pod]]] = []
         for name in sorted(session.state.jobs):
             victim = session.state.jobs[name]
             if victim.queue == job.queue or not victim.preemptible or victim.key == job.key:
                 continue
-            if victim.queue not in shares or not has_active(session, victim):
+            if victim.queue not in shares:
                 continue
-            if not victim_queue_allowed(shares, reclaimer, victim.queue):
+            if victim.queue not in allowed:
+                allowed[victim.queue] = victim_queue_allowed(shares, reclaimer, victim.queue)
+            if not allowed[victim.queue] or not has_active(session, victim):
                 continue
-            if not is_elastic(session, victim) and _protected(session, job, victim):
+            if not elastic(victim) and protected(job, victim):
                 continue
             out.append((victim, session.state.job_pods(victim)))
         return out
 
     def protected_core(job: Job, victim: Job) -> bool:
-        return is_elastic(session, victim) and _protected(session, job, victim)
+        return elastic(victim) and protected(job, victim)
 
     def validator(outcome: Outcome) -> bool:
         shares = search.snapshot

@@ -18,6 +18,7 @@ scenarios that already failed.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -33,8 +34,11 @@ from gpushare.scheduler.victims.ordering import pick_fair
 from gpushare.scheduler.victims.shares import Quantities, QueueShare
 from gpushare.scheduler.victims.victim_queue import VictimQueue, pod_quantities
 
-#: Simulations one job may run before the action gives up on it.
+#: Simulations one job may run per generator before the action gives up on it.
 DEFAULT_MAX_SIMULATIONS = 256
+#: Victim steps the node-local generator still tries once all victims so far would make
+#: room in total (a step that needs several nodes is the next generator's).
+NODE_LOCAL_PATIENCE = 32
 
 
 @dataclass(slots=True)
@@ -82,8 +86,9 @@ class Search:
     stats: SearchStats = field(default_factory=SearchStats)
     #: The queues' figures when the current job's search began (what the rules read).
     snapshot: dict[str, QueueShare] = field(default_factory=dict)
-    _failed: set[tuple[tuple[str, ...], frozenset[str]]] = field(default_factory=set)
+    _failed: set[tuple] = field(default_factory=set)
     _budget: int = 0
+    _hashes: dict[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ shares
     def shares(self) -> dict[str, QueueShare]:
@@ -153,32 +158,49 @@ class Search:
             guard = self.protected_core
             protected = lambda victim: guard(job, victim)  # noqa: E731
         queue = VictimQueue(candidates, shares, totals, {p.key for p in recorded}, protected)
+        capacity = _Capacity(self.session, partial)
+        base = capacity.accumulate(recorded)  # recorded + accumulated, kept up to date
         accumulated: list[Pod] = []
+        by_job: dict[str, list[Pod]] = {}  # accumulated victims per job
+        jobs_on_node: dict[str, set[str]] = {}
         victim_jobs = {p.job for p in recorded}
         quantities = {p.key: pod_quantities(p) for p in recorded}
         partial_keys = tuple(p.key for p in partial)
+        recorded_hash = self._set_hash(recorded)
+        accumulated_hash = 0
         latest: list[Pod] = []
         first = True
+        patience = NODE_LOCAL_PATIENCE
         while True:
+            scenarios: list[tuple[list[Pod], int, bool | None]] = []
             if first:
                 first = False
-                scenarios = [list(recorded)] if recorded else []
+                if recorded:
+                    scenarios.append((list(recorded), recorded_hash, base.ok()))
             elif node_local:
-                scenarios = []
-                if self._may_fit(partial, recorded + accumulated):
-                    seen: set[frozenset[str]] = set()
+                if base.ok():
+                    # Once every victim so far would make room but no single node's
+                    # victims do, the step needs several nodes: leave it to the next
+                    # generator rather than scan every candidate.
+                    patience -= 1
+                    if patience < 0:
+                        return None
+                    seen: set[int] = set()
                     for node in sorted({p.node for p in latest if p.node is not None}):
                         # Whole victim steps of every job that has a victim on the node.
-                        jobs_here = {p.job for p in accumulated if p.node == node}
-                        on_node = [p for p in accumulated if p.job in jobs_here]
-                        key = frozenset(p.key for p in on_node)
-                        if key not in seen:
-                            seen.add(key)
-                            scenarios.append(recorded + on_node)
+                        on_node = [p for j in sorted(jobs_on_node[node]) for p in by_job[j]]
+                        digest = recorded_hash ^ self._set_hash(on_node)
+                        if digest not in seen:
+                            seen.add(digest)
+                            scenarios.append((recorded + on_node, digest, None))
             else:
-                scenarios = [recorded + accumulated]
-            for victims in scenarios:
-                outcome = self._try(stmt, job, partial, partial_keys, victims, quantities)
+                scenarios.append(
+                    (recorded + accumulated, recorded_hash ^ accumulated_hash, base.ok())
+                )
+            for victims, digest, fits in scenarios:
+                fingerprint = (partial_keys, len(victims), digest)
+                outcome = self._try(stmt, job, partial, fingerprint, victims, quantities,
+                                    capacity, fits)
                 if outcome is not None:
                     return outcome
                 if self._budget <= 0:
@@ -196,18 +218,36 @@ class Search:
             victim_jobs.add(victim_job.key)
             for pod in latest:
                 quantities[pod.key] = pod_quantities(pod)
+                by_job.setdefault(pod.job, []).append(pod)
+                if pod.node is not None:
+                    jobs_on_node.setdefault(pod.node, set()).add(pod.job)
             accumulated.extend(latest)
+            accumulated_hash ^= self._set_hash(latest)
+            base.add(latest)
+
+    def _set_hash(self, pods: Sequence[Pod]) -> int:
+        """An order-free 64-bit digest of a set of pods (stable across runs)."""
+        digest = 0
+        for pod in pods:
+            value = self._hashes.get(pod.key)
+            if value is None:
+                value = int.from_bytes(
+                    hashlib.blake2b(pod.key.encode(), digest_size=8).digest(), "big"
+                )
+                self._hashes[pod.key] = value
+            digest ^= value
+        return digest
 
     def _try(
-        self, stmt: Statement, job: Job, partial: list[Pod], partial_keys: tuple[str, ...],
-        victims: list[Pod], quantities: dict[str, Quantities],
+        self, stmt: Statement, job: Job, partial: list[Pod], fingerprint: tuple,
+        victims: list[Pod], quantities: dict[str, Quantities], capacity: _Capacity,
+        fits: bool | None,
     ) -> Outcome | None:
         self.stats.scenarios += 1
-        fingerprint = (partial_keys, frozenset(p.key for p in victims))
         if fingerprint in self._failed:
             self.stats.deduplicated += 1
             return None
-        if not self._may_fit(partial, victims):
+        if not (capacity.fits(victims) if fits is None else fits):
             self.stats.filtered += 1
             return None
         self._budget -= 1
@@ -216,59 +256,6 @@ class Search:
         if outcome is None:
             self._failed.add(fingerprint)
         return outcome
-
-    # ----------------------------------------------------------------- filters
-    def _may_fit(self, partial: list[Pod], victims: list[Pod]) -> bool:
-        """Necessary conditions: enough GPU, CPU and memory in total once the victims
-        release, and for the largest whole-GPU pod, a node with that many GPUs."""
-        state = self.session.state
-        need_gpu = need_cpu = need_mem = 0
-        max_whole = 0
-        big_memory = self.session.max_gpu_memory or 0
-        for pod in partial:
-            g = pod.gpu
-            if g.whole:
-                need_gpu += g.whole * MILLI
-                max_whole = max(max_whole, g.whole)
-            elif g.is_shared:
-                need_gpu += min(g.portion_on(big_memory), MILLI) * g.devices
-            need_cpu += pod.cpu_millis
-            need_mem += pod.memory_bytes
-        free_gpu = free_cpu = free_mem = 0
-        for usage in state.usage.values():
-            if not usage.node.ready:
-                continue
-            free_gpu += usage.gpus_free_future_milli()
-            free_cpu += usage.cpu_free_future()
-            free_mem += usage.mem_free_future()
-        freed: dict[str, dict[int, int]] = {}  # node -> GPU index -> milli-GPU released
-        for pod in victims:
-            if pod.status in ACTIVE_ALLOCATED:
-                held = pod.held()
-                free_gpu += held.gpu
-                free_cpu += held.cpu
-                free_mem += held.mem
-                if pod.node is not None and pod.gpu_indices:
-                    share = MILLI if pod.gpu.whole else pod.portion
-                    per_gpu = freed.setdefault(pod.node, {})
-                    for i in pod.gpu_indices:
-                        per_gpu[i] = per_gpu.get(i, 0) + share
-        if need_gpu > free_gpu or need_cpu > free_cpu or need_mem > free_mem:
-            return False
-        if max_whole:
-            best = 0
-            for name, usage in state.usage.items():
-                if not usage.node.ready:
-                    continue
-                extra = freed.get(name, {})
-                whole = sum(
-                    1 for i in range(usage.node.gpus)
-                    if usage.gpu_free_future(i) + extra.get(i, 0) >= MILLI
-                )
-                best = max(best, whole)
-            if best < max_whole:
-                return False
-        return True
 
     # -------------------------------------------------------------- simulation
     def _simulate(
@@ -453,3 +440,106 @@ def _split_core(job: Job, pods: Sequence[Pod]) -> tuple[list[Pod], list[Pod]]:
             core.extend(leaf_pods[:minimum])
             elastic.extend(leaf_pods[minimum:])
     return core, elastic
+
+
+class _Capacity:
+    """The capacity filter of one job's search: what the step needs against what is free
+    (now or after releases) plus what the victims would free, in O(victims) per check."""
+
+    def __init__(self, session: Session, partial: list[Pod]) -> None:
+        need = [0, 0, 0]
+        self.max_whole = 0
+        big_memory = session.max_gpu_memory or 0
+        for pod in partial:
+            g = pod.gpu
+            if g.whole:
+                need[0] += g.whole * MILLI
+                self.max_whole = max(self.max_whole, g.whole)
+            elif g.is_shared:
+                need[0] += min(g.portion_on(big_memory), MILLI) * g.devices
+            need[1] += pod.cpu_millis
+            need[2] += pod.memory_bytes
+        self.need = need
+        free = [0, 0, 0]
+        self.gpu_free: dict[str, list[int]] = {}
+        self.best_whole = 0
+        for name, usage in session.state.usage.items():
+            if not usage.node.ready:
+                continue
+            per_gpu = [usage.gpu_free_future(i) for i in range(usage.node.gpus)]
+            self.gpu_free[name] = per_gpu
+            free[0] += sum(per_gpu)
+            free[1] += usage.cpu_free_future()
+            free[2] += usage.mem_free_future()
+            self.best_whole = max(self.best_whole, sum(1 for f in per_gpu if f >= MILLI))
+        self.free = free
+
+    def accumulate(self, victims: Sequence[Pod]) -> _Accumulated:
+        acc = _Accumulated(self)
+        acc.add(victims)
+        return acc
+
+    def fits(self, victims: Sequence[Pod]) -> bool:
+        free = list(self.free)
+        freed: dict[str, dict[int, int]] = {}  # node -> GPU index -> milli-GPU released
+        for pod in victims:
+            if pod.status not in ACTIVE_ALLOCATED:
+                continue
+            held = pod.held()
+            free[0] += held.gpu
+            free[1] += held.cpu
+            free[2] += held.mem
+            if pod.node is not None and pod.gpu_indices and pod.node in self.gpu_free:
+                share = MILLI if pod.gpu.whole else pod.portion
+                per_gpu = freed.setdefault(pod.node, {})
+                for i in pod.gpu_indices:
+                    per_gpu[i] = per_gpu.get(i, 0) + share
+        if any(n > f for n, f in zip(self.need, free, strict=True)):
+            return False
+        if self.max_whole <= self.best_whole:
+            return True
+        for name, extra in freed.items():
+            base = self.gpu_free[name]
+            whole = sum(1 for i, f in enumerate(base) if f + extra.get(i, 0) >= MILLI)
+            if whole >= self.max_whole:
+                return True
+        return False
+
+
+class _Accumulated:
+    """The capacity filter over a growing victim set, updated per added step."""
+
+    def __init__(self, capacity: _Capacity) -> None:
+        self.capacity = capacity
+        self.free = list(capacity.free)
+        self.freed: dict[str, dict[int, int]] = {}
+        self.best_whole = capacity.best_whole
+
+    def add(self, victims: Sequence[Pod]) -> None:
+        cap = self.capacity
+        touched: set[str] = set()
+        for pod in victims:
+            if pod.status not in ACTIVE_ALLOCATED:
+                continue
+            held = pod.held()
+            self.free[0] += held.gpu
+            self.free[1] += held.cpu
+            self.free[2] += held.mem
+            if pod.node is not None and pod.gpu_indices and pod.node in cap.gpu_free:
+                share = MILLI if pod.gpu.whole else pod.portion
+                per_gpu = self.freed.setdefault(pod.node, {})
+                for i in pod.gpu_indices:
+                    per_gpu[i] = per_gpu.get(i, 0) + share
+                touched.add(pod.node)
+        for name in touched:
+            extra = self.freed[name]
+            whole = sum(
+                1 for i, f in enumerate(cap.gpu_free[name]) if f + extra.get(i, 0) >= MILLI
+            )
+            self.best_whole = max(self.best_whole, whole)
+
+    def ok(self) -> bool:
+        cap = self.capacity
+        if any(n > f for n, f in zip(cap.need, self.free, strict=True)):
+            return False
+        return cap.max_whole <= self.best_whole

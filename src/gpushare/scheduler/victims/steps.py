@@ -84,6 +84,19 @@ class VictimSteps:
     def _needed(node: _SetNode) -> int:
         return len(node.members) if node.needed is None else node.needed
 
+    def elastic_state(self) -> int:
+        """0 below its gang size, 1 exactly at it, 2 above it."""
+        members = self.root.members
+        if len(members) == 1 and isinstance(members[0], _PodSet):
+            podset = members[0]
+            active = sum(1 for p in podset.pods if self.is_active(p))
+            if active == 0 or active < podset.min_member:
+                return 0
+            return 2 if active > podset.min_member else 1
+        if not self.satisfied():
+            return 0
+        return 2 if self._has_surplus(self.root) else 1
+
     def satisfied(self) -> bool:
         """Whether the job's active pods still form its gang."""
         count = self._num_satisfied(self.root)

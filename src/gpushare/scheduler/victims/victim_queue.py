@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 
-from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
+from gpushare.model import Job, Pod, PodStatus
 from gpushare.model.quantities import res_natural
 from gpushare.scheduler.victims.ordering import queue_compare
 from gpushare.scheduler.victims.shares import Quantities, QueueShare, add, zeros
@@ -25,10 +26,7 @@ class _Candidate:
 
     def elastic_state(self) -> int:
         """0 below its gang size, 1 exactly at it, 2 above it (job order: 0 first)."""
-        steps = self.steps
-        if not steps.satisfied():
-            return 0
-        return 2 if steps._has_surplus(steps.root) else 1
+        return self.steps.elastic_state()
 
     def victim_key(self) -> tuple:
         """Larger is taken first: the reverse of job order."""
@@ -51,17 +49,25 @@ class VictimQueue:
         self.totals = totals
         self.taken: set[str] = set(taken or ())
         self._protected_core = protected_core
-        self._by_leaf: dict[str, list[_Candidate]] = {}
+        # Per leaf queue, candidates sorted by victim key (the next victim is the last);
+        # only the candidate just taken from changes its key.
+        self._by_leaf: dict[str, list[tuple[tuple, _Candidate]]] = {}
         self._popped: dict[str, Quantities] = {}
         for job, pods in jobs:
-            steps = VictimSteps(job, pods, self._is_active)
-            self._by_leaf.setdefault(job.queue, []).append(_Candidate(job, steps))
+            candidate = _Candidate(job, VictimSteps(job, pods, self._is_active))
+            self._by_leaf.setdefault(job.queue, []).append((candidate.victim_key(), candidate))
+        for entries in self._by_leaf.values():
+            entries.sort(key=lambda entry: entry[0])
         self._children: dict[str | None, list[str]] = {}
         for leaf in sorted(self._by_leaf):
             self._link(leaf)
 
     def _is_active(self, pod: Pod) -> bool:
-        return pod.status in ACTIVE_ALLOCATED and pod.key not in self.taken
+        status = pod.status  # identity tests: hashing enum members is slow on hot paths
+        return (
+            status is PodStatus.RUNNING or status is PodStatus.BINDING
+            or status is PodStatus.PIPELINED
+        ) and pod.key not in self.taken
 
     def _link(self, name: str) -> None:
         current: str | None = name
@@ -82,7 +88,7 @@ class VictimQueue:
         return any(self._has_candidates(k) for k in self._children.get(name, ()))
 
     def _next_candidate(self, leaf: str) -> _Candidate:
-        return max(self._by_leaf[leaf], key=_Candidate.victim_key)
+        return self._by_leaf[leaf][-1][1]
 
     def _victims_of(self, name: str) -> Quantities:
         """What a queue would have given up: its popped victims plus its next candidate
@@ -124,22 +130,20 @@ class VictimQueue:
             leaf = self._pick_leaf()
             if leaf is None:
                 return None
-            candidates = self._by_leaf[leaf]
-            candidate = self._next_candidate(leaf)
+            entries = self._by_leaf[leaf]
+            _, candidate = entries.pop()
             if self._protected_core is not None and self._protected_core(candidate.job):
                 pods = candidate.steps.surplus_only()
             else:
                 pods = candidate.steps.next_step()
-            if not pods:
-                candidates.remove(candidate)
-                if not candidates:
-                    del self._by_leaf[leaf]
-                continue
-            for pod in pods:
-                self.taken.add(pod.key)
-                self._popped[leaf] = add(self._popped.get(leaf, zeros()), pod_quantities(pod))
-            if candidate.steps.active_count() == 0:
-                candidates.remove(candidate)
-                if not candidates:
-                    del self._by_leaf[leaf]
-            return candidate.job, pods
+            if pods:
+                for pod in pods:
+                    self.taken.add(pod.key)
+                    self._popped[leaf] = add(self._popped.get(leaf, zeros()), pod_quantities(pod))
+                if candidate.steps.active_count():
+                    bisect.insort(entries, (candidate.victim_key(), candidate),
+                                  key=lambda entry: entry[0])
+            if not entries:
+                del self._by_leaf[leaf]
+            if pods:
+                return candidate.job, pods
