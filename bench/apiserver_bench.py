@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -62,7 +63,8 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--watchers", type=int, default=3)
-    parser.add_argument("--profile", type=Path, help="write a py-spy flame graph here")
+    parser.add_argument("--profile", type=Path, help="write a py-spy flame graph here "
+                                                     "(collapsed stacks if it ends in .txt)")
     args = parser.parse_args()
 
     data = Path(tempfile.mkdtemp(prefix="apiserver-bench-"))
@@ -71,8 +73,9 @@ def main() -> None:
     port = int(proc.stdout.readline())
     spy = None
     if args.profile:
+        fmt = "raw" if args.profile.suffix == ".txt" else "flamegraph"
         spy = subprocess.Popen(["py-spy", "record", "-o", str(args.profile), "-p",
-                                str(proc.pid), "--nonblocking"], stdout=subprocess.DEVNULL,
+                                str(proc.pid), "--nonblocking", "--format", fmt], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     token = yaml.safe_load((data / "tokens.yaml").read_text())["tokens"][0]["token"]
     ctx = ssl.create_default_context(cafile=str(data / "pki" / "ca.crt"))
@@ -127,7 +130,7 @@ def main() -> None:
         w.join(timeout=120)
     done.set()
     if spy is not None:
-        spy.terminate()
+        spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT only
         spy.wait()
     proc.terminate()
     proc.wait()

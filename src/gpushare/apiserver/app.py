@@ -90,7 +90,7 @@ class App:
         except ApiError as e:
             response = json_response(e.status_body(), e.code)
         except Exception as e:  # an unexpected bug must still answer with a Status
-            log.exception("internal error on %s %s", request.method, request.url.path)
+            log.exception("internal error on %s %s", request.method, scope["path"])
             err = ApiError(500, f"internal error: {type(e).__name__}: {e}")
             response = json_response(err.status_body(), 500)
         await response(scope, receive, send)
@@ -115,7 +115,7 @@ class App:
     # -- routing ---------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> tuple[Response, str, str]:
-        path = request.url.path
+        path = request.scope["path"]
         cluster = DEFAULT_CLUSTER
         prefix = ""
         if path.startswith("/clusters/"):
@@ -526,17 +526,17 @@ class App:
     def _encoder(self, info: ResourceInfo) -> Any:
         api_version = info.api_version
 
-        def encode(typ: str, obj: dict[str, Any]) -> bytes:
+        def encode(typ: str, obj: dict[str, Any], data: bytes | None) -> bytes:
             if obj.get("apiVersion") != api_version and typ != "ERROR" and "kind" in obj:
-                obj = {**obj, "apiVersion": api_version}
-            return encode_event(typ, obj)
+                return encode_event(typ, {**obj, "apiVersion": api_version})
+            return encode_event(typ, obj, data)
         return encode
 
     def _table_encoder(self, info: ResourceInfo, request: Request) -> Any:
         include = request.query_params.get("includeObject", "Metadata")
         first = [True]
 
-        def encode(typ: str, obj: dict[str, Any]) -> bytes:
+        def encode(typ: str, obj: dict[str, Any], _data: bytes | None) -> bytes:
             if typ in ("ERROR", "BOOKMARK"):
                 return encode_event(typ, obj)
             table = tables.to_table(info, [obj], include,

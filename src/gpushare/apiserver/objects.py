@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -14,8 +15,16 @@ def deep_copy(obj: Any) -> Any:
     return orjson.loads(orjson.dumps(obj))
 
 
+_now_cache: list[Any] = [0, ""]
+
+
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Timestamps have one-second resolution: format each second once.
+    second = int(time.time())
+    if second != _now_cache[0]:
+        _now_cache[0] = second
+        _now_cache[1] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return str(_now_cache[1])
 
 
 def rfc3339_after(seconds: float) -> str:

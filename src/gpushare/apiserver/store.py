@@ -34,6 +34,7 @@ class Event:
     gr: str
     obj: dict[str, Any]
     old: dict[str, Any] | None
+    data: bytes  # obj serialized once, shared by every watcher
 
 
 Listener = Callable[[Event], None]
@@ -177,7 +178,7 @@ class Store:
         if old is not None:
             self._index_remove(cluster, gr, old)
         self._index_put(cluster, gr, obj)
-        self._emit(Event(rv, MODIFIED if old is not None else ADDED, cluster, gr, obj, old))
+        self._emit(Event(rv, MODIFIED if old is not None else ADDED, cluster, gr, obj, old, data))
         return obj
 
     def delete(self, cluster: str, gr: str, ns: str, name: str) -> dict[str, Any] | None:
@@ -201,7 +202,7 @@ class Store:
         self._index_remove(cluster, gr, old)
         gone = orjson.loads(orjson.dumps(old))
         gone["metadata"]["resourceVersion"] = str(rv)
-        self._emit(Event(rv, DELETED, cluster, gr, gone, old))
+        self._emit(Event(rv, DELETED, cluster, gr, gone, old, orjson.dumps(gone)))
         return gone
 
     # -- events ----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ class Watcher:
     namespace: str | None
     labels: tuple[Requirement, ...]
     fields: tuple[FieldRequirement, ...]
-    backlog: deque[tuple[str, dict[str, Any]]] = field(default_factory=deque)
+    backlog: deque[tuple[str, dict[str, Any], bytes | None]] = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     overflowed: bool = False
 
@@ -44,24 +44,24 @@ class Watcher:
         new_ok = self.matches(event.obj)
         if event.type == DELETED:
             if new_ok:
-                self._push(DELETED, event.obj)
+                self._push(DELETED, event.obj, event.data)
             return
         old_ok = self.matches(event.old) if event.old is not None else False
         if new_ok and old_ok:
-            self._push(MODIFIED, event.obj)
+            self._push(MODIFIED, event.obj, event.data)
         elif new_ok:
-            self._push(ADDED, event.obj)
+            self._push(ADDED, event.obj, event.data)
         elif old_ok:
             # Left the selection: watchers see it as deleted, like Kubernetes.
-            self._push(DELETED, event.obj)
+            self._push(DELETED, event.obj, event.data)
 
-    def _push(self, typ: str, obj: dict[str, Any]) -> None:
+    def _push(self, typ: str, obj: dict[str, Any], data: bytes | None) -> None:
         if self.overflowed:
             return
         if len(self.backlog) >= MAX_BACKLOG:
             self.overflowed = True
         else:
-            self.backlog.append((typ, obj))
+            self.backlog.append((typ, obj, data))
         self.ready.set()
 
 
@@ -94,7 +94,7 @@ class WatchHub:
                 del self.watchers[(w.cluster, w.gr)]
 
 
-Encoder = Callable[[str, dict[str, Any]], bytes]
+Encoder = Callable[[str, dict[str, Any], bytes | None], bytes]
 
 
 async def stream(
@@ -113,9 +113,9 @@ async def stream(
     next_bookmark = time.monotonic() + bookmark_interval
     try:
         if initial:
-            yield b"".join(encode(t, o) for t, o in initial)
+            yield b"".join(encode(t, o, None) for t, o in initial)
         if initial_events_end:
-            yield encode("BOOKMARK", bookmark_object(hub.store.rv, True))
+            yield encode("BOOKMARK", bookmark_object(hub.store.rv, True), None)
         while True:
             now = time.monotonic()
             if now >= deadline:
@@ -123,8 +123,8 @@ async def stream(
             if watcher.backlog:
                 batch = []
                 while watcher.backlog and len(batch) < 500:
-                    typ, obj = watcher.backlog.popleft()
-                    batch.append(encode(typ, obj))
+                    typ, obj, data = watcher.backlog.popleft()
+                    batch.append(encode(typ, obj, data))
                 yield b"".join(batch)
                 continue
             if watcher.overflowed:
@@ -138,10 +138,12 @@ async def stream(
             except TimeoutError:
                 if bookmarks and time.monotonic() >= next_bookmark:
                     next_bookmark = time.monotonic() + bookmark_interval
-                    yield encode("BOOKMARK", bookmark_object(hub.store.rv, False))
+                    yield encode("BOOKMARK", bookmark_object(hub.store.rv, False), None)
     finally:
         hub.remove(watcher)
 
 
-def encode_event(typ: str, obj: dict[str, Any]) -> bytes:
+def encode_event(typ: str, obj: dict[str, Any], data: bytes | None = None) -> bytes:
+    if data is not None:
+        return b'{"type":"' + typ.encode() + b'","object":' + data + b"}\n"
     return orjson.dumps({"type": typ, "object": obj}) + b"\n"

@@ -1,0 +1,110 @@
+"""Pure parts: patches, selectors, printer-column JSONPath, ages."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpushare.apiserver.errors import ApiError
+from gpushare.apiserver.patch import merge_patch, strategic_merge_patch
+from gpushare.apiserver.selectors import (
+    fields_match,
+    labels_match,
+    parse_field_selector,
+    parse_label_selector,
+)
+from gpushare.apiserver.tables import human_duration, jsonpath
+
+POD = {
+    "metadata": {"name": "p", "labels": {"a": "1"}, "finalizers": ["x"]},
+    "spec": {
+        "containers": [
+            {"name": "main", "image": "img:1", "env": [{"name": "A", "value": "1"},
+                                                       {"name": "B", "value": "2"}]},
+            {"name": "side", "image": "side:1"},
+        ],
+        "tolerations": [{"key": "k1"}],
+    },
+}
+
+
+def test_strategic_merge_merges_containers_and_env_by_name() -> None:
+    patch = {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "3"},
+                                                              {"name": "C", "value": "4"}]}]}}
+    out = strategic_merge_patch(POD, patch)
+    main = out["spec"]["containers"][0]
+    assert main["image"] == "img:1"
+    assert main["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "3"},
+                           {"name": "C", "value": "4"}]
+    assert out["spec"]["containers"][1]["name"] == "side"
+    assert POD["spec"]["containers"][0]["env"][1]["value"] == "2"  # input untouched
+
+
+def test_strategic_merge_directives() -> None:
+    deleted = strategic_merge_patch(POD, {"spec": {"containers": [
+        {"name": "side", "$patch": "delete"}]}})
+    assert [c["name"] for c in deleted["spec"]["containers"]] == ["main"]
+    replaced = strategic_merge_patch(POD, {"spec": {"containers": [
+        {"name": "only", "image": "x"}, {"$patch": "replace"}]}})
+    assert replaced["spec"]["containers"] == [{"name": "only", "image": "x"}]
+    map_replace = strategic_merge_patch(POD, {"metadata": {"labels": {"$patch": "replace",
+                                                                      "b": "2"}}})
+    assert map_replace["metadata"]["labels"] == {"b": "2"}
+    primitive = strategic_merge_patch(POD, {"metadata": {"$deleteFromPrimitiveList/finalizers":
+                                                         ["x"]}})
+    assert primitive["metadata"]["finalizers"] == []
+    ordered = strategic_merge_patch(POD, {"spec": {"$setElementOrder/containers": [
+        {"name": "side"}, {"name": "main"}]}})
+    assert [c["name"] for c in ordered["spec"]["containers"]] == ["side", "main"]
+    removed = strategic_merge_patch(POD, {"metadata": {"labels": {"a": None}}})
+    assert removed["metadata"]["labels"] == {}
+    lists_without_keys = strategic_merge_patch(POD, {"spec": {"tolerations": [{"key": "k2"}]}})
+    assert lists_without_keys["spec"]["tolerations"] == [{"key": "k2"}]
+    finalizers = strategic_merge_patch(POD, {"metadata": {"finalizers": ["y"]}})
+    assert finalizers["metadata"]["finalizers"] == ["x", "y"]
+    with pytest.raises(ApiError):
+        strategic_merge_patch(POD, [])  # type: ignore[arg-type]
+
+
+def test_merge_patch() -> None:
+    out = merge_patch({"a": {"b": 1, "c": 2}, "l": [1, 2]}, {"a": {"b": None, "d": 3}, "l": [3]})
+    assert out == {"a": {"c": 2, "d": 3}, "l": [3]}
+
+
+@pytest.mark.parametrize(("selector", "labels", "expected"), [
+    ("a=1", {"a": "1"}, True),
+    ("a==1", {"a": "2"}, False),
+    ("a!=1", {}, True),
+    ("a in (1, 2),b", {"a": "2", "b": ""}, True),
+    ("a notin (1)", {"a": "1"}, False),
+    ("!a", {"b": "1"}, True),
+    ("a,!b", {"a": "x", "b": "y"}, False),
+])
+def test_label_selector(selector: str, labels: dict[str, str], expected: bool) -> None:
+    reqs = parse_label_selector(selector)
+    assert labels_match(reqs, {"metadata": {"labels": labels}}) is expected
+
+
+def test_field_selector_on_events() -> None:
+    reqs = parse_field_selector("involvedObject.name=p,involvedObject.kind=Pod,type!=Warning",
+                                "events")
+    event = {"metadata": {"name": "e"}, "involvedObject": {"name": "p", "kind": "Pod"},
+             "type": "Normal"}
+    assert fields_match(reqs, event)
+    assert not fields_match(reqs, {**event, "type": "Warning"})
+    with pytest.raises(ApiError):
+        parse_field_selector("spec.nodeName=x", "events")
+
+
+def test_jsonpath_with_escaped_dots() -> None:
+    obj = {"status": {"allocated": {"nvidia.com/gpu": "330m"}}, "spec": {"l": [{"a": 1}]}}
+    assert jsonpath(obj, ".status.allocated.nvidia\\.com/gpu") == "330m"
+    assert jsonpath(obj, ".spec.l[0].a") == 1
+    assert jsonpath(obj, ".spec.missing.x") is None
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (5, "5s"), (119, "119s"), (150, "2m30s"), (600, "10m"), (4 * 3600 + 60, "4h1m"),
+    (30 * 3600, "30h"), (3 * 86400 + 3600, "3d1h"), (40 * 86400, "40d"),
+])
+def test_human_duration(seconds: int, text: str) -> None:
+    assert human_duration(seconds) == text
