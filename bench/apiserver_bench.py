@@ -75,8 +75,8 @@ def main() -> None:
     if args.profile:
         fmt = "raw" if args.profile.suffix == ".txt" else "flamegraph"
         spy = subprocess.Popen(["py-spy", "record", "-o", str(args.profile), "-p",
-                                str(proc.pid), "--nonblocking", "--format", fmt], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                                str(proc.pid), "--nonblocking", "--format", fmt],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     token = yaml.safe_load((data / "tokens.yaml").read_text())["tokens"][0]["token"]
     ctx = ssl.create_default_context(cafile=str(data / "pki" / "ca.crt"))
 
