@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_gpu_share import _gpu_present
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
