@@ -85,13 +85,20 @@ class Informer:
         for obj in existing:
             handler("ADDED", obj, None)
 
-    def start(self) -> None:
+    def start(self, resume_from: str | None = None) -> None:
+        """List, then watch; with ``resume_from``, first try watching from that version
+        (a cache restored from elsewhere), listing only if the server has moved past it."""
         self._thread = threading.Thread(
-            target=self._run, name=f"informer-{self.resource.plural}", daemon=True
+            target=self._run, args=(resume_from,), name=f"informer-{self.resource.plural}",
+            daemon=True,
         )
         self._thread.start()
 
     def stop(self) -> None:
+        self.drop_connection()
+
+    def drop_connection(self) -> None:
+        """Close the current watch; unless stopping, the informer resumes it."""
         abort = self._abort
         if abort is not None:
             abort()
@@ -100,9 +107,12 @@ class Informer:
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _run(self) -> None:
+    def _run(self, resume_from: str | None = None) -> None:
         backoff = 0.2
-        need_list = True
+        need_list = resume_from is None
+        if resume_from is not None:
+            self.resource_version = resume_from
+            self._synced.set()
         while not self.stopper.stopped:
             try:
                 if need_list:

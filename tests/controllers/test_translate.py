@@ -1,0 +1,127 @@
+"""API objects to the scheduler's model: requests, queues, PodGroups, durations."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from gpushare.controllers.quantities import format_bytes, format_milli, to_int, to_milli
+from gpushare.controllers.translate import (
+    TranslateError,
+    cpu_memory_requests,
+    format_portion,
+    gpu_request,
+    job_from_podgroup,
+    node_from_api,
+    parse_duration,
+    pod_status,
+    queue_from_api,
+)
+from gpushare.model import PodStatus
+
+
+def pod(annotations=None, limits=None, requests=None, **spec):
+    container = {"name": "c", "resources": {}}
+    if limits:
+        container["resources"]["limits"] = limits
+    if requests:
+        container["resources"]["requests"] = requests
+    return {"metadata": {"name": "p", "annotations": annotations or {}},
+            "spec": {"containers": [container], **spec}, "status": {}}
+
+
+def test_fraction_memory_and_whole_gpu_requests():
+    assert gpu_request(pod({"gpu-fraction": "0.33"})).portion == 330
+    shared = gpu_request(pod({"gpu-memory": "2000", "gpu-fraction-num-devices": "2"}))
+    assert (shared.memory_mib, shared.devices) == (2000, 2)
+    assert gpu_request(pod(limits={"nvidia.com/gpu": "2"})).whole == 2
+    assert not gpu_request(pod()).wants_gpu
+
+
+@pytest.mark.parametrize(("annotations", "field"), [
+    ({"gpu-fraction": "1.5"}, "gpu-fraction"),
+    ({"gpu-fraction": "half"}, "gpu-fraction"),
+    ({"gpu-memory": "-3"}, "gpu-memory"),
+    ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "0"}, "gpu-fraction-num-devices"),
+])
+def test_bad_gpu_annotations_name_the_annotation(annotations, field):
+    with pytest.raises(TranslateError, match=field):
+        gpu_request(pod(annotations))
+
+
+def test_cpu_and_memory_sum_containers_and_take_the_largest_init_container():
+    body = pod(requests={"cpu": "500m", "memory": "1Gi"})
+    body["spec"]["containers"].append({"name": "d", "resources": {"requests": {"cpu": "1"}}})
+    body["spec"]["initContainers"] = [{"name": "i", "resources": {"requests": {"cpu": "4"}}}]
+    assert cpu_memory_requests(body) == (4000, 1024**3)
+
+
+def test_pod_status_from_phase_node_and_deletion():
+    assert pod_status(pod()) is PodStatus.PENDING
+    assert pod_status(pod(nodeName="n")) is PodStatus.RUNNING
+    terminating = pod(nodeName="n")
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert pod_status(terminating) is PodStatus.RELEASING
+    done = pod(nodeName="n")
+    done["status"]["phase"] = "Succeeded"
+    assert pod_status(done) is PodStatus.SUCCEEDED
+
+
+def test_queue_units_and_defaults():
+    queue = queue_from_api({"metadata": {"name": "q"}, "spec": {
+        "parentQueue": "org", "priority": 120, "preemptMinRuntime": "10m",
+        "resources": {"gpu": {"quota": 0.33, "limit": 1}, "memory": {"quota": 100}}}})
+    assert queue.parent == "org" and queue.priority == 120
+    assert queue.gpu.quota == Fraction(33, 100) and queue.gpu.limit == 1
+    assert queue.gpu.over_quota_weight == 1  # omitted: weight 1
+    assert queue.memory.quota == 100 * 1000 * 1000  # MB
+    assert queue.cpu.unlimited_limit  # an omitted block does not forbid CPU
+    assert queue.preempt_min_runtime == 600
+
+
+def test_queue_with_non_numeric_quota_names_the_field():
+    with pytest.raises(TranslateError, match=r"spec\.resources\.gpu\.quota"):
+        queue_from_api({"metadata": {"name": "q"},
+                        "spec": {"resources": {"gpu": {"quota": "lots"}}}})
+
+
+def test_podgroup_priority_and_preemptibility():
+    pg = {"metadata": {"name": "pg", "namespace": "ns"},
+          "spec": {"queue": "q", "minMember": 4, "priorityClassName": "build"}}
+    job = job_from_podgroup(pg, {"build": 100, "train": 50})
+    assert (job.priority, job.preemptible, job.min_member) == (100, False, 4)
+    pg["spec"]["priorityClassName"] = "train"
+    assert job_from_podgroup(pg, {"train": 50}).preemptible
+    pg["spec"]["preemptibility"] = "non-preemptible"
+    assert not job_from_podgroup(pg, {"train": 50}).preemptible
+    pg["spec"]["priorityClassName"] = "unknown"
+    assert job_from_podgroup(pg, {}).priority == 50
+
+
+def test_node_capacity_labels_and_readiness():
+    node = node_from_api({
+        "metadata": {"name": "n", "labels": {"nvidia.com/gpu.memory": "46068"}},
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi",
+                                   "pods": "50"},
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    })
+    assert (node.gpus, node.gpu_memory_mib, node.cpu_millis, node.max_pods) == (2, 46068, 8000, 50)
+    assert node.memory_bytes == 32 * 1024**3 and node.ready
+
+
+def test_durations():
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("500ms") == 0.5
+    assert parse_duration("") == 0
+    with pytest.raises(TranslateError):
+        parse_duration("ten minutes")
+
+
+def test_quantities_round_trip():
+    assert to_milli("0.33") == 330 and to_milli("100m") == 100 and to_milli(2) == 2000
+    assert to_int("1Gi") == 1024**3 and to_int("1k") == 1000
+    assert format_milli(330) == "330m" and format_milli(2000) == "2"
+    assert format_bytes(1024**3) == "1Gi" and format_bytes(1000) == "1000"
+    assert format_portion(0.33) == "0.33" and format_portion(1.0) == "1"
