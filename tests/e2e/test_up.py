@@ -1,0 +1,54 @@
+"""``gpushare up`` starts the control plane, the controllers and an agent; Ctrl-C stops
+them all. ``gpushare node add`` rejects bad options with the option's name."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from conftest import KUBECTL, wait_for
+
+GPUSHARE = [sys.executable, "-m", "gpushare.cli.main"]
+
+
+def test_up_runs_everything_and_ctrl_c_stops_it_all(tmp_path: Path):
+    data = tmp_path / "state"
+    proc = subprocess.Popen(
+        [*GPUSHARE, "up", "--data-dir", str(data), "--port", "0", "--gpus", "1xL40S",
+         "--node-name", "box"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    kubeconfig = data / "admin.kubeconfig"
+    try:
+        def node_ready():
+            if not kubeconfig.exists():
+                return None
+            done = subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), "get", "node",
+                                   "box", "-o", "jsonpath={.status.conditions[0].status}"],
+                                  capture_output=True, text=True)
+            return done.stdout == "True"
+
+        wait_for(node_ready, timeout=60, what="the agent's node Ready")
+        children = psutil.Process(proc.pid).children(recursive=True)
+        commands = [" ".join(c.cmdline()) for c in children]
+        assert any(" controllers " in c for c in commands), commands
+        assert any(" agent " in c for c in commands), commands
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    assert "export KUBECONFIG=" in output and "stopped." in output
+    time.sleep(0.2)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_node_add_names_the_bad_option(tmp_path: Path):
+    done = subprocess.run([*GPUSHARE, "node", "add", "n1", "--gpus", "8xNOPE"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--gpus" in done.stderr and "NOPE" in done.stderr
+    assert "Traceback" not in done.stderr
