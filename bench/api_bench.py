@@ -175,7 +175,7 @@ def main() -> None:
         for name, proc in (("server", server), ("controllers", controllers)):
             spies.append(subprocess.Popen(
                 ["py-spy", "record", "-p", str(proc.pid), "-o",
-                 str(args.profile / f"{name}.txt"), "--format", "raw", "--rate", "50",
+                 str(args.profile / f"{name}.txt"), "--format", "raw", "--rate", "250",
                  "--nonblocking", "--threads", "--gil"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(2.0)  # the controllers list and watch before the burst

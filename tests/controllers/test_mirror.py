@@ -132,3 +132,23 @@ def test_deleting_a_podgroup_and_queue_drops_them():
     mirror.on_queue("DELETED", queue("nlp", "ml-org"))
     assert "ns/pg-a" not in mirror.state.jobs
     assert "nlp" not in mirror.state.queues
+
+
+def test_pod_joins_the_group_its_owner_owns_before_the_annotation_lands():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW))
+    mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
+    job_pod = pod("j-abc", "unused", gpus=1)
+    del job_pod["metadata"]["annotations"]["pod-group-name"]
+    job_pod["metadata"]["uid"] = "pod-uid"
+    job_pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "job-uid",
+         "controller": True}]
+    mirror.on_pod("ADDED", job_pod)  # before its PodGroup exists
+    assert mirror.state.pods == {}
+    group = podgroup("pg-j-job-uid", "q")
+    group["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "job-uid"}]
+    mirror.on_podgroup("ADDED", group)
+    assert mirror.state.pods["ns/j-abc"].job == "ns/pg-j-job-uid"
+    assert [b.pod for b in run_cycle(mirror.state, Config(), 1.0).binds] == ["ns/j-abc"]

@@ -64,6 +64,11 @@ class Mirror:
     job_memory: dict[str, JobMemory] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)  # object key -> why unusable
     _pods_by_job: dict[str, set[str]] = field(default_factory=dict)
+    _job_of_pod: dict[str, str | None] = field(default_factory=dict)
+    # PodGroups by the uid of their owner, and ungrouped pods by the uids that could own
+    # their group: a pod can be scheduled before the pod-grouper's annotation lands.
+    _pg_by_owner: dict[str, str] = field(default_factory=dict)
+    _waiting_by_owner: dict[str, set[str]] = field(default_factory=dict)
     _jobs_by_queue: dict[str, set[str]] = field(default_factory=dict)
     _pods_by_node: dict[str, set[str]] = field(default_factory=dict)
     _pod_index: dict[str, int] = field(default_factory=dict)
@@ -152,6 +157,9 @@ class Mirror:
             old = self.raw_podgroups.pop(key, None)
             if old is not None:
                 self._unindex_job(key, old)
+                for uid in _owner_uids(old):
+                    if self._pg_by_owner.get(uid) == key:
+                        del self._pg_by_owner[uid]
             self.state.remove_job(key)
             self.job_memory.pop(key, None)
             for pending in list(self._removed_queues):
@@ -169,6 +177,13 @@ class Mirror:
         queue = str((obj.get("spec") or {}).get("queue") or "default-queue")
         self._jobs_by_queue.setdefault(queue, set()).add(key)
         self._apply_job(key)
+        for uid in _owner_uids(obj):
+            self._pg_by_owner[uid] = key
+            for pod_key in list(self._waiting_by_owner.pop(uid, ())):
+                raw = self.raw_pods.get(pod_key)
+                if raw is not None and self._job_of_pod.get(pod_key) is None:
+                    self._reindex_pod(pod_key, raw)
+                    self._apply_pod(pod_key)
 
     def _unindex_job(self, key: str, pg: Obj) -> None:
         queue = str((pg.get("spec") or {}).get("queue") or "default-queue")
@@ -214,19 +229,41 @@ class Mirror:
             self._forget_pod(key)
             return
         old = self.raw_pods.get(key)
+        if old is not None and _older(obj, old):
+            return  # a read that raced a newer watch event
+        self._reindex_pod(key, obj)
+        if (obj.get("spec") or {}).get("nodeName"):
+            self.assumed.pop(key, None)  # the bind is visible now
+        self._apply_pod(key)
+
+    def _reindex_pod(self, key: str, obj: Obj) -> None:
+        old = self.raw_pods.get(key)
         if old is not None:
-            if _older(obj, old):
-                return  # a read that raced a newer watch event
             self._unindex_pod(key, old)
         self.raw_pods[key] = obj
-        job_key = _job_key(obj)
+        job_key = self._resolve_job(obj)
+        self._job_of_pod[key] = job_key
         if job_key:
             self._pods_by_job.setdefault(job_key, set()).add(key)
+        else:
+            for uid in _candidate_owner_uids(obj):
+                self._waiting_by_owner.setdefault(uid, set()).add(key)
         node = (obj.get("spec") or {}).get("nodeName")
         if node:
             self._pods_by_node.setdefault(str(node), set()).add(key)
-            self.assumed.pop(key, None)  # the bind is visible now
-        self._apply_pod(key)
+
+    def _resolve_job(self, pod: Obj) -> str | None:
+        """The pod's PodGroup: its annotation, else the group owned by the pod or by its
+        controller (what the pod-grouper creates for bare pods, Jobs and Deployments)."""
+        named = _job_key(pod)
+        if named:
+            return named
+        namespace = (pod.get("metadata") or {}).get("namespace")
+        for uid in _candidate_owner_uids(pod):
+            pg_key = self._pg_by_owner.get(uid)
+            if pg_key is not None and pg_key.startswith(f"{namespace}/"):
+                return pg_key
+        return None
 
     def _forget_pod(self, key: str) -> None:
         old = self.raw_pods.pop(key, None)
@@ -237,7 +274,13 @@ class Mirror:
         self.state.remove_pod(key)
 
     def _unindex_pod(self, key: str, pod: Obj) -> None:
-        job_key = _job_key(pod)
+        job_key = self._job_of_pod.pop(key, None)
+        for uid in _candidate_owner_uids(pod):
+            waiting = self._waiting_by_owner.get(uid)
+            if waiting is not None:
+                waiting.discard(key)
+                if not waiting:
+                    del self._waiting_by_owner[uid]
         if job_key and job_key in self._pods_by_job:
             self._pods_by_job[job_key].discard(key)
             if not self._pods_by_job[job_key]:
@@ -257,7 +300,7 @@ class Mirror:
         raw = self.raw_pods.get(key)
         if raw is None:
             return
-        job_key = _job_key(raw)
+        job_key = self._job_of_pod.get(key)
         if not job_key or job_key not in self.state.jobs:
             self.state.remove_pod(key)  # not schedulable until its PodGroup is known
             return
@@ -303,8 +346,22 @@ class Mirror:
             self._apply_pod(key)
 
     def pod_group_of(self, pod_key: str) -> str | None:
-        raw = self.raw_pods.get(pod_key)
-        return _job_key(raw) if raw is not None else None
+        return self._job_of_pod.get(pod_key)
+
+
+def _owner_uids(obj: Obj) -> list[str]:
+    return [str(ref["uid"]) for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+            if ref.get("uid")]
+
+
+def _candidate_owner_uids(pod: Obj) -> list[str]:
+    """The pod's own uid, then its controller's."""
+    meta = pod.get("metadata") or {}
+    uids = [str(meta["uid"])] if meta.get("uid") else []
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("uid"):
+            uids.append(str(ref["uid"]))
+    return uids
 
 
 def _job_key(pod: Obj) -> str | None:
