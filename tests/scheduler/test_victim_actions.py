@@ -153,6 +153,23 @@ def test_min_runtime_lets_an_elastic_victim_lose_only_its_surplus():
     assert out["big-0"][0] == "Pending"
 
 
+@pytest.mark.parametrize(("compat", "status"), [(None, "Binding"), ("kai", "Pipelined")])
+def test_a_preemptor_that_fits_on_free_capacity_binds(compat, status):
+    # The queue's limit of 2 GPUs blocks the 2-GPU job until the 1-GPU victim goes; the
+    # node has two free GPUs, so the job could start now: gpushare binds it, KAI pipelines.
+    data = scenario(
+        [{"name": "n0", "gpus": 3}],
+        [{"name": "q0", "resources": {"gpu": {"quota": 2, "limit": 2, "overQuotaWeight": 1}}}],
+        [job("victim", "q0", [running("n0")], priority=50, age=10),
+         job("p", "q0", [PENDING], gpus=2, priority=75, age=100)],
+    )
+    if compat:
+        data["config"]["compat"] = compat
+    out = cycle(data)
+    assert out["victim-0"][0] == "Releasing"
+    assert out["p-0"] == (status, "n0")
+
+
 def test_victims_go_whole_gang_by_whole_gang():
     data = scenario(
         [{"name": "n0", "gpus": 4}],

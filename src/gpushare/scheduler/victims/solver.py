@@ -281,7 +281,10 @@ class Search:
             if nxt.key == job.key:
                 if not session.check_capacity(job, step).ok:
                     break
-                if not place_step(session, stmt, job, step, pipeline_only=True).ok:
+                # KAI pipelines every pod of the step; gpushare binds the step when all of
+                # it fits on free capacity (place_step pipelines it all otherwise).
+                pipeline_only = session.config.kai
+                if not place_step(session, stmt, job, step, pipeline_only=pipeline_only).ok:
                     break
                 placed_preemptor = True
             else:
@@ -291,6 +294,12 @@ class Search:
             return None
         evicted = [p for p in victims if p.status not in ACTIVE_ALLOCATED]
         moved = [p for p in victims if p.status is PodStatus.PIPELINED]
+        if moved:
+            # A moved victim still runs on its old node until it is gone, which the state
+            # no longer shows: nothing placed next to it may count on binding now.
+            for pod in partial:
+                if pod.status is PodStatus.BINDING:
+                    stmt.pipeline(pod, pod.node, pod.gpu_indices, pod.portion)  # type: ignore[arg-type]
         taken = [p for p in victims if p in evicted or p in moved]
         outcome = Outcome(job, list(partial), evicted, moved, dict(quantities), taken)
         if not self.validator(outcome):
