@@ -386,3 +386,21 @@ def test_enforcement_choice() -> None:
     assert choose("watchdog", real, True, manager(True)).backends == ("nvml-watchdog",)
     with pytest.raises(EnforcementError, match="NVML"):
         choose("watchdog", real, False, manager(True))
+
+
+def test_logs_limit_bytes_and_since_seconds(tmp_path: Path) -> None:
+    from gpushare.agent.logstore import TimestampIndex
+
+    log = tmp_path / "0.log"
+    log.write_bytes(b"old line\n")
+    index = TimestampIndex(log)
+    index.observe(now_ns=time.time_ns() - 3600 * 10**9)  # seen an hour ago
+    with log.open("ab") as f:
+        f.write(b"new line\n")
+    index.observe()
+    body, _ = read_log(log, LogRequest("t", "p", "c", since_seconds=60))
+    assert body == b"new line\n"
+    body, _ = read_log(log, LogRequest("t", "p", "c", limit_bytes=5))
+    assert body == b"old l"
+    request = parse_request("/containerLogs/ns/p/c?limitBytes=10&sinceSeconds=5")
+    assert (request.limit_bytes, request.since_seconds) == (10, 5)

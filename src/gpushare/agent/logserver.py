@@ -48,7 +48,19 @@ def parse_request(path: str) -> LogRequest:
             raise ValueError(f"tailLines: {raw!r} is not a whole number") from None
         if tail < 0:
             tail = None  # kubectl sends -1 for "all"
+    numbers: dict[str, int | None] = {}
+    for name in ("sinceSeconds", "limitBytes"):
+        raw_values = query.get(name)
+        if not raw_values:
+            numbers[name] = None
+            continue
+        try:
+            numbers[name] = max(0, int(raw_values[-1]))
+        except ValueError:
+            raise ValueError(f"{name}: {raw_values[-1]!r} is not a whole number") from None
     return LogRequest(
+        since_seconds=numbers["sinceSeconds"],
+        limit_bytes=numbers["limitBytes"],
         namespace=segments[1],
         pod=segments[2],
         container=segments[3],

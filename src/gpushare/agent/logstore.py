@@ -29,6 +29,8 @@ class LogRequest:
     tail_lines: int | None = None
     timestamps: bool = False
     previous: bool = False
+    since_seconds: int | None = None
+    limit_bytes: int | None = None
 
 
 class LogNotFound(LookupError):
@@ -151,11 +153,17 @@ def read_log(path: Path, request: LogRequest) -> tuple[bytes, int]:
     lines, used = _split_lines(data, 0)
     if used < len(data):
         lines.append((data[used:], len(data)))
+    index = _load_index(path) if request.timestamps or request.since_seconds else []
+    if request.since_seconds is not None:
+        now = time.time_ns()
+        cutoff = now - request.since_seconds * 1_000_000_000
+        lines = [(line, end) for line, end in lines if _stamp_for(end, index, now) >= cutoff]
     if request.tail_lines is not None:
         lines = lines[-request.tail_lines :] if request.tail_lines > 0 else []
-    return _format(lines, _load_index(path) if request.timestamps else [], request.timestamps), len(
-        data
-    )
+    body = _format(lines, index, request.timestamps)
+    if request.limit_bytes is not None:
+        body = body[: request.limit_bytes]
+    return body, len(data)
 
 
 def follow_log(
@@ -167,10 +175,13 @@ def follow_log(
 ) -> Iterator[bytes]:
     """`kubectl logs -f`: the selected part first, then new lines until the run ends."""
     head, offset = read_log(path, request)
+    budget = request.limit_bytes
     # a partial last line was sent as is; continue right after it
     if head:
         yield head
-    while True:
+    if budget is not None:
+        budget -= len(head)
+    while budget is None or budget > 0:
         running = still_running()
         size = path.stat().st_size if path.exists() else offset
         if size > offset:
@@ -183,7 +194,11 @@ def follow_log(
                 used = len(data)
             if lines:
                 index = _load_index(path) if request.timestamps else []
-                yield _format(lines, index, request.timestamps)
+                chunk = _format(lines, index, request.timestamps)
+                if budget is not None:
+                    chunk = chunk[:budget]
+                    budget -= len(chunk)
+                yield chunk
             offset += used
         elif not running:
             return
