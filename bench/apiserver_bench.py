@@ -129,6 +129,11 @@ def main() -> None:
     for w in watchers:
         w.join(timeout=120)
     done.set()
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
+    conn.request("GET", "/metrics")
+    metrics = conn.getresponse().read().decode()
+    stats = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+             if line.startswith(("apiserver_storage_writes ", "apiserver_storage_commits "))}
     if spy is not None:
         spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT only
         spy.wait()
@@ -140,6 +145,9 @@ def main() -> None:
     print(f"creates: {args.pods / creates:.0f}/s (all created after {creates:.2f}s)")
     print(f"creates + bindings: {2 * args.pods / (end - start):.0f} requests/s; "
           f"{args.pods / (end - start):.0f} pods created and bound/s")
+    writes, commits = stats["apiserver_storage_writes"], stats["apiserver_storage_commits"]
+    print(f"store: {writes:.0f} writes in {commits:.0f} commits "
+          f"({writes / max(commits, 1):.1f} writes per commit)")
     if seen_bound:
         print(f"every watcher saw every binding {max(seen_bound) - end:.3f}s after the last "
               f"bind returned ({len(seen_bound)}/{args.watchers} watchers complete)")

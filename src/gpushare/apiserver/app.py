@@ -71,7 +71,8 @@ class App:
         self.server_address = server_address
         self.bookmark_interval = bookmark_interval
         self.metrics = Metrics(lambda: self.hub.count, api.store.total_objects,
-                               lambda: api.store.rv)
+                               lambda: api.store.rv, lambda: api.store.writes,
+                               lambda: api.store.commits)
         self._gc_task: asyncio.Task[None] | None = None
 
     # -- ASGI ------------------------------------------------------------------------------
@@ -93,6 +94,11 @@ class App:
             log.exception("internal error on %s %s", request.method, scope["path"])
             err = ApiError(500, f"internal error: {type(e).__name__}: {e}")
             response = json_response(err.status_body(), 500)
+        if self.store.pending:
+            try:
+                await self.store.durable()  # acknowledge (or show) only committed writes
+            except RuntimeError as e:
+                response = json_response(ApiError(500, str(e)).status_body(), 500)
         await response(scope, receive, send)
         if verb != "watch":
             self.metrics.observe(verb, resource, response.status_code,
@@ -104,11 +110,13 @@ class App:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                self.store.attach(asyncio.get_running_loop())
                 self._gc_task = asyncio.get_running_loop().create_task(self.gc.run())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._gc_task is not None:
                     self._gc_task.cancel()
+                self.store.attach(None)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -488,7 +496,8 @@ class App:
             raise ApiError(422, "sendInitialEvents=true requires allowWatchBookmarks=true",
                            "Invalid")
         rv_param = query.get("resourceVersion") or ""
-        watcher = Watcher(cluster, gr, ns if info.namespaced else None, labels, fields)
+        watcher = Watcher(cluster, gr, ns if info.namespaced else None, labels, fields,
+                          min_rv=self.store.rv)
         initial: list[tuple[str, dict[str, Any]]] = []
         as_table = "as=Table" in request.headers.get("accept", "")
         encode = self._table_encoder(info, request) if as_table else self._encoder(info)
@@ -500,6 +509,7 @@ class App:
                 since = int(rv_param)
             except ValueError as e:
                 raise bad_request(f"invalid resourceVersion {rv_param!r}") from e
+            watcher.min_rv = since
             events = self.store.events_since(since)
             if events is None:
                 status = ApiError(410, f"too old resource version: {since} "

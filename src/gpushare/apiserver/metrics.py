@@ -9,7 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 class Metrics:
     def __init__(self, watch_count: Callable[[], int], object_count: Callable[[], int],
-                 resource_version: Callable[[], int]) -> None:
+                 resource_version: Callable[[], int], writes: Callable[[], int],
+                 commits: Callable[[], int]) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "apiserver_request_total", "API requests by verb, resource and response code",
@@ -26,6 +27,12 @@ class Metrics:
         rv = Gauge("apiserver_resource_version", "Current global resourceVersion",
                    registry=self.registry)
         rv.set_function(lambda: float(resource_version()))
+        w = Gauge("apiserver_storage_writes", "Object writes since start",
+                  registry=self.registry)
+        w.set_function(lambda: float(writes()))
+        c = Gauge("apiserver_storage_commits", "SQLite transactions since start (writes are "
+                  "committed in groups)", registry=self.registry)
+        c.set_function(lambda: float(commits()))
 
     def observe(self, verb: str, resource: str, code: int, seconds: float) -> None:
         self.requests.labels(verb, resource, str(code)).inc()

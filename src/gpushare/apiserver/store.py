@@ -9,6 +9,9 @@ transactions). One global, monotonically increasing resourceVersion is kept in t
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import sqlite3
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -17,6 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+log = logging.getLogger(__name__)
+
+_PUT = "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?)"
+_DELETE = "DELETE FROM objects WHERE cluster=? AND gr=? AND ns=? AND name=?"
 
 ObjKey = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 Bucket = dict[str, dict[str, dict[str, Any]]]  # namespace -> name -> object
@@ -86,6 +94,12 @@ class Store:
         # Watches may start from any RV >= floor; older ones have fallen out of the log.
         self.floor_rv = self.rv
         self.writes = 0
+        self.commits = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[tuple[str, tuple[Any, ...]]] = []
+        self._pending_events: list[Event] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._flush_scheduled = False
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -98,6 +112,7 @@ class Store:
             self.rv = max(self.rv, rv)
 
     def close(self) -> None:
+        self.flush()
         self.db.close()
 
     # -- reads -----------------------------------------------------------------------------
@@ -162,23 +177,15 @@ class Store:
         rv = self.rv + 1
         meta["resourceVersion"] = str(rv)
         data = orjson.dumps(obj)
-        self.db.execute("BEGIN")
-        try:
-            self.db.execute(
-                "INSERT OR REPLACE INTO objects VALUES (?,?,?,?,?,?)",
-                (cluster, gr, ns, name, rv, data),
-            )
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('rv', ?)", (str(rv),))
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
         self.rv = rv
         self.writes += 1
         if old is not None:
             self._index_remove(cluster, gr, old)
         self._index_put(cluster, gr, obj)
-        self._emit(Event(rv, MODIFIED if old is not None else ADDED, cluster, gr, obj, old, data))
+        self._pending.append((_PUT, (cluster, gr, ns, name, rv, data)))
+        self._pending_events.append(
+            Event(rv, MODIFIED if old is not None else ADDED, cluster, gr, obj, old, data))
+        self._schedule_flush()
         return obj
 
     def delete(self, cluster: str, gr: str, ns: str, name: str) -> dict[str, Any] | None:
@@ -186,24 +193,77 @@ class Store:
         if old is None:
             return None
         rv = self.rv + 1
-        self.db.execute("BEGIN")
-        try:
-            self.db.execute(
-                "DELETE FROM objects WHERE cluster=? AND gr=? AND ns=? AND name=?",
-                (cluster, gr, ns, name),
-            )
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('rv', ?)", (str(rv),))
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
         self.rv = rv
         self.writes += 1
         self._index_remove(cluster, gr, old)
         gone = orjson.loads(orjson.dumps(old))
         gone["metadata"]["resourceVersion"] = str(rv)
-        self._emit(Event(rv, DELETED, cluster, gr, gone, old, orjson.dumps(gone)))
+        self._pending.append((_DELETE, (cluster, gr, ns, name)))
+        self._pending_events.append(Event(rv, DELETED, cluster, gr, gone, old,
+                                          orjson.dumps(gone)))
+        self._schedule_flush()
         return gone
+
+    # -- group commit ----------------------------------------------------------------------
+    #
+    # Writes change memory at once and are committed to SQLite together, once per turn of
+    # the event loop: every write made while handling the requests of one turn shares one
+    # transaction. Responses (reads included) wait for `durable()`, and watch events are
+    # only emitted after the commit, so nobody observes a write that a crash could lose.
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def attach(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Commit in batches on `loop` (None: commit each write at once)."""
+        self.flush()
+        self.loop = loop
+
+    def _schedule_flush(self) -> None:
+        if self.loop is None:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    async def durable(self) -> None:
+        """Return once every write made so far is committed."""
+        if not self._pending:
+            return
+        assert self.loop is not None
+        fut = self.loop.create_future()
+        self._waiters.append(fut)
+        await fut
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        ops, self._pending = self._pending, []
+        events, self._pending_events = self._pending_events, []
+        waiters, self._waiters = self._waiters, []
+        error: BaseException | None = None
+        if ops:
+            try:
+                self.db.execute("BEGIN")
+                for op, args in ops:
+                    self.db.execute(op, args)
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES ('rv', ?)",
+                                (str(events[-1].rv),))
+                self.db.execute("COMMIT")
+                self.commits += 1
+            except Exception as e:  # memory and disk now disagree: fail loudly
+                log.critical("committing %d writes failed: %s", len(ops), e)
+                with contextlib.suppress(Exception):
+                    self.db.execute("ROLLBACK")
+                error = e
+        for event in events:
+            self._emit(event)
+        for fut in waiters:
+            if not fut.done():
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(RuntimeError(f"the write could not be committed: {error}"))
 
     # -- events ----------------------------------------------------------------------------
 

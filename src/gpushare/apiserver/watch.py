@@ -29,6 +29,8 @@ class Watcher:
     namespace: str | None
     labels: tuple[Requirement, ...]
     fields: tuple[FieldRequirement, ...]
+    # Events up to this resourceVersion are already in what the watch started from.
+    min_rv: int = 0
     backlog: deque[tuple[str, dict[str, Any], bytes | None]] = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     overflowed: bool = False
@@ -41,6 +43,8 @@ class Watcher:
         return labels_match(self.labels, obj) and fields_match(self.fields, obj)
 
     def offer(self, event: Event) -> None:
+        if event.rv <= self.min_rv:
+            return
         new_ok = self.matches(event.obj)
         if event.type == DELETED:
             if new_ok:
@@ -112,6 +116,7 @@ async def stream(
     deadline = time.monotonic() + timeout
     next_bookmark = time.monotonic() + bookmark_interval
     try:
+        await hub.store.durable()
         if initial:
             yield b"".join(encode(t, o, None) for t, o in initial)
         if initial_events_end:
