@@ -294,6 +294,15 @@ def test_consolidation_moves_a_pod_so_a_pending_job_fits():
     assert sorted([out["a-0"][0], out["b-0"][0]]) == ["Pipelined", "Running"]
 
 
+def test_a_moved_pod_is_both_evicted_and_pipelined():
+    # The cycle's decisions tell the caller to delete the running pod (its workload
+    # re-creates it) and where it will go.
+    _, pipelines, evictions = decisions(_fragmented())
+    moved = [e for e in evictions if e[1] == "consolidation"]
+    assert len(moved) == 1
+    assert moved[0][0] in {pod for pod, _, _ in pipelines}
+
+
 @pytest.mark.parametrize(
     "config",
     [{"maxConsolidationPreemptees": 0}, {"placement": {"gpu": "spread", "cpu": "binpack"}},

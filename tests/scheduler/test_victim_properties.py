@@ -1,5 +1,5 @@
 """Properties of the eviction actions on random small clusters (hypothesis): who may be
-evicted, by which action, and that moves never become evictions."""
+evicted, by which action, and that consolidation only ever moves pods."""
 
 from __future__ import annotations
 
@@ -105,11 +105,14 @@ def test_evictions_follow_the_rules(spec) -> None:
             pod = state.pods[evict.pod]
             job = state.jobs[pod.job]
             assert before[evict.pod] is not PodStatus.PENDING
-            # Consolidation only moves; stale-gang eviction is the only one that may take
-            # a non-preemptible job.
-            assert evict.action in ("reclaim", "preempt", "stalegangeviction"), evict
-            if evict.action in ("reclaim", "preempt"):
+            # Consolidation only moves (the moved pod is evicted and pipelined elsewhere);
+            # stale-gang eviction is the only one that may take a non-preemptible job.
+            if evict.action == "consolidation":
+                assert pod.status is PodStatus.PIPELINED and evict.pod in placed, evict
+            if evict.action != "stalegangeviction":
                 assert job.preemptible, evict
+            if pod.status is PodStatus.PIPELINED:
+                assert pod.node is not None
             if evict.action == "preempt":
                 # Someone of the same queue with a strictly higher priority was placed.
                 assert any(

@@ -38,6 +38,10 @@ def _natural(v: Vec) -> dict[str, float]:
     }
 
 
+#: Statuses of a pod on its node; one that ends a cycle Pipelined was moved by a victim search.
+MOVED_FROM = frozenset({PodStatus.RUNNING, PodStatus.BINDING, PodStatus.RELEASING})
+
+
 def collect(session: Session) -> CycleResult:
     state = session.state
     result = CycleResult()
@@ -58,6 +62,10 @@ def collect(session: Session) -> CycleResult:
             cls = Bind if pod.status is PodStatus.BINDING else Pipeline
             decision = cls(key, pod.node, pod.gpu_indices, portion, mem)  # type: ignore[arg-type]
             (result.binds if cls is Bind else result.pipelines).append(decision)  # type: ignore[arg-type]
+            if pod.status is PodStatus.PIPELINED and before in MOVED_FROM:
+                # A victim moved to another node: its running pod must go first (its
+                # workload re-creates it), so it is an eviction as well as a pipeline.
+                result.evictions.append(Evict(key, pod.evict_reason, pod.evict_action))
         elif pod.status is PodStatus.RELEASING:
             result.evictions.append(Evict(key, pod.evict_reason, pod.evict_action))
     for job_key, reason in sorted(session.pending_reasons.items()):

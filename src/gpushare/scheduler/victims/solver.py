@@ -3,17 +3,20 @@
 For one pending job's gang step the solver looks for a set of victims that makes room:
 
 * Victim candidates come from a :class:`~.victim_queue.VictimQueue` one step at a time
-  (whole gangs, or single elastic pods), in victim order; each step grows the scenario.
-* A scenario that passes the cheap capacity filters is *simulated* on the live state
-  inside the open statement: evict the victims, then place the preemptor and re-place the
-  victims' jobs in fair order, everything pipelined. Victims that land again are moved
-  (Pipelined on their new node), the others are evicted (Releasing). The action's
-  validator then accepts or rejects the outcome; a rejected one is rolled back.
+  (whole gangs, or single elastic pods), in victim order; the victims accumulate.
+* Two generators turn the accumulated victims into scenarios, least disruptive first:
+  the victims of the jobs on one node of the latest victim, then all of them.
+* A scenario that passes the cheap capacity filter is *simulated* on the live state
+  inside the open statement: evict the victims, then place the preemptor's step and give
+  each victim job one gang step back, in fair order. Victims that land again elsewhere
+  are moved (Pipelined on their new node), those that land where they are stay as they
+  were, the others are evicted (Releasing). The action's validator then accepts or
+  rejects the outcome; a rejected one is rolled back.
 * The step's pods are solved for 1, 2, 4, ... of them, each round starting from the
   victims the previous round needed, so a large gang does not search from scratch.
 
-Everything is bounded by counts, never by time: simulations per job, and a memo of
-scenarios that already failed.
+Everything is bounded by counts, never by time: simulations per generator and round, a
+patience for the node-local generator, and a memo of scenarios that already failed.
 """
 
 from __future__ import annotations
