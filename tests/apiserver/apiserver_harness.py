@@ -22,11 +22,12 @@ class Cluster:
     cache_dir: Path
 
     def kubectl(self, *args: str, check: bool = True, stdin: str | None = None,
-                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+                kubeconfig: Path | None = None,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         cmd = [KUBECTL, "--kubeconfig", str(kubeconfig or self.kubeconfig),
                "--cache-dir", str(self.cache_dir), *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, input=stdin, timeout=60,
-                              env={**os.environ, "HOME": str(self.cache_dir)})
+                              env={**os.environ, "HOME": str(self.cache_dir), **(env or {})})
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed:\n{proc.stdout}\n"
                                  f"{proc.stderr}")

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
 import yaml
-from apiserver_harness import Cluster
+from apiserver_harness import KUBECTL, Cluster
 from kubernetes import client
 
 QUEUES = """
@@ -256,3 +259,37 @@ def test_logs_are_proxied_to_the_node_agent(cluster: Cluster, core: client.CoreV
     assert _FakeAgentLogs.seen[-1] == "/containerLogs/default/logged/logged?tailLines=5"
     cluster.kubectl("logs", "-f", "logged")
     assert "follow=true" in _FakeAgentLogs.seen[-1]
+
+
+def test_edit_server_side_apply_and_dry_run(cluster: Cluster, tmp_path: Path) -> None:
+    cm = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: edited}\ndata: {a: '1'}\n"
+    assert "serverside-applied" in cluster.kubectl("apply", "--server-side", "-f", "-",
+                                                   stdin=cm).stdout
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=cm.replace("'1'", "'2', b: '3'"))
+    got = json.loads(cluster.kubectl("get", "cm", "edited", "-o", "json").stdout)
+    assert got["data"] == {"a": "2", "b": "3"}
+    editor = tmp_path / "editor.sh"
+    editor.write_text("#!/bin/sh\nsed -i 's/a: \"2\"/a: \"edited\"/' \"$1\"\n")
+    editor.chmod(0o755)
+    out = cluster.kubectl("edit", "cm", "edited", env={"KUBE_EDITOR": str(editor)}).stdout
+    assert "configmap/edited edited" in out
+    got = json.loads(cluster.kubectl("get", "cm", "edited", "-o", "json").stdout)
+    assert got["data"]["a"] == "edited"
+    dry = cluster.kubectl("create", "configmap", "dry", "--dry-run=server", "-o", "name").stdout
+    assert dry.strip() == "configmap/dry"
+    assert cluster.kubectl("get", "cm", "dry", check=False).returncode != 0
+
+
+def test_get_watch_prints_rows(cluster: Cluster) -> None:
+    proc = subprocess.Popen([KUBECTL, "--kubeconfig", str(cluster.kubeconfig), "--cache-dir",
+                             str(cluster.cache_dir), "get", "pods", "-w",
+                             "--request-timeout=4s", "-l", "watched=yes"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    cluster.kubectl("run", "watched", "--image=busybox", "--labels=watched=yes")
+    cluster.kubectl("delete", "pod", "watched")
+    out, _err = proc.communicate(timeout=20)
+    lines = out.splitlines()
+    assert re.split(r"\s{2,}", lines[0].strip()) == ["NAME", "READY", "STATUS", "RESTARTS",
+                                                      "AGE"]
+    assert sum(1 for line in lines[1:] if line.startswith("watched")) >= 2
