@@ -62,10 +62,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def pod_body(i: int, size: str) -> dict:
+def podgroup_body(i: int) -> dict:
+    return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+            "metadata": {"name": f"pg-bench-{i}", "namespace": "default"},
+            "spec": {"minMember": 1, "queue": "bench", "priorityClassName": "train"}}
+
+
+def pod_body(i: int, size: str, pregrouped: bool = False) -> dict:
     container: dict = {"name": "main", "image": "busybox", "command": ["sleep", "1"],
                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
-    annotations: dict[str, str] = {}
+    annotations: dict[str, str] = {"pod-group-name": f"pg-bench-{i}"} if pregrouped else {}
     if size == "1":
         container["resources"]["limits"] = {"nvidia.com/gpu": "1"}
     else:
@@ -130,6 +136,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8, help="creating threads")
     parser.add_argument("--pod-gpu", default="0.25", help="GPU per pod: a fraction, or 1")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--pregrouped", action="store_true",
+                        help="create the PodGroups before the clock starts and name them on the"
+                        " pods (as with PodGroups made by another tool): measures the scheduler"
+                        " loop without the pod-grouper's writes")
     parser.add_argument("--profile", type=Path, help="py-spy record server and controllers")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
     parser.add_argument("--tcp-nodelay", action="store_true",
@@ -151,7 +161,8 @@ def main() -> None:
         sys.exit(f"the API server did not start; see {workdir / 'server.log'}")
     client = KubeClient.from_kubeconfig(str(kubeconfig), pool_size=args.clients + 4)
     print(f"machine: {os.cpu_count()} CPUs; pods={args.pods} nodes={args.nodes} (8xH100 each)"
-          f" pod-gpu={args.pod_gpu} clients={args.clients}")
+          f" pod-gpu={args.pod_gpu} clients={args.clients} pregrouped={args.pregrouped}"
+          f" tcp-nodelay={args.tcp_nodelay}")
 
     started = time.perf_counter()
     with ThreadPoolExecutor(args.clients) as pool:
@@ -163,6 +174,14 @@ def main() -> None:
         "apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "bench"},
         "spec": {"resources": {r: {"quota": -1, "limit": -1, "overQuotaWeight": 1}
                                for r in ("gpu", "cpu", "memory")}}})
+
+    if args.pregrouped:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(args.clients) as pool:
+            list(pool.map(lambda i: client.create(
+                "/apis/scheduling.run.ai/v2alpha2/namespaces/default/podgroups",
+                podgroup_body(i)), range(args.pods)))
+        print(f"created {args.pods} PodGroups in {time.perf_counter() - started:.2f}s")
 
     controllers = subprocess.Popen(
         [sys.executable, "-m", "gpushare.cli.main", "controllers", "--kubeconfig",
@@ -188,7 +207,7 @@ def main() -> None:
 
     def create(i: int) -> None:
         nonlocal errors
-        body = pod_body(i, args.pod_gpu)
+        body = pod_body(i, args.pod_gpu, args.pregrouped)
         sent[body["metadata"]["name"]] = time.perf_counter()
         try:
             client.create(PODS.collection("default"), body)

@@ -133,6 +133,9 @@ class PodGrouper:
         if skips_grouping(chain):
             return
         plan = plan_podgroup(chain, self.default_queue)
+        named = (meta.get("annotations") or {}).get(PODGROUP_ANNOTATION)
+        if named and named != plan.name:
+            return  # the pod joins a PodGroup made elsewhere; ours would be pg-<owner>-<uid>
         for warning in plan.warnings:
             self.events.emit(pod, "Warning", "PodGrouperWarning", warning)
         pg_key = f"{plan.namespace}/{plan.name}"
