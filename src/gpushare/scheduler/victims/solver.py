@@ -297,9 +297,11 @@ class Search:
             return None
         evicted = [p for p in victims if p.status not in ACTIVE_ALLOCATED]
         moved = [p for p in victims if p.status is PodStatus.PIPELINED]
-        if moved:
-            # A moved victim still runs on its old node until it is gone, which the state
-            # no longer shows: nothing placed next to it may count on binding now.
+        if any(p.status is PodStatus.BINDING for p in partial) and (
+            moved or _moved_this_cycle(session)
+        ):
+            # A moved pod still runs on its old node until it is gone, which the state no
+            # longer shows: nothing placed this cycle may count on binding now.
             for pod in partial:
                 if pod.status is PodStatus.BINDING:
                     stmt.pipeline(pod, pod.node, pod.gpu_indices, pod.portion)  # type: ignore[arg-type]
@@ -395,6 +397,19 @@ class Search:
             chosen = best[leaf]
             del left[chosen.key]
             yield chosen
+
+
+def _moved_this_cycle(session: Session) -> bool:
+    """Whether an earlier search of this cycle moved a running pod to another node."""
+    state = session.state
+    for key, before in state.touched().items():
+        pod = state.pods.get(key)
+        if pod is not None and pod.status is PodStatus.PIPELINED and before in _ON_NODE:
+            return True
+    return False
+
+
+_ON_NODE = frozenset({PodStatus.RUNNING, PodStatus.BINDING})
 
 
 def _round_sizes(n: int) -> list[int]:
