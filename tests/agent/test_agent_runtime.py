@@ -404,3 +404,71 @@ def test_logs_limit_bytes_and_since_seconds(tmp_path: Path) -> None:
     assert body == b"old l"
     request = parse_request("/containerLogs/ns/p/c?limitBytes=10&sinceSeconds=5")
     assert (request.limit_bytes, request.since_seconds) == (10, 5)
+
+
+# --- the PyTorch hook -------------------------------------------------------------------
+
+FAKE_TORCH_CUDA = '''
+"""A FAKE torch.cuda for tests without PyTorch or GPUs: it records what is called."""
+calls = []
+_initialized = False
+def is_initialized():
+    return _initialized
+def _lazy_init():
+    global _initialized
+    _initialized = True
+    calls.append("init")
+def device_count():
+    return 2
+def set_per_process_memory_fraction(fraction, device):
+    _lazy_init()
+    calls.append(("fraction", fraction, device))
+'''
+
+
+def test_planner_puts_the_torch_hook_on_pythonpath_for_fractions() -> None:
+    from gpushare.agent.planning import TORCH_HOOK_DIR, make_planner
+
+    inventory = declared_gpus("n", "1xH100")
+    container = {"name": "c", "command": ["python3"],
+                 "env": [{"name": "PYTHONPATH", "value": "/mine"}]}
+    fraction = pod("p", [container], annotations={"gpushare.io/gpu-indices": "0",
+                                                  "gpushare.io/gpu-portion": "0.25"})
+    share = share_from_annotations(fraction["metadata"]["annotations"], inventory)
+    plan = make_planner(fraction, share, {"PATH": "/bin"}, NoValues())(container, False)
+    assert plan.env["PYTHONPATH"] == f"{TORCH_HOOK_DIR}{os.pathsep}/mine"
+    assert plan.env["GPUSHARE_TORCH_MEMORY_FRACTION"] == "0.2500"
+    whole = pod("w", [container], annotations={"gpushare.io/gpu-indices": "0"})
+    share = share_from_annotations(whole["metadata"]["annotations"], inventory)
+    plan = make_planner(whole, share, {"PATH": "/bin"}, NoValues())(container, False)
+    assert plan.env["PYTHONPATH"] == "/mine"
+
+
+def test_torch_hook_sets_the_memory_fraction_at_first_cuda_use(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from gpushare.agent.planning import TORCH_HOOK_DIR
+
+    (tmp_path / "torch" / "cuda").mkdir(parents=True)
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (tmp_path / "torch" / "cuda" / "__init__.py").write_text(FAKE_TORCH_CUDA)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "sitecustomize.py").write_text(
+        "import os\nos.environ['OTHER_SITECUSTOMIZE'] = 'ran'\n")
+    program = ("import os, torch.cuda as c; before = list(c.calls); c._lazy_init(); "
+               "c._lazy_init(); print(before, c.calls, os.environ.get('OTHER_SITECUSTOMIZE'))")
+    env = {"PATH": os.environ["PATH"], "GPUSHARE_TORCH_MEMORY_FRACTION": "0.33",
+           "PYTHONPATH": os.pathsep.join([str(TORCH_HOOK_DIR), str(tmp_path),
+                                          str(tmp_path / "other")])}
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    before, calls, other = out.rsplit(" ", 1)[0], out, out.split()[-1]
+    assert before.startswith("[]")  # nothing happens at import: CUDA is not initialised
+    assert "('fraction', 0.33, 0)" in calls and "('fraction', 0.33, 1)" in calls
+    assert calls.count("fraction") == 2  # once per device, not at every _lazy_init
+    assert other == "ran"  # the next sitecustomize on the path still runs
+    env.pop("GPUSHARE_TORCH_MEMORY_FRACTION")
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert "fraction" not in out

@@ -86,7 +86,7 @@ def main() -> int:
             for i in range(3)
         }
         pods["too-big"] = ["--alloc-gib", str(round(third / 1024 * 1.3)), "--hold-seconds", "5",
-                           "--seconds", "1"]
+                           "--seconds", "1", "--undo-fraction"]
         for name, worker_args in pods.items():
             kube.core.create_namespaced_pod(NS, {
                 "metadata": {"name": name, "annotations": share},

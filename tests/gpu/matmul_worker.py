@@ -22,6 +22,8 @@ def main() -> int:
     parser.add_argument("--alloc-gib", type=float, default=0.0, help="try to allocate this much")
     parser.add_argument("--hold-seconds", type=float, default=0.0, help="sleep holding alloc")
     parser.add_argument("--start-at", type=float, default=0.0, help="epoch to start the loop at")
+    parser.add_argument("--undo-fraction", action="store_true",
+                        help="raise PyTorch's memory fraction back to 1 (ignore the hook)")
     args = parser.parse_args()
 
     import torch
@@ -29,9 +31,12 @@ def main() -> int:
     env = {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "GPU_", "NVIDIA_"))}
     device = torch.device("cuda", 0)
     torch.cuda.init()
+    if args.undo_fraction:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
     free, total = torch.cuda.mem_get_info(device)
     info: dict[str, object] = {"pid": os.getpid(), "env": env, "free_mib": free >> 20,
-                               "total_mib": total >> 20}
+                               "total_mib": total >> 20,
+                               "torch_hook": "gpushare" in os.environ.get("PYTHONPATH", "")}
     held = []
     if args.hold_gib:
         held.append(torch.empty(int(args.hold_gib * (1 << 30)), dtype=torch.uint8, device=device))

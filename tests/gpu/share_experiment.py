@@ -9,7 +9,10 @@ agent computes from the scheduler's binding annotations):
   B  one pod at 0.33 under MPS, alone                         -> does the SM cap hold?
   C  three pods at 0.33 under MPS at once, holding 2/4/6 GiB  -> split, sum, NVML attribution
   D  two pods at 0.33 + one at 0.33 allocating past its share -> MPS memory limit
+     (it raises PyTorch's memory fraction back to 1 first, so MPS is what refuses)
   E  watchdog only (no MPS): one pod holding past its share   -> killed, GPUMemoryExceeded
+     (it raises PyTorch's memory fraction back to 1 first, ignoring the cooperative hook)
+  F  no MPS, PyTorch hook: a 0.33 pod allocating past its share -> PyTorch's allocator refuses
 
 Writes `gpu_share_results.json` and `gpu_share_summary.md` to DIR and prints the summary.
 Needs torch, nvidia-ml-py and psutil; not the kubernetes client.
@@ -28,17 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from gpushare.agent.enforcement import choose
-from gpushare.agent.gpu_share import (
-    MpsTarget,
-    share_env,
-    share_from_annotations,
-)
+from gpushare.agent.gpu_share import share_from_annotations
 from gpushare.agent.inventory import GpuInventory
 from gpushare.agent.logstore import log_path
 from gpushare.agent.monitor import GpuMonitor, WatchedPod
 from gpushare.agent.mps import MpsManager
 from gpushare.agent.nvml import PynvmlBackend, probe_inventory
-from gpushare.agent.podspec import plan_container
+from gpushare.agent.planning import make_planner
 from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig
 
 WORKER = Path(__file__).resolve().parent / "matmul_worker.py"
@@ -107,15 +106,7 @@ def run_phase(
     recorders: dict[str, Recorder] = {}
     for pod in pods:
         share = share_from_annotations(pod["metadata"]["annotations"], inventory)
-        target = None
-        if mps is not None and share is not None and not share.whole:
-            target = MpsTarget(mps.pipe_directory(share.devices[0].index) or "")
-        gpu_env = share_env(share, target)
-
-        def planner(container: dict[str, Any], init: bool, pod=pod, gpu_env=gpu_env):
-            return plan_container(
-                pod, container, "spec.containers[0]", runtime_env(), gpu_env, NoValues(), init
-            )
+        planner = make_planner(pod, share, runtime_env(), NoValues(), mps)
 
         name = pod["metadata"]["name"]
         recorders[name] = Recorder()
@@ -227,9 +218,15 @@ def main() -> int:
             make_pod("steady", 0.33, third_mib, worker),
             make_pod("greedy", 0.33, third_mib,
                      ["--alloc-gib", str(over_gib), "--hold-seconds", str(secs + 30),
-                      "--seconds", "1"]),
+                      "--seconds", "1", "--undo-fraction"]),
         ],
         inventory, nvml, None, args.data_dir, secs + 120)
+    save()
+    results["phases"]["F_torch_hook_over_share"] = run_phase(
+        "F",
+        [make_pod("capped", 0.33, third_mib,
+                  ["--alloc-gib", str(over_gib), "--hold-seconds", "5", "--seconds", "1"])],
+        inventory, nvml, None, args.data_dir, 120)
     save()
     # MPS from here on, chosen the way the agent chooses it
     enforcement = choose("auto", inventory, True,
@@ -260,7 +257,8 @@ def main() -> int:
                 make_pod("ok-0", 0.33, third_mib, [*worker, "--start-at", str(t0)]),
                 make_pod("ok-1", 0.33, third_mib, [*worker, "--start-at", str(t0)]),
                 make_pod("too-big", 0.33, third_mib,
-                         ["--alloc-gib", str(over_gib), "--hold-seconds", "5", "--seconds", "1"]),
+                         ["--alloc-gib", str(over_gib), "--hold-seconds", "5", "--seconds", "1",
+                          "--undo-fraction"]),
             ],
             inventory, nvml, mps, args.data_dir, secs + 120)
         save()

@@ -61,6 +61,13 @@ def test_watchdog_kills_the_pod_over_its_share_and_spares_the_other(results: dic
     assert pods["steady"]["phase"] == "Succeeded"
 
 
+def test_torch_hook_caps_the_allocator_at_the_share(results: dict) -> None:
+    pod = results["phases"]["F_torch_hook_over_share"]["pods"]["capped"]
+    assert pod["result"]["torch_hook"] is True
+    assert pod["phase"] == "Failed"
+    assert pod["result"]["alloc"].startswith("failed")
+
+
 def test_nvml_memory_is_attributed_to_the_right_pods(results: dict) -> None:
     if "C_three_thirds_mps" not in results["phases"]:
         pytest.skip("MPS is not usable here: " + "; ".join(results["enforcement_notes"]))

@@ -25,8 +25,6 @@ from gpushare.agent.enforcement import Enforcement
 from gpushare.agent.gpu_share import (
     GpuAssignmentError,
     GpuShare,
-    MpsTarget,
-    share_env,
     share_from_annotations,
 )
 from gpushare.agent.inventory import GpuInventory, HostResources
@@ -35,7 +33,8 @@ from gpushare.agent.logserver import LogServer
 from gpushare.agent.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.monitor import GpuMonitor, WatchedPod
 from gpushare.agent.nvml import NvmlBackend
-from gpushare.agent.podspec import ContainerPlan, decode_secret, plan_container
+from gpushare.agent.planning import make_planner
+from gpushare.agent.podspec import decode_secret
 from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig, kill_leftovers
 from gpushare.agent.timefmt import rfc3339, rfc3339_micro
 from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
@@ -357,7 +356,15 @@ class Agent:
             supervisor = PodSupervisor(
                 pod,
                 directory,
-                self._planner(pod, share),
+                make_planner(
+                    pod,
+                    share,
+                    self._runtime_env(pod),
+                    self._values,
+                    self.enforcement.mps,
+                    self.inventory.declared,
+                    self.config.address,
+                ),
                 _StatusSink(self, namespace, name, uid),
                 self.config.supervisor,
             )
@@ -404,45 +411,6 @@ class Agent:
         }
         env["HOSTNAME"] = (pod.get("metadata") or {}).get("name", "")
         return env
-
-    def _planner(self, pod: dict[str, Any], share: GpuShare | None):
-        def plan(container: dict[str, Any], init: bool) -> ContainerPlan:
-            current = dict(pod)
-            status = dict(current.get("status") or {})
-            status.setdefault("podIP", self.config.address)
-            status.setdefault("hostIP", self.config.address)
-            status.setdefault("podIPs", [{"ip": self.config.address}])
-            status.setdefault("hostIPs", [{"ip": self.config.address}])
-            current["status"] = status
-            spec = current.get("spec") or {}
-            group = spec.get("initContainers" if init else "containers") or []
-            position = next((i for i, c in enumerate(group) if c is container), 0)
-            path = f"spec.{'initContainers' if init else 'containers'}[{position}]"
-            return plan_container(
-                current,
-                container,
-                path,
-                self._runtime_env(pod),
-                self._gpu_env(share),
-                self._values,
-                init,
-            )
-
-        return plan
-
-    def _gpu_env(self, share: GpuShare | None) -> dict[str, str]:
-        mps = None
-        manager = self.enforcement.mps
-        if (
-            share is not None
-            and not share.whole
-            and manager is not None
-            and len(share.devices) == 1
-        ):
-            pipe = manager.pipe_directory(share.devices[0].index)
-            if pipe is not None:
-                mps = MpsTarget(pipe_directory=pipe)
-        return share_env(share, mps, declared=self.inventory.declared)
 
     # --- API writes -----------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,11 +57,13 @@ def plan_container(
     gpu_env: Mapping[str, str],
     values: ValueSource,
     init: bool = False,
+    path_prefixes: Mapping[str, str] | None = None,
 ) -> ContainerPlan:
     """Resolve one container. `path` is its field path, e.g. `spec.containers[0]`.
 
     `runtime_env` is what every container gets first (PATH, HOSTNAME...); `gpu_env` comes last
-    and wins, so a pod cannot widen its own GPU limits through `env`.
+    and wins, so a pod cannot widen its own GPU limits through `env`. `path_prefixes` are put
+    in front of path-like variables (the PyTorch hook's directory on PYTHONPATH).
     """
     name = str(container.get("name") or "")
     if not name:
@@ -83,6 +86,8 @@ def plan_container(
         else:
             env[var_name] = expand(str(var.get("value") or ""), env)
     env.update(gpu_env)
+    for var, prefix in (path_prefixes or {}).items():
+        env[var] = prefix + (os.pathsep + env[var] if env.get(var) else "")
 
     command = [str(c) for c in container.get("command") or []]
     args = [str(a) for a in container.get("args") or []]
