@@ -424,6 +424,16 @@ class App:
                     candidates = indexed
                     break
         if candidates is None:
+            # The most selective equality/in requirement on a label narrows the scan.
+            best = None
+            for req in labels:
+                if req.op in ("=", "in"):
+                    n = self.store.label_count(cluster, gr, req.key, req.values)
+                    if best is None or n < best[0]:
+                        best = (n, req)
+            if best is not None and best[0] < self.store.count(cluster, gr, ns):
+                candidates = self.store.list_labeled(cluster, gr, best[1].key, best[1].values)
+        if candidates is None:
             items = list(self.store.list(cluster, gr, ns if info.namespaced else None))
         else:
             items = [o for o in candidates if ns is None

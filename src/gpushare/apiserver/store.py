@@ -87,6 +87,7 @@ class Store:
         self.buckets: dict[tuple[str, str], Bucket] = {}
         self.owner_index: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
         self.field_index: dict[tuple[str, str, str, str], set[ObjKey]] = {}
+        self.label_index: dict[tuple[str, str, str, str], set[ObjKey]] = {}
         self.listeners: list[Listener] = []
         self.rv = 0
         self._load()
@@ -145,6 +146,20 @@ class Store:
             if obj is not None:
                 out.append(obj)
         return out
+
+    def list_labeled(self, cluster: str, gr: str, key: str,
+                     values: frozenset[str]) -> list[dict[str, Any]]:
+        """Objects whose label `key` has one of `values`."""
+        out = []
+        for value in values:
+            for ns, name in self.label_index.get((cluster, gr, key, value), ()):
+                obj = self.get(cluster, gr, ns, name)
+                if obj is not None:
+                    out.append(obj)
+        return out
+
+    def label_count(self, cluster: str, gr: str, key: str, values: frozenset[str]) -> int:
+        return sum(len(self.label_index.get((cluster, gr, key, v), ())) for v in values)
 
     def count(self, cluster: str, gr: str, ns: str | None = None) -> int:
         bucket = self.buckets.get((cluster, gr))
@@ -304,6 +319,8 @@ class Store:
             self.field_index.setdefault((cluster, gr, path, field_value(obj, path)), set()).add(
                 (ns, name)
             )
+        for key, value in (meta.get("labels") or {}).items():
+            self.label_index.setdefault((cluster, gr, key, value), set()).add((ns, name))
 
     def _index_remove(self, cluster: str, gr: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -330,3 +347,10 @@ class Store:
                 keys.discard((ns, name))
                 if not keys:
                     del self.field_index[key]
+        for label, value in (meta.get("labels") or {}).items():
+            lkey = (cluster, gr, label, value)
+            keys = self.label_index.get(lkey)
+            if keys is not None:
+                keys.discard((ns, name))
+                if not keys:
+                    del self.label_index[lkey]
