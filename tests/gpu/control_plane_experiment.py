@@ -38,6 +38,27 @@ def wait_for(check, timeout: float):
     raise TimeoutError("condition not reached in time")
 
 
+def kill_mps_daemon_and_wait(agent_log: Path) -> dict[str, Any]:
+    """SIGKILL the MPS control daemon the agent started; the agent should start another."""
+    import psutil
+
+    daemons = [p for p in psutil.process_iter(["name"])
+               if p.info["name"] == "nvidia-cuda-mps-control"]
+    if not daemons:
+        return {"killed": None, "note": "no MPS control daemon running"}
+    killed = daemons[0].pid
+    daemons[0].kill()
+    started = time.monotonic()
+    try:
+        wait_for(lambda: "restarted MPS daemons" in agent_log.read_text(errors="replace"), 60)
+    except TimeoutError:
+        return {"killed": killed, "restarted": False}
+    again = [p.pid for p in psutil.process_iter(["name"])
+             if p.info["name"] == "nvidia-cuda-mps-control"]
+    return {"killed": killed, "restarted": True, "new_pids": again,
+            "seconds": round(time.monotonic() - started, 1)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -135,6 +156,8 @@ def main() -> int:
             kube.core.delete_namespaced_pod(name, NS, _preload_content=False)
         wait_for(lambda: all(kube.read_pod(NS, n) is None for n in pods), 60)
         results["deleted"] = True
+        save()
+        results["mps_restart"] = kill_mps_daemon_and_wait(args.out / "agent.log")
         save()
     finally:
         agent.terminate()

@@ -48,3 +48,9 @@ def test_pods_share_the_gpu_and_the_greedy_one_fails(results: dict) -> None:
         assert pods[f"third-{i}"]["tflops"] > 0
     assert pods["too-big"]["phase"] == "Failed"
     assert results["deleted"]
+
+
+def test_agent_restarts_a_killed_mps_daemon(results: dict) -> None:
+    if "mps" not in results["node"]["annotations"]["gpushare.io/enforcement"]:
+        pytest.skip("MPS is not used on this node")
+    assert results["mps_restart"]["restarted"] is True

@@ -35,7 +35,8 @@ def run_command(argv: list[str], env: dict[str, str], stdin: str | None) -> tupl
             stdout=subprocess.DEVNULL if daemonize else subprocess.PIPE,
             stderr=subprocess.DEVNULL if daemonize else subprocess.STDOUT,
             text=True,
-            timeout=20,
+            # a query to a daemon that died can hang on its pipe: don't wait long for it
+            timeout=20 if daemonize else 5,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
