@@ -104,7 +104,7 @@ class KubeClient:
         self._auth = list(api_client.configuration.auth_settings().keys())
 
     @classmethod
-    def from_kubeconfig(cls, path: str, pool_size: int = 32) -> KubeClient:
+    def from_kubeconfig(cls, path: str, pool_size: int = 64) -> KubeClient:
         configuration = k8s_client.Configuration()
         k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
         # One connection per concurrent request: the binder pool and the informers.

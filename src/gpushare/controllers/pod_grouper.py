@@ -26,7 +26,7 @@ from gpushare.controllers.kube import BY_KIND, JOBS, PODGROUPS, PODS, ApiError, 
 
 log = logging.getLogger(__name__)
 
-WORKERS = 8  # concurrent reconciles: API round trips overlap
+WORKERS = 16  # concurrent reconciles: API round trips overlap
 
 SCHEDULER_NAMES = ("gpushare", "kai-scheduler")
 OWNER_CACHE_SECONDS = 5.0
