@@ -42,6 +42,18 @@ def kubeconfig(server: str, token: str, user: str = "admin", context: str = "gpu
     }
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, ending watch streams first so that shutdown does not wait on them."""
+
+    def __init__(self, config: uvicorn.Config, app: App) -> None:
+        super().__init__(config)
+        self._app = app
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._app.hub.close_all()
+        await super().shutdown(sockets)
+
+
 class ApiServer:
     """The API server over the state in `data_dir`.
 
@@ -74,7 +86,7 @@ class ApiServer:
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
                                 lifespan="on", timeout_keep_alive=120,
                                 timeout_graceful_shutdown=2, **ssl)
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config, self.app)
         self._thread: threading.Thread | None = None
         self.write_kubeconfig(self.data_dir / KUBECONFIG_NAME)
 

@@ -75,7 +75,15 @@ class WatchHub:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.watchers: dict[tuple[str, str], set[Watcher]] = {}
+        self.closing = False
         store.listeners.append(self._dispatch)
+
+    def close_all(self) -> None:
+        """End every watch stream (server shutdown): clients reconnect elsewhere or later."""
+        self.closing = True
+        for watchers in self.watchers.values():
+            for w in watchers:
+                w.ready.set()
 
     @property
     def count(self) -> int:
@@ -132,7 +140,7 @@ async def stream(
                     batch.append(encode(typ, obj, data))
                 yield b"".join(batch)
                 continue
-            if watcher.overflowed:
+            if watcher.overflowed or hub.closing:
                 return
             watcher.ready.clear()
             wait = deadline - now
