@@ -293,3 +293,22 @@ def test_get_watch_prints_rows(cluster: Cluster) -> None:
     assert re.split(r"\s{2,}", lines[0].strip()) == ["NAME", "READY", "STATUS", "RESTARTS",
                                                       "AGE"]
     assert sum(1 for line in lines[1:] if line.startswith("watched")) >= 2
+
+
+def test_unknown_queue_fields_are_named_or_pruned(cluster: Cluster) -> None:
+    typo = """
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: typo}
+spec:
+  parentqueue: ml-org
+  resources:
+    gpu: {quota: 1, limt: 2}
+"""
+    proc = cluster.kubectl("apply", "-f", "-", stdin=typo, check=False)
+    assert proc.returncode != 0
+    assert 'unknown field "spec.parentqueue"' in proc.stderr
+    assert 'unknown field "spec.resources.gpu.limt"' in proc.stderr
+    cluster.kubectl("apply", "--validate=false", "-f", "-", stdin=typo)
+    spec = json.loads(cluster.kubectl("get", "queue", "typo", "-o", "json").stdout)["spec"]
+    assert spec == {"resources": {"gpu": {"quota": 1}}}

@@ -165,6 +165,7 @@ class Api:
         body: Any,
         *,
         dry_run: bool = False,
+        field_validation: str = "",
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
@@ -195,6 +196,7 @@ class Api:
         m["generation"] = 1
         if info.crd and info.has_status:
             obj.pop("status", None)
+        self._prune(info, obj, field_validation)
         builtin_kinds.default_object(gr, obj)
         self._admit(cluster, info, obj, None)
         self._validate(cluster, info, obj, None)
@@ -205,6 +207,16 @@ class Api:
         self.store.put(cluster, gr, obj)
         self._after_write(cluster, info, obj, None)
         return obj
+
+    @staticmethod
+    def _prune(info: ResourceInfo, obj: dict[str, Any], field_validation: str) -> None:
+        if not (info.crd and info.schema):
+            return
+        removed = crds.prune_unknown(obj, info.schema)
+        if removed and field_validation == "Strict":
+            fields = ", ".join(f'unknown field "{r}"' for r in removed)
+            raise bad_request(f'{info.kind} in version "{info.version}" cannot be handled as a '
+                              f"{info.kind}: strict decoding error: {fields}")
 
     def _check_type(self, info: ResourceInfo, obj: dict[str, Any]) -> None:
         kind = obj.get("kind")
@@ -382,6 +394,7 @@ class Api:
         subresource: str | None = None,
         *,
         dry_run: bool = False,
+        field_validation: str = "",
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
@@ -402,7 +415,8 @@ class Api:
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(info.group, info.resource, name, "the object has been modified; "
                            "please apply your changes to the latest version and try again")
-        return self._replace(cluster, info, old, body, subresource, dry_run=dry_run)
+        return self._replace(cluster, info, old, body, subresource, dry_run=dry_run,
+                             field_validation=field_validation)
 
     def _replace(
         self,
@@ -413,9 +427,11 @@ class Api:
         subresource: str | None,
         *,
         dry_run: bool = False,
+        field_validation: str = "",
     ) -> dict[str, Any]:
         gr = info.group_resource
         old_meta = old["metadata"]
+        self._prune(info, new, field_validation)
         if subresource == "status":
             obj = deep_copy(old)
             obj["status"] = new.get("status")
@@ -480,6 +496,7 @@ class Api:
         *,
         dry_run: bool = False,
         force: bool = False,
+        field_validation: str = "",
     ) -> tuple[dict[str, Any], bool]:
         """Returns (object, created)."""
         ns = ns if info.namespaced else ""
@@ -496,7 +513,8 @@ class Api:
                 m["name"] = name
                 if info.namespaced:
                     m["namespace"] = ns
-                return self.create(cluster, info, ns, body, dry_run=dry_run), True
+                return self.create(cluster, info, ns, body, dry_run=dry_run,
+                                   field_validation=field_validation), True
             raise not_found(info.group, info.resource, name)
         current = deep_copy(old)
         if content_type == PATCH_MERGE:
@@ -529,7 +547,8 @@ class Api:
         if rv and rv != old["metadata"]["resourceVersion"]:
             raise conflict(info.group, info.resource, name, "the object has been modified; "
                            "please apply your changes to the latest version and try again")
-        return self._replace(cluster, info, old, patched, subresource, dry_run=dry_run), False
+        return self._replace(cluster, info, old, patched, subresource, dry_run=dry_run,
+                             field_validation=field_validation), False
 
     # -- delete ----------------------------------------------------------------------------
 

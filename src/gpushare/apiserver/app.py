@@ -276,6 +276,7 @@ class App:
         method = request.method
         query = dict(request.query_params)
         dry_run = bool(query.get("dryRun"))
+        strictness = query.get("fieldValidation", "")
         if sub == "bindings":
             verb, sub_rbac = "create", "binding"
         elif method == "GET":
@@ -337,21 +338,24 @@ class App:
                 raise ApiError(405, "POST to a named object is not supported",
                                "MethodNotAllowed")
             body = await self._body(request)
-            obj = api.create(cluster, info, ns, body, dry_run=dry_run)
+            obj = api.create(cluster, info, ns, body, dry_run=dry_run,
+                             field_validation=strictness)
             return json_response(api.served(info, obj), 201), verb, metric_resource
         if verb == "update":
             assert name is not None
             body = await self._body(request)
             if sub == "finalize":
                 sub = None
-            obj = api.update(cluster, info, ns or "", name, body, sub, dry_run=dry_run)
+            obj = api.update(cluster, info, ns or "", name, body, sub, dry_run=dry_run,
+                             field_validation=strictness)
             return json_response(api.served(info, obj)), verb, metric_resource
         if verb == "patch":
             assert name is not None
             content_type = request.headers.get("content-type", "").split(";")[0].strip()
             body = await self._body(request, content_type)
             obj, created = api.patch(cluster, info, ns or "", name, content_type, body, sub,
-                                     dry_run=dry_run, force=query.get("force") == "true")
+                                     dry_run=dry_run, force=query.get("force") == "true",
+                                     field_validation=strictness)
             return (json_response(api.served(info, obj), 201 if created else 200), verb,
                     metric_resource)
         if verb == "delete":

@@ -350,3 +350,51 @@ def _crd(
             }],
         },
     }
+
+
+# -- pruning of unknown fields (structural schemas) ----------------------------------------------
+
+_TOP_LEVEL_KEPT = ("apiVersion", "kind", "metadata")
+
+
+def prune_unknown(obj: dict[str, Any], schema: dict[str, Any] | None) -> list[str]:
+    """Remove fields the schema does not declare, like Kubernetes does for CRDs.
+
+    Returns the paths removed (for `fieldValidation=Strict`, which rejects them instead).
+    """
+    if not schema or schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    removed: list[str] = []
+    props = schema.get("properties") or {}
+    for key in list(obj):
+        if key in _TOP_LEVEL_KEPT:
+            continue
+        if key in props:
+            _prune(obj[key], props[key], key, removed)
+        else:
+            removed.append(key)
+            del obj[key]
+    return removed
+
+
+def _prune(value: Any, schema: Any, path: str, removed: list[str]) -> None:
+    if not isinstance(schema, dict) or schema.get("x-kubernetes-preserve-unknown-fields"):
+        return
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if props is None and extra is None and schema.get("type") != "object":
+            return
+        for key in list(value):
+            if props and key in props:
+                _prune(value[key], props[key], f"{path}.{key}", removed)
+            elif isinstance(extra, dict):
+                _prune(value[key], extra, f"{path}.{key}", removed)
+            elif extra is True:
+                continue
+            else:
+                removed.append(f"{path}.{key}")
+                del value[key]
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            _prune(item, schema["items"], f"{path}[{i}]", removed)
