@@ -230,6 +230,49 @@ def test_reclaim_min_runtime_protects_a_recently_started_victim():
     assert cycle(_reclaim_one(reclaimMinRuntimeSeconds=30))["v-0"][0] == "Releasing"
 
 
+def _unusable_free_gpus(pending_pods: int, compat: str | None = None, **config):
+    # Pool x (3 nodes of A, 1 of C, all full) and an empty pool-y node that nobody may
+    # use. The fair share is capped by demand, so while the y GPUs are free nobody is
+    # above it; by weight each of A, B (idle) and C is entitled to 16 of the 48 GPUs.
+    x = {"pool": "x"}
+    nodes = [{"name": f"x{i}", "gpus": 8, "labels": x} for i in range(4)]
+    nodes.append({"name": "y0", "gpus": 16, "labels": {"pool": "y"}})
+    jobs = [job(f"a{i}", "a", [running(f"x{i // 8}", nodeSelector=x)], age=1000 - i)
+            for i in range(24)]
+    jobs += [job(f"c{i}", "c", [running("x3", nodeSelector=x)], age=500 - i) for i in range(8)]
+    jobs.append(job("want", "c", [{"state": "Pending", "nodeSelector": x}] * pending_pods,
+                    gpus=8, age=1))
+    data = scenario(nodes, [queue("a"), queue("b"), queue("c")], jobs, actions=["reclaim"],
+                    **config)
+    if compat:
+        data["config"]["compat"] = compat
+    return data
+
+
+def test_steady_fair_share_reclaim_helps_a_queue_below_its_weighted_share():
+    assert cycle(_unusable_free_gpus(1))["want-0"][0] == "Pipelined"
+    evicted = [n for n, (status, _) in cycle(_unusable_free_gpus(1)).items()
+               if status == "Releasing"]
+    assert sorted(evicted) == sorted(f"a{i}-0" for i in range(16, 24))  # A keeps its 16
+    # KAI reclaims on the demand-capped fair share only, and so does the option off.
+    assert cycle(_unusable_free_gpus(1, "kai"))["want-0"][0] == "Pending"
+    assert cycle(_unusable_free_gpus(1, steadyFairShareReclaim=False))["want-0"][0] == "Pending"
+
+
+def test_steady_fair_share_reclaim_settles():
+    # Over several full cycles the job runs, A keeps 16 and nothing moves back and forth.
+    data = _unusable_free_gpus(1)
+    del data["actions"]
+    out = cycle(data, cycles=5)
+    assert out["want-0"] == ("Running", "x2")
+    assert sum(1 for n, (st, _) in out.items() if n.startswith("a") and st == "Running") == 16
+
+
+def test_steady_fair_share_reclaim_never_takes_a_queue_below_its_share():
+    # Two 8-GPU pods would leave A with 8 of its 16: refused.
+    assert cycle(_unusable_free_gpus(2))["want-0"][0] == "Pending"
+
+
 def test_reclaim_never_takes_from_a_queue_within_its_quota():
     data = scenario(
         [{"name": "n0", "gpus": 2}],

@@ -13,6 +13,9 @@ key                             default   meaning
 ``maxSimulationsPerJob``        ``256``   simulations one job may run per generator in
                                           one action (the deterministic search bound)
 ``useSchedulingSignatures``     ``true``  skip jobs not easier than one that failed
+``steadyFairShareReclaim``      ``true``  the second reclaim path for queues below their
+                                          weighted (steady) share (``.steady``); off
+                                          under ``compat: kai``
 =============================== ========= ===========================================
 """
 
@@ -30,6 +33,7 @@ CONFIG_KEYS: frozenset[str] = frozenset({
     "reclaimSaturationMultiplier",
     "maxSimulationsPerJob",
     "useSchedulingSignatures",
+    "steadyFairShareReclaim",
 })
 
 
@@ -65,7 +69,7 @@ def read_config(raw: Mapping[str, Any], path: str = "config") -> dict[str, objec
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(where, f"expected an integer >= 1, got {value!r}")
             out[key] = value
-        else:
+        else:  # the boolean keys
             if not isinstance(value, bool):
                 raise OptionError(where, f"expected true or false, got {value!r}")
             out[key] = value
@@ -80,6 +84,7 @@ class VictimOptions:
     saturation_multiplier: Fraction = Fraction(1)
     max_simulations: int = 256
     use_signatures: bool = True
+    steady_fair_share_reclaim: bool = True
 
     @staticmethod
     def of(config: Any) -> VictimOptions:
@@ -93,4 +98,7 @@ class VictimOptions:
             ),
             max_simulations=int(extra.get("maxSimulationsPerJob", 256)),  # type: ignore[call-overload]
             use_signatures=bool(extra.get("useSchedulingSignatures", True)),
+            # KAI (at the version reproduced) reclaims on the demand-capped fair share only.
+            steady_fair_share_reclaim=not getattr(config, "kai", False)
+            and bool(extra.get("steadyFairShareReclaim", True)),
         )

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from gpushare.model import Job, Pod
-from gpushare.model.quantities import RESOURCES
+from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
+from gpushare.model.quantities import MILLI, RESOURCES
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims import minruntime
+from gpushare.scheduler.victims import steady as steady_rules
 from gpushare.scheduler.victims.common import (
     elastic_memo,
     elastic_victims_keep_gang,
@@ -37,9 +38,12 @@ from gpushare.scheduler.victims.reclaim_rules import (
     can_reclaim,
     reclaimable,
     victim_queue_allowed,
+    within_quota_if_non_preemptible,
 )
-from gpushare.scheduler.victims.shares import Quantities
+from gpushare.scheduler.victims.shares import Quantities, Shares
 from gpushare.scheduler.victims.solver import Outcome, Search, victim_units
+from gpushare.scheduler.victims.steady import SteadyShares
+from gpushare.scheduler.victims.steps import VictimSteps
 
 ACTION = "reclaim"
 
@@ -71,9 +75,23 @@ def reclaim(session: Session) -> None:
             protection[key] = _protected(session, job, victim)
         return protection[key]
 
+    # The second path for queues below their weighted share (see .steady); off under KAI.
+    steady = SteadyShares.of(session) if options.steady_fair_share_reclaim else None
+
+    def paths(shares: Shares, job: Job, reclaimer: Reclaimer) -> tuple[bool, bool]:
+        """Whether the fair-share rules and the steady path may be used at all."""
+        fair = can_reclaim(shares, reclaimer)
+        on_steady = (
+            steady is not None
+            and steady_rules.may_reclaim(steady, shares, job.queue, reclaimer.request)
+            and within_quota_if_non_preemptible(shares, reclaimer)
+        )
+        return fair, on_steady
+
     def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
         shares = search.snapshot
         reclaimer = reclaimer_of(session, job, partial)
+        fair, on_steady = paths(shares, job, reclaimer)
         allowed: dict[str, bool] = {}
         out: list[tuple[Job, list[Pod]]] = []
         for name in sorted(session.state.jobs):
@@ -83,13 +101,28 @@ def reclaim(session: Session) -> None:
             if victim.queue not in shares:
                 continue
             if victim.queue not in allowed:
-                allowed[victim.queue] = victim_queue_allowed(shares, reclaimer, victim.queue)
-            if not allowed[victim.queue] or not has_active(session, victim):
+                allowed[victim.queue] = fair and victim_queue_allowed(
+                    shares, reclaimer, victim.queue
+                )
+            if not has_active(session, victim):
                 continue
             if not elastic(victim) and protected(job, victim):
                 continue
+            if not allowed[victim.queue] and not (
+                on_steady and steady is not None and steady_rules.victim_branch_allowed(
+                    steady, shares, job.queue, victim.queue, _first_step_gpus(session, victim)
+                )
+            ):
+                continue
             out.append((victim, session.state.job_pods(victim)))
         return out
+
+    def steady_first(job: Job) -> bool:
+        """A reclaimer below what it may keep gets what it frees before the victims' jobs
+        (otherwise they would take it straight back)."""
+        shares = search.snapshot
+        step = session.gang(job).next_step() or []
+        return paths(shares, job, reclaimer_of(session, job, step))[1]
 
     def protected_core(job: Job, victim: Job) -> bool:
         return elastic(victim) and protected(job, victim)
@@ -101,7 +134,14 @@ def reclaim(session: Session) -> None:
         units = victim_units(
             outcome, session.state.jobs, count_moved=not session.config.allow_consolidating_reclaim
         )
-        if not reclaimable(shares, reclaimer, units, options.saturation_multiplier):
+        fair, on_steady = paths(shares, job, reclaimer)
+        accepted = fair and reclaimable(shares, reclaimer, units, options.saturation_multiplier)
+        if not accepted and on_steady and steady is not None:
+            accepted = steady_rules.reclaimable(
+                steady, shares, job.queue, reclaimer.request, units,
+                options.saturation_multiplier,
+            )
+        if not accepted:
             return False
         if kai and not _elastic_min_runtime_ok(session, job, outcome):
             return False
@@ -117,16 +157,25 @@ def reclaim(session: Session) -> None:
         validator=validator,
         protected_core=None if kai else protected_core,
         max_simulations=options.max_simulations,
+        preemptor_first=None if steady is None else steady_first,
     )
 
     def may_try(job: Job, step: list[Pod]) -> bool:
         if in_preemption_delay(session, job):
             return False
-        return can_reclaim(search.shares(), reclaimer_of(session, job, step))
+        return any(paths(search.shares(), job, reclaimer_of(session, job, step)))
 
     run_action(
         session, name=ACTION, jobs=pending_candidates(session), search=search, may_try=may_try
     )
+
+
+def _first_step_gpus(session: Session, victim: Job) -> Fraction:
+    """GPUs of the first pods the victim would give up."""
+    steps = VictimSteps(
+        victim, session.state.job_pods(victim), lambda p: p.status in ACTIVE_ALLOCATED
+    )
+    return sum((Fraction(p.held().gpu, MILLI) for p in steps.next_step()), Fraction(0))
 
 
 def _elastic_min_runtime_ok(session: Session, job: Job, outcome: Outcome) -> bool:

@@ -42,6 +42,16 @@ def can_reclaim(shares: Shares, reclaimer: Reclaimer) -> bool:
     return less_equal(add(leaf.allocated_np, reclaimer.request), leaf.deserved)
 
 
+def within_quota_if_non_preemptible(shares: Shares, reclaimer: Reclaimer) -> bool:
+    """A non-preemptible reclaimer stays within quota on its queue and every ancestor."""
+    if reclaimer.preemptible:
+        return True
+    return all(
+        less_equal(add(queue.allocated_np, reclaimer.request), queue.deserved)
+        for queue in path_to(shares, reclaimer.queue)
+    )
+
+
 def _fits_deserved(queue_allocated: Quantities, deserved: Quantities, request: Quantities) -> bool:
     return less_equal(add(queue_allocated, request), deserved)
 

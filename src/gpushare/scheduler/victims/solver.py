@@ -86,6 +86,9 @@ class Search:
     max_victim_jobs: int | None = None  # consolidation's preemptee cap
     protected_core: Callable[[Job, Job], bool] | None = None
     max_simulations: int = DEFAULT_MAX_SIMULATIONS
+    #: Whether the asking job is placed before the victims' jobs in the simulation
+    #: (steady fair-share reclaim: what is freed must reach the reclaimer).
+    preemptor_first: Callable[[Job], bool] | None = None
     stats: SearchStats = field(default_factory=SearchStats)
     #: The queues' figures when the current job's search began (what the rules read).
     snapshot: dict[str, QueueShare] = field(default_factory=dict)
@@ -378,6 +381,10 @@ class Search:
         jobs = session.state.jobs
         left = dict(steps)
         totals = self.totals()
+        first = next(iter(steps))  # the asking job
+        if self.preemptor_first is not None and self.preemptor_first(jobs[first]):
+            del left[first]
+            yield jobs[first]
         while left:
             by_leaf: dict[str, list[Job]] = {}
             for key in left:

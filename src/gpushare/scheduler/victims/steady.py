@@ -1,0 +1,150 @@
+"""Steady fair-share reclaim: a second reclaim path for queues below their weighted share.
+
+The fair share is capped by demand, so while some capacity is free — even capacity no
+pending job can use (GPUs scattered over nodes, outside a job's node selector) — every
+queue's fair share equals its demand, no queue is above it, and reclaim finds no victims:
+a queue stops at its quota while another holds far more than its weighted part.
+
+The **steady fair share** is the fair share every queue would get if each queue with an
+over-quota weight (and a finite quota) asked for the whole cluster; other queues keep
+their real demand. What a queue may *keep* on this path is the larger of its quota and
+its steady share, capped by its limit (nothing is above an unlimited quota). GPUs only:
+a plentiful resource must not decide who loses GPU jobs.
+
+1. A reclaimer's step asks for GPUs and its queue (and its branch at the level where it
+   meets the victim's) holds fewer GPUs than it may keep.
+2. Victims come from branches that hold more than they may keep ...
+3. ... and never below it (each victim's first step alone must fit the surplus; the
+   total is checked on the found scenario).
+4. A step larger than the reclaimer's gap may take it past what it keeps only while it
+   stays less saturated (GPUs / steady share, times the saturation multiplier) than every
+   branch it takes from.
+
+A reclaim is accepted when either this path or the fair-share rules accept it. Each
+reclaim on this path lowers the sum of allocated² / steady over the queues involved, so
+reclaims cannot cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from gpushare.model.quantities import GPU, RESOURCES
+from gpushare.scheduler.fairshare import ShareInput, divide
+from gpushare.scheduler.session import Session
+from gpushare.scheduler.victims.shares import UNLIMITED, Quantities, Shares, leveled
+
+ZERO = Fraction(0)
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyShares:
+    """GPU steady fair share and what each queue may keep on this path (None: unlimited)."""
+
+    steady: dict[str, Fraction]
+    keep: dict[str, Fraction | None]
+
+    @staticmethod
+    def of(session: Session) -> SteadyShares:
+        state = session.state
+        capacity = dict(zip(RESOURCES, session.capacity, strict=True))
+        inputs: list[ShareInput] = []
+        for name, queue in sorted(state.queues.items()):
+            request: dict[str, Fraction] = {}
+            if queue.is_leaf():
+                real = session.requested.get(name, session.allocated(name))
+                request = dict(zip(RESOURCES, real, strict=True))
+                gpu = queue.resources[GPU]
+                if gpu.over_quota_weight > 0 and gpu.quota != UNLIMITED:
+                    request[GPU] = capacity[GPU]
+            inputs.append(ShareInput(
+                name=name, parent=queue.parent, priority=queue.priority,
+                created_at=queue.created_at,
+                quota={r: queue.resources[r].quota for r in RESOURCES},
+                limit={r: queue.resources[r].limit for r in RESOURCES},
+                weight={r: queue.resources[r].over_quota_weight for r in RESOURCES},
+                request=request,
+                usage={r: Fraction(str(v)) for r, v in queue.usage.items()},
+            ))
+        shares = divide(capacity, inputs, session.config.k_value, session.config.fairshare_mode)
+        steady = {name: s[GPU] for name, s in shares.items()}
+        keep: dict[str, Fraction | None] = {}
+        for name, queue in state.queues.items():
+            gpu = queue.resources[GPU]
+            if gpu.quota == UNLIMITED:
+                keep[name] = None
+                continue
+            value = max(gpu.quota, steady.get(name, ZERO))
+            if gpu.limit != UNLIMITED:
+                value = min(value, gpu.limit)
+            keep[name] = value
+        return SteadyShares(steady, keep)
+
+    def below(self, name: str, allocated: Fraction) -> bool:
+        keep = self.keep.get(name)
+        return keep is None or allocated < keep
+
+    def surplus(self, name: str, allocated: Fraction) -> Fraction:
+        keep = self.keep.get(name)
+        return ZERO if keep is None else allocated - keep
+
+
+def may_reclaim(steady: SteadyShares, shares: Shares, queue: str, request: Quantities) -> bool:
+    """Rule 1 on the reclaimer's own queue."""
+    gpus = request.get(GPU, ZERO)
+    return gpus > 0 and steady.below(queue, shares[queue].allocated[GPU])
+
+
+def victim_branch_allowed(
+    steady: SteadyShares, shares: Shares, reclaimer_queue: str, victim_queue: str,
+    first_step_gpus: Fraction,
+) -> bool:
+    """Rules 1-3 as a filter on one victim job (its first step's GPUs)."""
+    mine, theirs = leveled(shares, reclaimer_queue, victim_queue)
+    if not steady.below(mine.name, mine.allocated[GPU]):
+        return False
+    surplus = steady.surplus(theirs.name, theirs.allocated[GPU])
+    return surplus > 0 and first_step_gpus <= surplus
+
+
+def reclaimable(
+    steady: SteadyShares, shares: Shares, reclaimer_queue: str, request: Quantities,
+    victims_by_queue: Mapping[str, Sequence[Quantities]], multiplier: Fraction,
+) -> bool:
+    """Whether the victims (per leaf queue) may be taken on the steady path."""
+    gpus = request.get(GPU, ZERO)
+    if not may_reclaim(steady, shares, reclaimer_queue, request):
+        return False
+    taken: dict[str, Fraction] = {}
+    mine_names: set[str] = set()
+    for victim_queue in sorted(victims_by_queue):
+        mine, theirs = leveled(shares, reclaimer_queue, victim_queue)
+        mine_names.add(mine.name)
+        lost = sum((unit.get(GPU, ZERO) for unit in victims_by_queue[victim_queue]), ZERO)
+        taken[theirs.name] = taken.get(theirs.name, ZERO) + lost
+    for name, lost in taken.items():
+        allocated = shares[name].allocated[GPU]
+        if steady.surplus(name, allocated) <= 0 or steady.surplus(name, allocated - lost) < 0:
+            return False
+    for mine in sorted(mine_names):
+        allocated = shares[mine].allocated[GPU]
+        if not steady.below(mine, allocated):
+            return False
+        keep = steady.keep.get(mine)
+        after = allocated + gpus
+        if keep is None or after <= keep:
+            continue
+        mine_ratio = _ratio(after, steady.steady.get(mine, ZERO)) * multiplier
+        for name, lost in taken.items():
+            their_ratio = _ratio(shares[name].allocated[GPU] - lost, steady.steady.get(name, ZERO))
+            if not mine_ratio < their_ratio:
+                return False
+    return True
+
+
+def _ratio(allocated: Fraction, steady: Fraction) -> Fraction | float:
+    if steady <= 0:
+        return float("inf") if allocated > 0 else ZERO
+    return allocated / steady
