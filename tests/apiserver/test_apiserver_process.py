@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 from apiserver_harness import KUBECTL
 
@@ -145,3 +146,15 @@ def test_kubeconfig_command_issues_user_tokens(tmp_path: Path) -> None:
     finally:
         server.proc.send_signal(signal.SIGINT)
         server.proc.wait(timeout=20)
+
+
+def test_one_server_per_data_directory(tmp_path: Path) -> None:
+    from gpushare.apiserver.server import ApiServer
+
+    first = ApiServer(tmp_path, port=0)
+    try:
+        with pytest.raises(RuntimeError, match="another API server"):
+            ApiServer(tmp_path, port=0)
+    finally:
+        first.stop()
+    ApiServer(tmp_path, port=0).stop()  # free again once the first one stopped

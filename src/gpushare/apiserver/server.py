@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import logging
 import socket
 import threading
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 KUBECONFIG_NAME = "admin.kubeconfig"
 TOKENS_NAME = "tokens.yaml"
 DB_NAME = "state.db"
+LOCK_NAME = "apiserver.lock"
 
 
 def kubeconfig(server: str, token: str, user: str = "admin", context: str = "gpushare",
@@ -66,6 +68,13 @@ class ApiServer:
                  tls: bool = True) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # One server per data directory: two would each trust their own copy in memory.
+        self._lock = (self.data_dir / LOCK_NAME).open("a")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            self._lock.close()
+            raise RuntimeError(f"another API server is using {self.data_dir}") from e
         self.host = host
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -151,6 +160,7 @@ class ApiServer:
             self._sock.close()
         finally:
             self.store.close()
+            self._lock.close()
 
     def __enter__(self) -> ApiServer:
         return self.start()
