@@ -8,7 +8,8 @@ second end to end (first create to last bind seen by the watch) and the watch la
 (create sent to ADDED seen), p50 and p99.
 
     python bench/api_bench.py --pods 2000 --nodes 100
-    python bench/api_bench.py --pods 5000 --nodes 500 --profile /tmp/prof   # py-spy
+    python bench/api_bench.py --pods 5000 --nodes 500 --pregrouped
+    python bench/api_bench.py --pods 2000 --nodes 100 --profile /tmp/prof   # needs py-spy
 """
 
 from __future__ import annotations
@@ -33,11 +34,9 @@ from gpushare.controllers.kube import PODS, QUEUES, KubeClient
 from gpushare.controllers.static_nodes import register_static_node, static_node
 
 SERVER = """
-import signal, socket, sys, threading
+import signal, sys, threading
 from gpushare.apiserver.server import ApiServer
 server = ApiServer(sys.argv[1], "127.0.0.1", int(sys.argv[2]))
-if sys.argv[4] == "nodelay":  # accepted sockets inherit it from the listening socket
-    server._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 server.start()
 server.write_kubeconfig(sys.argv[3])
 print("ready", flush=True)
@@ -142,9 +141,6 @@ def main() -> None:
                         " loop without the pod-grouper's writes")
     parser.add_argument("--profile", type=Path, help="py-spy record server and controllers")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
-    parser.add_argument("--tcp-nodelay", action="store_true",
-                        help="set TCP_NODELAY on the server's listening socket (a server that"
-                        " does not set it waits ~40 ms per response on delayed ACKs)")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="gpushare-bench-"))
@@ -152,7 +148,7 @@ def main() -> None:
     data.mkdir()
     procs: list[subprocess.Popen] = []
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(data), str(port),
-                               str(kubeconfig), "nodelay" if args.tcp_nodelay else "-"],
+                               str(kubeconfig)],
                               stdout=subprocess.PIPE,
                               stderr=(workdir / "server.log").open("wb"))
     procs.append(server)
@@ -161,8 +157,7 @@ def main() -> None:
         sys.exit(f"the API server did not start; see {workdir / 'server.log'}")
     client = KubeClient.from_kubeconfig(str(kubeconfig), pool_size=args.clients + 4)
     print(f"machine: {os.cpu_count()} CPUs; pods={args.pods} nodes={args.nodes} (8xH100 each)"
-          f" pod-gpu={args.pod_gpu} clients={args.clients} pregrouped={args.pregrouped}"
-          f" tcp-nodelay={args.tcp_nodelay}")
+          f" pod-gpu={args.pod_gpu} clients={args.clients} pregrouped={args.pregrouped}")
 
     started = time.perf_counter()
     with ThreadPoolExecutor(args.clients) as pool:
