@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpushare.model import ACTIVE_ALLOCATED, Job, Pod, PodStatus
+from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
 from gpushare.model.quantities import RESOURCES
 from gpushare.scheduler.actions.allocate import eligible_jobs
 from gpushare.scheduler.ordering import JobQueue
@@ -149,7 +149,3 @@ def elastic_victims_keep_gang(
 def pending_candidates(session: Session) -> list[Job]:
     """Jobs with a formable next step, in existing leaf queues."""
     return eligible_jobs(session)
-
-
-def is_pending_pod(pod: Pod) -> bool:
-    return pod.status is PodStatus.PENDING
