@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.apiserver import builtin_kinds, crds, validation
+from gpushare.apiserver import builtin_kinds, crds, pods, validation
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
 from gpushare.apiserver.objects import deep_copy, meta, new_uid, now_rfc3339, rfc3339_after
 from gpushare.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
@@ -330,24 +330,7 @@ class Api:
                 raise invalid("apiextensions.k8s.io", "CustomResourceDefinition",
                               crd["metadata"]["name"], [Cause("spec.names.kind",
                                                               "already in use")])
-        accepted = {"plural": names["plural"], "singular": names.get("singular") or
-                    names["kind"].lower(), "kind": names["kind"],
-                    "listKind": names.get("listKind") or names["kind"] + "List"}
-        if names.get("shortNames"):
-            accepted["shortNames"] = names["shortNames"]
-        if names.get("categories"):
-            accepted["categories"] = names["categories"]
-        now = now_rfc3339()
-        crd["status"] = {
-            "acceptedNames": accepted,
-            "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
-            "conditions": [
-                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                 "message": "no conflicts found", "lastTransitionTime": now},
-                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                 "message": "the initial names have been accepted", "lastTransitionTime": now},
-            ],
-        }
+        crd["status"] = crds.established_status(crd, now_rfc3339())
 
     # -- hooks -----------------------------------------------------------------------------
 
@@ -652,36 +635,10 @@ class Api:
     # -- pods: binding and eviction ---------------------------------------------------------
 
     def bind(self, cluster: str, ns: str, name: str, binding: Any) -> dict[str, Any]:
-        if not isinstance(binding, dict):
-            raise bad_request("the request body must be a Binding")
-        target = binding.get("target") or {}
-        node = target.get("name")
-        if not node:
-            raise invalid("", "Binding", name, [Cause("target.name", "Required value",
-                                                      "FieldValueRequired")])
         pod = self.store.get(cluster, "pods", ns, name)
         if pod is None:
             raise not_found("", "pods", name)
-        bmeta = binding.get("metadata") or {}
-        if bmeta.get("uid") and bmeta["uid"] != pod["metadata"].get("uid"):
-            raise conflict("", "pods", name, "the pod UID in the binding does not match")
-        if pod["metadata"].get("deletionTimestamp"):
-            raise conflict("", "pods", name, "pod is being deleted, cannot be assigned to a host")
-        current = (pod.get("spec") or {}).get("nodeName")
-        if current:
-            raise conflict("", "pods", name, f"pod {name} is already assigned to node "
-                                             f'"{current}"')
-        obj = deep_copy(pod)
-        obj["spec"]["nodeName"] = node
-        annotations = bmeta.get("annotations") or {}
-        if annotations:
-            obj["metadata"].setdefault("annotations", {}).update(annotations)
-        status = obj.setdefault("status", {})
-        conditions = [c for c in status.get("conditions") or ()
-                      if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "True",
-                           "lastProbeTime": None, "lastTransitionTime": now_rfc3339()})
-        status["conditions"] = conditions
+        obj = pods.bound(pod, binding, now_rfc3339())
         self.store.put(cluster, "pods", obj)
         return obj
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import re
 import time
@@ -32,6 +31,7 @@ from gpushare.apiserver.gc import GarbageCollector
 from gpushare.apiserver.metrics import Metrics
 from gpushare.apiserver.objects import status_success
 from gpushare.apiserver.openapi import OpenApiCache
+from gpushare.apiserver.query import paginate, select
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.selectors import parse_field_selector, parse_label_selector
 from gpushare.apiserver.watch import Watcher, WatchHub, encode_event, stream
@@ -408,45 +408,7 @@ class App:
 
     def _select(self, cluster: str, info: ResourceInfo, ns: str | None,
                 query: dict[str, str]) -> list[dict[str, Any]]:
-        gr = info.group_resource
-        labels = parse_label_selector(query.get("labelSelector"))
-        fields = parse_field_selector(query.get("fieldSelector"), gr)
-        candidates = None
-        for f in fields:
-            if not f.negate:
-                if f.path == "metadata.name":
-                    if ns is not None or not info.namespaced:
-                        one = self.store.get(cluster, gr, ns or "", f.value)
-                        candidates = [one] if one is not None else []
-                        break
-                    continue
-                if f.path == "metadata.namespace" and ns is None:
-                    ns = f.value
-                    continue
-                indexed = self.store.list_indexed(cluster, gr, f.path, f.value)
-                if indexed is not None:
-                    candidates = indexed
-                    break
-        if candidates is None:
-            # The most selective equality/in requirement on a label narrows the scan.
-            best = None
-            for req in labels:
-                if req.op in ("=", "in"):
-                    n = self.store.label_count(cluster, gr, req.key, req.values)
-                    if best is None or n < best[0]:
-                        best = (n, req)
-            if best is not None and best[0] < self.store.count(cluster, gr, ns):
-                candidates = self.store.list_labeled(cluster, gr, best[1].key, best[1].values)
-        if candidates is None:
-            items = list(self.store.list(cluster, gr, ns if info.namespaced else None))
-        else:
-            items = [o for o in candidates if ns is None
-                     or (o["metadata"].get("namespace") or "") == ns]
-        if labels or fields:
-            from gpushare.apiserver.selectors import fields_match, labels_match
-            items = [o for o in items if labels_match(labels, o) and fields_match(fields, o)]
-        items.sort(key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"]))
-        return items
+        return select(self.store, cluster, info, ns, query)
 
     def _list_body(self, info: ResourceInfo, items: list[dict[str, Any]],
                    list_meta: dict[str, Any]) -> dict[str, Any]:
@@ -458,24 +420,7 @@ class App:
     def _list(self, request: Request, cluster: str, info: ResourceInfo, ns: str | None,
               query: dict[str, str]) -> Response:
         rv = self.store.rv
-        items = self._select(cluster, info, ns, query)
-        list_meta: dict[str, Any] = {"resourceVersion": str(rv)}
-        token = query.get("continue")
-        if token:
-            try:
-                start = orjson.loads(base64.urlsafe_b64decode(token.encode()))
-                after = (start["ns"], start["name"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise ApiError(400, "invalid continue token", "BadRequest") from e
-            items = [o for o in items
-                     if (o["metadata"].get("namespace") or "", o["metadata"]["name"]) > after]
-        limit = int(query.get("limit") or 0)
-        if limit > 0 and len(items) > limit:
-            last = items[limit - 1]["metadata"]
-            list_meta["continue"] = base64.urlsafe_b64encode(orjson.dumps(
-                {"ns": last.get("namespace") or "", "name": last["name"], "rv": rv})).decode()
-            list_meta["remainingItemCount"] = len(items) - limit
-            items = items[:limit]
+        items, list_meta = paginate(self._select(cluster, info, ns, query), query, rv)
         return self._render(request, info, items, single=False, list_meta=list_meta)
 
     def _render(self, request: Request, info: ResourceInfo, items: list[dict[str, Any]],

@@ -57,6 +57,28 @@ def crd_resource_infos(crd: dict[str, Any]) -> list[ResourceInfo]:
     return infos
 
 
+def established_status(crd: dict[str, Any], now: str) -> dict[str, Any]:
+    """The status of an accepted CRD: its names and the Established condition."""
+    names = crd["spec"]["names"]
+    accepted = {"plural": names["plural"], "singular": names.get("singular") or
+                names["kind"].lower(), "kind": names["kind"],
+                "listKind": names.get("listKind") or names["kind"] + "List"}
+    if names.get("shortNames"):
+        accepted["shortNames"] = names["shortNames"]
+    if names.get("categories"):
+        accepted["categories"] = names["categories"]
+    return {
+        "acceptedNames": accepted,
+        "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
+             "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
+             "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ],
+    }
+
+
 def validate_crd(crd: dict[str, Any]) -> list[Cause]:
     causes: list[Cause] = []
     spec = crd.get("spec")
