@@ -19,9 +19,6 @@ from gpushare.controllers.kube import KubeClient
 
 KUBECTL = "/usr/bin/kubectl"
 SERVE = Path(__file__).with_name("serve.py")
-EXTRA: dict[str, tuple[str, ...]] = (
-    {"apply": ("--validate=false",)} if os.environ.get("GPUSHARE_E2E_NO_VALIDATE") else {}
-)
 
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="needs /usr/bin/kubectl")
 
@@ -104,7 +101,7 @@ class Kubectl:
     def run(self, *args: str, stdin: str | None = None, check: bool = True
             ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
-            [KUBECTL, "--kubeconfig", str(self.kubeconfig), *args, *EXTRA.get(args[0], ())],
+            [KUBECTL, "--kubeconfig", str(self.kubeconfig), *args],
             input=stdin, capture_output=True, text=True, timeout=60,
             env={**os.environ, "KUBECTL_INTERACTIVE_DELETE": "false"},
         )

@@ -117,3 +117,32 @@ spec:
     assert "Unschedulable" in described and "small" in described
     pod = kubectl.json("get", "pod", "greedy", "-n", "default")
     assert not pod["spec"].get("nodeName")
+
+
+def test_a_missing_queue_is_explained_in_events_and_conditions(server, controllers, kubectl):
+    add_node(server.kubeconfig, "box", "1xL4")
+    kubectl.run("apply", "-f", "-", stdin="""
+apiVersion: v1
+kind: Pod
+metadata:
+  name: lost
+  namespace: default
+  labels: {kai.scheduler/queue: nowhere}
+spec:
+  schedulerName: gpushare
+  containers: [{name: main, image: busybox}]
+""")
+
+    def messages(name):
+        events = kubectl.json("get", "events", "-n", "default")["items"]
+        return [e["message"] for e in events
+                if e.get("reason") == "Unschedulable" and e["involvedObject"]["name"] == name]
+
+    lost = wait_for(lambda: messages("lost"), what="an event for the pod without a queue")
+    assert "nowhere" in lost[0] and "does not exist" in lost[0]
+    group = next(g for g in kubectl.json("get", "podgroups", "-n", "default")["items"]
+                 if g["spec"]["queue"] == "nowhere")
+    conditions = wait_for(
+        lambda: kubectl.json("get", "podgroup", group["metadata"]["name"], "-n", "default")
+        .get("status", {}).get("schedulingConditions"), what="the PodGroup's condition")
+    assert "nowhere" in conditions[0]["reasons"][0]["message"]

@@ -33,6 +33,9 @@ def test_up_runs_everything_and_ctrl_c_stops_it_all(tmp_path: Path):
             return done.stdout == "True"
 
         wait_for(node_ready, timeout=60, what="the agent's node Ready")
+        queues = subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), "get", "queues",
+                                 "-o", "name"], capture_output=True, text=True).stdout
+        assert "default-queue" in queues
         children = psutil.Process(proc.pid).children(recursive=True)
         commands = [" ".join(c.cmdline()) for c in children]
         assert any(" controllers " in c for c in commands), commands

@@ -126,6 +126,30 @@ def node_add(
     )
 
 
+DEFAULT_QUEUE = {
+    "apiVersion": "scheduling.run.ai/v2",
+    "kind": "Queue",
+    "metadata": {"name": "default-queue"},
+    "spec": {"resources": {r: {"quota": 0, "limit": -1, "overQuotaWeight": 1}
+                           for r in ("gpu", "cpu", "memory")}},
+}
+
+
+def _ensure_default_queue(kubeconfig: str) -> None:
+    """Workloads without a ``kai.scheduler/queue`` label land in ``default-queue``: on a
+    fresh control plane it exists (no quota, no limit), so ``kubectl create job`` runs."""
+    from gpushare.controllers.kube import QUEUES, ApiError, KubeClient
+
+    client = KubeClient.from_kubeconfig(kubeconfig, pool_size=1)
+    try:
+        client.create(QUEUES.collection(), DEFAULT_QUEUE)
+    except ApiError as error:
+        if error.status != 409:
+            raise
+    finally:
+        client.close()
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -185,6 +209,7 @@ def up(
     server.start()
     kubeconfig = data_dir / "admin.kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
+    _ensure_default_queue(str(kubeconfig))
     logs = data_dir / "logs"
     logs.mkdir(exist_ok=True)
     children: list[tuple[str, subprocess.Popen[bytes]]] = []

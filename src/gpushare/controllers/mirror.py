@@ -345,6 +345,10 @@ class Mirror:
                 self.state.remove_pod(key)
             self._apply_pod(key)
 
+    def pods_of_job(self, job_key: str) -> set[str]:
+        """Keys of the watched pods that belong to the PodGroup, scheduled or not."""
+        return set(self._pods_by_job.get(job_key, ()))
+
     def pod_group_of(self, pod_key: str) -> str | None:
         return self._job_of_pod.get(pod_key)
 

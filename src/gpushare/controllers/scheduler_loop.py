@@ -332,27 +332,48 @@ class SchedulerLoop:
             log.warning("evicting %s failed: %s", key, error)
 
     def _report_pending(self, result: CycleResult) -> None:
+        """Events and PodGroup conditions for what waits, written when the reason changes.
+
+        Besides the core's reasons, objects the mirror cannot use say why: a PodGroup
+        whose queue does not exist, a pod with a malformed GPU annotation."""
         mirror = self.mirror
-        for job_key, reason in result.pending_reasons.items():
-            if self._reasons.get(job_key) == reason:
+        wanted: dict[str, str] = {f"job/{k}": r for k, r in result.pending_reasons.items()}
+        for key, why in mirror.invalid.items():
+            kind, _, name = key.partition("/")
+            if kind in ("podgroup", "pod"):
+                wanted[f"{'job' if kind == 'podgroup' else 'pod'}/{name}"] = (
+                    f"cannot be scheduled: {why}"
+                )
+        for subject, reason in wanted.items():
+            if self._reasons.get(subject) == reason:
                 continue
-            self._reasons[job_key] = reason
-            job = mirror.state.jobs.get(job_key)
-            if job is None:
-                continue
-            for pod_key in job.pods:
-                raw = mirror.raw_pods.get(pod_key)
-                pod = mirror.state.pods.get(pod_key)
-                if raw is not None and pod is not None and pod.status is PodStatus.PENDING:
+            self._reasons[subject] = reason
+            kind, _, key = subject.partition("/")
+            if kind == "pod":
+                raw = mirror.raw_pods.get(key)
+                if raw is not None:
                     self.events.emit(raw, "Warning", "Unschedulable", reason)
-            pg = mirror.raw_podgroups.get(job_key)
+                continue
+            job = mirror.state.jobs.get(key)
+            if job is not None:
+                pod_keys = [k for k in job.pods
+                            if mirror.state.pods[k].status is PodStatus.PENDING]
+            else:
+                pod_keys = sorted(mirror.pods_of_job(key))
+            for pod_key in pod_keys:
+                raw = mirror.raw_pods.get(pod_key)
+                if raw is not None:
+                    self.events.emit(raw, "Warning", "Unschedulable", reason)
+            pg = mirror.raw_podgroups.get(key)
             if pg is not None:
                 self.events.emit(pg, "Warning", "Unschedulable", reason)
-                self._pool.submit(self._write_condition, job_key, job.queue, reason)
-        for job_key in [k for k in self._reasons if k not in result.pending_reasons]:
-            del self._reasons[job_key]
-            if job_key in mirror.raw_podgroups:
-                self._pool.submit(self._write_condition, job_key, "", "")
+                queue = str((pg.get("spec") or {}).get("queue", ""))
+                self._pool.submit(self._write_condition, key, queue, reason)
+        for subject in [k for k in self._reasons if k not in wanted]:
+            del self._reasons[subject]
+            kind, _, key = subject.partition("/")
+            if kind == "job" and key in mirror.raw_podgroups:
+                self._pool.submit(self._write_condition, key, "", "")
 
     def _write_condition(self, job_key: str, queue: str, reason: str) -> None:
         namespace, _, name = job_key.partition("/")
