@@ -461,3 +461,14 @@ def test_metrics(http: httpx.Client) -> None:
     assert 'apiserver_request_total{code="201",resource="pods",verb="create"}' in text
     assert "apiserver_request_duration_seconds_bucket" in text
     assert "apiserver_storage_objects" in text and "apiserver_watches" in text
+
+
+def test_dependents_of_missing_owners(http: httpx.Client) -> None:
+    path = "/api/v1/namespaces/default/configmaps"
+    dangling = {"apiVersion": "v1", "kind": "ConfigMap", "name": "never-was", "uid": "u-1"}
+    create(http, path, {"metadata": {"name": "late-dep", "ownerReferences": [dangling]}})
+    eventually(gone(http, f"{path}/late-dep"))
+    unknown = {"apiVersion": "example.com/v1", "kind": "Unserved", "name": "x", "uid": "u-2"}
+    create(http, path, {"metadata": {"name": "unknown-owner", "ownerReferences": [unknown]}})
+    time.sleep(1.2)
+    assert http.get(f"{path}/unknown-owner").status_code == 200

@@ -344,12 +344,34 @@ class Api:
             reg.remove_group_resource(spec["group"], spec["names"]["plural"])
             for crd_info in crds.crd_resource_infos(obj):
                 reg.add(crd_info)
-        elif gr == "namespaces" and old is None:
+        if old is None:
+            # A dependent created after its owner was deleted is collected too.
+            ns = obj["metadata"].get("namespace") or ""
+            for ref in obj["metadata"].get("ownerReferences") or ():
+                if ref.get("uid") and not self.owner_exists(cluster, ns, ref):
+                    self.gone_owners.append((cluster, ref["uid"]))
+                    self.wake_gc()
+        if gr == "namespaces" and old is None:
             name = obj["metadata"]["name"]
             if self.store.get(cluster, "serviceaccounts", name, "default") is None:
                 sa_info = self.registry(cluster).get("", "v1", "serviceaccounts")
                 assert sa_info is not None
                 self.create(cluster, sa_info, name, {"metadata": {"name": "default"}})
+
+    def owner_exists(self, cluster: str, ns: str, ref: dict[str, Any]) -> bool:
+        """Whether the owner a reference names exists (with that uid).
+
+        An owner of a kind this cluster does not serve counts as existing: like Kubernetes'
+        garbage collector, never delete on an owner it cannot resolve.
+        """
+        api_version = ref.get("apiVersion") or ""
+        group = api_version.split("/", 1)[0] if "/" in api_version else ""
+        info = self.registry(cluster).by_kind(group, ref.get("kind") or "")
+        if info is None:
+            return True
+        owner = self.store.get(cluster, info.group_resource, ns if info.namespaced else "",
+                               ref.get("name") or "")
+        return owner is not None and owner["metadata"].get("uid") == ref.get("uid")
 
     def _after_delete(self, cluster: str, info: ResourceInfo, obj: dict[str, Any]) -> None:
         gr = info.group_resource

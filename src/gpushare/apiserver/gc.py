@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
 from gpushare.apiserver.api import FOREGROUND, ORPHAN, Api, DeleteOptions
 from gpushare.apiserver.errors import ApiError
@@ -58,16 +57,6 @@ class GarbageCollector:
     def _info(self, cluster: str, gr: str) -> ResourceInfo | None:
         return self.api.registry(cluster).group_resources().get(gr)
 
-    def _owner_exists(self, cluster: str, ns: str, ref: dict[str, Any]) -> bool:
-        api_version = ref.get("apiVersion") or ""
-        group = api_version.split("/", 1)[0] if "/" in api_version else ""
-        info = self.api.registry(cluster).by_kind(group, ref.get("kind") or "")
-        if info is None:
-            return False
-        owner = self.api.store.get(cluster, info.group_resource, ns if info.namespaced else "",
-                                   ref.get("name") or "")
-        return owner is not None and owner["metadata"].get("uid") == ref.get("uid")
-
     def _collect_dependents(self, cluster: str, uid: str) -> None:
         for gr, ns, name in self.api.store.dependents(cluster, uid):
             info = self._info(cluster, gr)
@@ -75,7 +64,10 @@ class GarbageCollector:
             if info is None or dep is None:
                 continue
             refs = dep["metadata"].get("ownerReferences") or []
-            alive = [r for r in refs if r.get("uid") != uid and self._owner_exists(cluster, ns, r)]
+            if any(r.get("uid") == uid and self.api.owner_exists(cluster, ns, r) for r in refs):
+                continue  # the owner is there after all
+            alive = [r for r in refs if r.get("uid") != uid
+                     and self.api.owner_exists(cluster, ns, r)]
             try:
                 if alive:
                     obj = deep_copy(dep)
