@@ -158,3 +158,23 @@ def test_one_server_per_data_directory(tmp_path: Path) -> None:
     finally:
         first.stop()
     ApiServer(tmp_path, port=0).stop()  # free again once the first one stopped
+
+
+def test_events_expire(tmp_path: Path) -> None:
+    from apiserver_harness import http_client
+
+    from gpushare.apiserver.server import ApiServer
+
+    server = ApiServer(tmp_path, port=0, event_ttl=1.0).start()
+    try:
+        with http_client(server) as http:
+            path = "/api/v1/namespaces/default/events"
+            r = http.post(path, json={"metadata": {"name": "old"}, "reason": "X",
+                                      "involvedObject": {"kind": "Pod", "name": "p"}})
+            assert r.status_code == 201
+            deadline = time.monotonic() + 10
+            while http.get(f"{path}/old").status_code == 200:
+                assert time.monotonic() < deadline, "the event did not expire"
+                time.sleep(0.1)
+    finally:
+        server.stop()

@@ -60,14 +60,14 @@ class App:
     """The ASGI application."""
 
     def __init__(self, api: Api, tokens: TokenFile, server_address: str,
-                 bookmark_interval: float = 60.0) -> None:
+                 bookmark_interval: float = 60.0, event_ttl: float = 3600.0) -> None:
         self.api = api
         self.store = api.store
         self.hub = WatchHub(api.store)
         self.tokens = tokens
         self.authorizer = Authorizer(api.store)
         self.openapi = OpenApiCache()
-        self.gc = GarbageCollector(api)
+        self.gc = GarbageCollector(api, event_ttl=event_ttl)
         self.server_address = server_address
         self.bookmark_interval = bookmark_interval
         self.metrics = Metrics(lambda: self.hub.count, api.store.total_objects,

@@ -11,19 +11,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from gpushare.apiserver.api import FOREGROUND, ORPHAN, Api, DeleteOptions
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.objects import deep_copy
 from gpushare.apiserver.resources import ResourceInfo
+from gpushare.apiserver.tables import parse_time
 
 log = logging.getLogger(__name__)
 
 
 class GarbageCollector:
-    def __init__(self, api: Api, interval: float = 1.0) -> None:
+    def __init__(self, api: Api, interval: float = 1.0, event_ttl: float = 3600.0) -> None:
         self.api = api
         self.interval = interval
+        # Events expire like in Kubernetes (1 h by default), so that they cannot pile up.
+        self.event_ttl = event_ttl
+        self._next_event_sweep = 0.0
         self._wake: asyncio.Event | None = None
         self.passes = 0
 
@@ -53,6 +58,22 @@ class GarbageCollector:
             self._finalize(*key)
         for cluster, ns in sorted(api.terminating_namespaces):
             self._drain_namespace(cluster, ns)
+        now = time.time()
+        if now >= self._next_event_sweep:
+            self._next_event_sweep = now + min(60.0, self.event_ttl)
+            self._expire_events(now)
+
+    def _expire_events(self, now: float) -> None:
+        cutoff = now - self.event_ttl
+        for cluster in list(self.api.registries):
+            for event in list(self.api.store.list(cluster, "events")):
+                stamp = (event.get("lastTimestamp") or event.get("eventTime")
+                         or event["metadata"].get("creationTimestamp"))
+                t = parse_time(stamp)
+                if t is not None and t.timestamp() < cutoff:
+                    self.api.store.delete(cluster, "events",
+                                          event["metadata"].get("namespace") or "",
+                                          event["metadata"]["name"])
 
     def _info(self, cluster: str, gr: str) -> ResourceInfo | None:
         return self.api.registry(cluster).group_resources().get(gr)

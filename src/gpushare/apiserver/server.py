@@ -65,7 +65,7 @@ class ApiServer:
 
     def __init__(self, data_dir: Path | str, host: str = "127.0.0.1", port: int = 0, *,
                  bookmark_interval: float = 60.0, event_log_size: int = 50_000,
-                 tls: bool = True) -> None:
+                 tls: bool = True, event_ttl: float = 3600.0) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # One server per data directory: two would each trust their own copy in memory.
@@ -85,7 +85,7 @@ class ApiServer:
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
         self.api = Api(self.store)
         self.app = App(self.api, self.tokens, f"{host}:{self.port}",
-                       bookmark_interval=bookmark_interval)
+                       bookmark_interval=bookmark_interval, event_ttl=event_ttl)
         self.tls = tls
         ssl: dict[str, Any] = {}
         self.ca_path: Path | None = None
