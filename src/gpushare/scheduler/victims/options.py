@@ -10,8 +10,8 @@ key                             default   meaning
 ``reclaimSaturationMultiplier`` ``1``     a reclaimer above its fair share must stay
                                           this much less saturated than a sibling it
                                           takes from (>= 1)
-``maxSimulationsPerJob``        ``256``   simulations one job may run per generator in
-                                          one action (the deterministic search bound)
+``maxSimulationsPerJob``        ``256``   simulations per generator in each round of a
+                                          job's search (the deterministic bound)
 ``useSchedulingSignatures``     ``true``  skip jobs not easier than one that failed
 ``steadyFairShareReclaim``      ``true``  the second reclaim path for queues below their
                                           weighted (steady) share (``.steady``); off

@@ -37,7 +37,7 @@ from gpushare.scheduler.victims.ordering import pick_fair
 from gpushare.scheduler.victims.shares import Quantities, QueueShare
 from gpushare.scheduler.victims.victim_queue import VictimQueue, pod_quantities
 
-#: Simulations one job may run per generator before the action gives up on it.
+#: Simulations per generator in each round of a job's search before it gives up.
 DEFAULT_MAX_SIMULATIONS = 256
 #: Victim steps the node-local generator still tries once all victims so far would make
 #: room in total (a step that needs several nodes is the next generator's).
