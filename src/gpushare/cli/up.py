@@ -51,7 +51,8 @@ def controllers(
     only: Annotated[
         list[str] | None,
         typer.Option(help="run only these controllers (repeatable): pod-grouper, "
-                     "job-controller, scheduler, queue-status, static-node-pods, "
+                     "job-controller, replicaset-controller, deployment-controller, "
+                     "scheduler, queue-status, static-node-pods, "
                      "garbage-collector (for API servers that do not collect dependents)"),
     ] = None,
     scheduler_name: Annotated[

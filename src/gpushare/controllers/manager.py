@@ -16,14 +16,16 @@ from gpushare.controllers.pod_grouper import SCHEDULER_NAMES, PodGrouper
 from gpushare.controllers.queue_status import QueueStatusController
 from gpushare.controllers.scheduler_loop import SchedulerLoop
 from gpushare.controllers.static_node_pods import StaticNodePods
+from gpushare.controllers.workload_controllers import DeploymentController, ReplicaSetController
 
 log = logging.getLogger(__name__)
 
-ALL = ("pod-grouper", "job-controller", "scheduler", "queue-status", "static-node-pods",
-       "garbage-collector")
+ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
+       "scheduler", "queue-status", "static-node-pods", "garbage-collector")
 # The embedded API server collects dependents itself; the controller is for servers
 # that do not.
-DEFAULT = ("pod-grouper", "job-controller", "scheduler", "queue-status", "static-node-pods")
+DEFAULT = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
+           "scheduler", "queue-status", "static-node-pods")
 
 
 @dataclass
@@ -70,6 +72,14 @@ def start_controllers(
         )
     if "job-controller" in enabled:
         out.controllers["job-controller"] = JobController(client, informers, stopper, events)
+    if "replicaset-controller" in enabled:
+        out.controllers["replicaset-controller"] = ReplicaSetController(
+            client, informers, stopper, events
+        )
+    if "deployment-controller" in enabled:
+        out.controllers["deployment-controller"] = DeploymentController(
+            client, informers, stopper, events
+        )
     if "garbage-collector" in enabled:
         out.controllers["garbage-collector"] = GarbageCollector(client, informers, stopper)
     if "static-node-pods" in enabled:
