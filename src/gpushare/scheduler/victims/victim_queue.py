@@ -93,16 +93,29 @@ class VictimQueue:
     def _victims_of(self, name: str) -> Quantities:
         """What a queue would have given up: its popped victims plus its next candidate
         job (for a parent queue, those of the child it would give up from first)."""
+        cached = self._memo_victims.get(name)
+        if cached is not None:
+            return cached
         if name in self._by_leaf:
             out = dict(self._popped.get(name, zeros()))
             nxt = self._next_candidate(name)
             for pod in nxt.steps._all_active(nxt.steps.root):
                 out = add(out, pod_quantities(pod))
-            return out
-        child = self._pick_child(self._children.get(name, []))
-        return self._victims_of(child) if child is not None else zeros()
+        else:
+            child = self._pick_child(self._children.get(name, []))
+            out = self._victims_of(child) if child is not None else zeros()
+        self._memo_victims[name] = out
+        return out
 
     def _pick_child(self, names: list[str]) -> str | None:
+        key = tuple(names)
+        if key in self._memo_pick:
+            return self._memo_pick[key]
+        worst = self._pick_child_uncached(names)
+        self._memo_pick[key] = worst
+        return worst
+
+    def _pick_child_uncached(self, names: list[str]) -> str | None:
         live = [n for n in names if self._has_candidates(n)]
         if not live:
             return None
@@ -119,6 +132,9 @@ class VictimQueue:
         return worst
 
     def _pick_leaf(self) -> str | None:
+        # Nothing changes while one leaf is picked: remember each queue's figures.
+        self._memo_victims: dict[str, Quantities] = {}
+        self._memo_pick: dict[tuple[str, ...], str | None] = {}
         name = self._pick_child(self._children.get(None, []))
         while name is not None and name not in self._by_leaf:
             name = self._pick_child(self._children.get(name, []))
