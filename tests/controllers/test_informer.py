@@ -6,23 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from gpushare.controllers.informer import Informer, WorkQueue, start_workers
-from gpushare.controllers.kube import PODS, KubeClient, Stopper
-
-
-@pytest.fixture
-def api(tmp_path):
-    server_module = pytest.importorskip("gpushare.apiserver.server")
-    server = server_module.ApiServer(tmp_path / "data", "127.0.0.1", 0, event_log_size=5)
-    server.start()
-    kubeconfig = tmp_path / "admin.kubeconfig"
-    server.write_kubeconfig(kubeconfig)
-    client = KubeClient.from_kubeconfig(str(kubeconfig))
-    yield client
-    client.close()
-    server.stop()
+from gpushare.controllers.kube import PODS, Stopper
 
 
 def pod(name):

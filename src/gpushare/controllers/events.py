@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 REPEAT_SECONDS = 60.0
 MAX_PENDING = 10000
+MAX_REMEMBERED = 20000  # past this, forget what was written more than REPEAT_SECONDS ago
 
 
 def now_rfc3339() -> str:
@@ -63,12 +64,6 @@ class EventRecorder:
             self._queue.put_nowait((involved, event_type, reason, message))
         except queue.Full:
             log.debug("event queue full; dropped %s %s", reason, meta.get("name"))
-
-    def forget(self, uid: str) -> None:
-        """Drop what is remembered about a deleted object."""
-        with self._lock:
-            for key in [k for k in self._seen if k[0] == uid]:
-                del self._seen[key]
 
     def _run(self) -> None:
         while not self.stopper.stopped:
@@ -127,3 +122,6 @@ class EventRecorder:
         self.written += 1
         with self._lock:
             self._seen[key] = _Seen(name, namespace, 1, now, time.monotonic())
+            if len(self._seen) > MAX_REMEMBERED:
+                cutoff = time.monotonic() - REPEAT_SECONDS
+                self._seen = {k: v for k, v in self._seen.items() if v.written_at >= cutoff}

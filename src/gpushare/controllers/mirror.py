@@ -115,6 +115,7 @@ class Mirror:
         name = str((obj.get("metadata") or {}).get("name", ""))
         if kind == "DELETED":
             self.raw_queues.pop(name, None)
+            self.invalid.pop(f"queue/{name}", None)
             self._try_remove_queue(name)
             return
         self.raw_queues[name] = obj
@@ -162,6 +163,7 @@ class Mirror:
                         del self._pg_by_owner[uid]
             self.state.remove_job(key)
             self.job_memory.pop(key, None)
+            self.invalid.pop(f"podgroup/{key}", None)
             for pending in list(self._removed_queues):
                 self._try_remove_queue(pending)
             return
@@ -271,6 +273,7 @@ class Mirror:
             self._unindex_pod(key, old)
         self.assumed.pop(key, None)
         self._pod_index.pop(key, None)
+        self.invalid.pop(f"pod/{key}", None)
         self.state.remove_pod(key)
 
     def _unindex_pod(self, key: str, pod: Obj) -> None:
