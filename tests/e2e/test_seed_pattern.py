@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from conftest import add_node, wait_for
 
 TEAMS = ("nlp", "vision", "recsys")
@@ -87,3 +90,27 @@ def test_three_teams_share_one_gpu_and_queues_show_330m(server, controllers, kub
     assert org["status"]["childQueues"] == sorted(TEAMS)
     groups = kubectl.json("get", "podgroups", "-n", "default")["items"]
     assert sorted(g["spec"]["queue"] for g in groups) == sorted(TEAMS)
+
+
+def test_queue_commands_build_the_tree_and_show_the_shares(server, controllers, kubectl):
+    def gpushare(*args):
+        done = subprocess.run([sys.executable, "-m", "gpushare.cli.main", *args,
+                               "--kubeconfig", str(server.kubeconfig)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    add_node(server.kubeconfig, "gpu-node-1", "1xL40S")
+    gpushare("queue", "create", "ml-org", "--gpu", "1:1", "--cpu", "-1:-1", "--memory", "-1:-1")
+    for team in TEAMS:
+        gpushare("queue", "create", team, "--parent", "ml-org", "--gpu", "0.33:1:1")
+    kubectl.run("apply", "-f", "-", stdin="".join(team_pod(t) for t in TEAMS))
+
+    def table():
+        text = gpushare("queue", "list")
+        rows = {line.split()[0]: line for line in text.splitlines()[1:]}
+        return text if all(rows.get(t, "").count("330m") >= 2 for t in TEAMS) else None
+
+    text = wait_for(table, what="queue list showing 330m fair share and allocated")
+    assert text.splitlines()[1].startswith("ml-org")
+    assert all(line.startswith("  ") for line in text.splitlines()[2:])

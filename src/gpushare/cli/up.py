@@ -151,6 +151,124 @@ def _ensure_default_queue(kubeconfig: str) -> None:
         client.close()
 
 
+queue_app = typer.Typer(help="Queues: create them and see their shares.", no_args_is_help=True)
+
+RESOURCE_HELP = "QUOTA[:LIMIT[:WEIGHT]], -1 for unlimited (default 0:-1:1)"
+
+
+def parse_share(option: str, text: str | None) -> dict[str, float]:
+    """``0.33``, ``0.33:1`` or ``0.33:1:2`` → quota, limit, overQuotaWeight."""
+    values = {"quota": 0.0, "limit": -1.0, "overQuotaWeight": 1.0}
+    if text is None:
+        return values
+    parts = text.split(":")
+    if len(parts) > 3:
+        raise typer.BadParameter(f"{text!r}: expected {RESOURCE_HELP}", param_hint=option)
+    for field, part in zip(("quota", "limit", "overQuotaWeight"), parts, strict=False):
+        try:
+            values[field] = float(part)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{text!r}: {field} {part!r} is not a number", param_hint=option
+            ) from None
+    return values
+
+
+@queue_app.command("create")
+def queue_create(
+    name: Annotated[str, typer.Argument(help="queue name")],
+    parent: Annotated[str | None, typer.Option(help="parent queue")] = None,
+    priority: Annotated[int | None, typer.Option(help="priority (default 100)")] = None,
+    gpu: Annotated[str | None, typer.Option(help=f"GPUs: {RESOURCE_HELP}")] = None,
+    cpu: Annotated[str | None, typer.Option(help=f"millicores: {RESOURCE_HELP}")] = None,
+    memory: Annotated[str | None, typer.Option(help=f"MB: {RESOURCE_HELP}")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(help=KUBECONFIG_HELP)] = None,
+) -> None:
+    """Create (or update) a Queue: ``gpushare queue create nlp --parent ml-org --gpu 0.33:1``."""
+    from gpushare.controllers.kube import QUEUES, ApiError, KubeClient
+
+    spec: dict = {"resources": {"gpu": parse_share("--gpu", gpu),
+                                "cpu": parse_share("--cpu", cpu),
+                                "memory": parse_share("--memory", memory)}}
+    if parent:
+        spec["parentQueue"] = parent
+    if priority is not None:
+        spec["priority"] = priority
+    body = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name},
+            "spec": spec}
+    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    try:
+        try:
+            client.create(QUEUES.collection(), body)
+            verb = "created"
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            client.merge_patch(QUEUES.item(name), {"spec": spec})
+            verb = "updated"
+    except ApiError as error:
+        typer.echo(f"error: queue {name}: {error}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
+    typer.echo(f"queue/{name} {verb}")
+
+
+@queue_app.command("list")
+def queue_list(
+    kubeconfig: Annotated[str | None, typer.Option(help=KUBECONFIG_HELP)] = None,
+) -> None:
+    """Each queue's GPU quota, limit, fair share, allocated and requested, as a tree."""
+    from gpushare.controllers.kube import QUEUES, KubeClient
+
+    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    try:
+        queues = client.list(QUEUES.collection()).get("items") or []
+    finally:
+        client.close()
+    typer.echo(format_queue_table(queues))
+
+
+def format_queue_table(queues: list[dict]) -> str:
+    """Rows in tree order (children indented under their parent), GPU columns."""
+    by_parent: dict[str | None, list[dict]] = {}
+    names = {q["metadata"]["name"] for q in queues}
+    for queue in queues:
+        parent = (queue.get("spec") or {}).get("parentQueue")
+        by_parent.setdefault(parent if parent in names else None, []).append(queue)
+    header = ("QUEUE", "PRIORITY", "GPU QUOTA", "LIMIT", "FAIR SHARE", "ALLOCATED", "REQUESTED")
+    rows: list[tuple[str, ...]] = [header]
+
+    def walk(parent: str | None, depth: int) -> None:
+        for queue in sorted(by_parent.get(parent, []), key=lambda q: q["metadata"]["name"]):
+            spec, status = queue.get("spec") or {}, queue.get("status") or {}
+            gpu = (spec.get("resources") or {}).get("gpu") or {}
+            name = queue["metadata"]["name"]
+            rows.append((
+                "  " * depth + name,
+                str(spec.get("priority", 100)),
+                _amount(gpu.get("quota")),
+                _amount(gpu.get("limit")),
+                (status.get("fairShare") or {}).get("nvidia.com/gpu", "-"),
+                (status.get("allocated") or {}).get("nvidia.com/gpu", "-"),
+                (status.get("requested") or {}).get("nvidia.com/gpu", "-"),
+            ))
+            walk(name, depth + 1)
+
+    walk(None, 0)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                     .rstrip() for row in rows)
+
+
+def _amount(value: object) -> str:
+    if value is None:
+        return "-"
+    if value == -1:
+        return "unlimited"
+    return f"{float(value):g}"  # type: ignore[arg-type]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -254,3 +372,4 @@ def register(app: typer.Typer) -> None:
     app.command("up")(up)
     app.command("controllers")(controllers)
     app.add_typer(node_app, name="node")
+    app.add_typer(queue_app, name="queue")
