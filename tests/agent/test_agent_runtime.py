@@ -472,3 +472,25 @@ def test_torch_hook_sets_the_memory_fraction_at_first_cuda_use(tmp_path: Path) -
     out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
                          text=True, check=True).stdout
     assert "fraction" not in out
+
+
+def test_a_planner_failure_waits_and_retries_instead_of_killing_the_pod(tmp_path: Path) -> None:
+    attempts = []
+    p = pod("p", [{"name": "c", "command": ["true"]}], "Never")
+
+    def flaky_planner(container: dict, init: bool):
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("API server unreachable")
+        return plan_container(p, container, "spec.containers[0]",
+                              {"PATH": os.environ["PATH"]}, {}, NoValues(), init)
+
+    recorder = Recorder()
+    config = SupervisorConfig(backoff_base_s=0.1, poll_s=0.05)
+    sup = PodSupervisor(p, tmp_path, flaky_planner, recorder, config)
+    sup.start()
+    wait_for(lambda: recorder.last.get("phase") == "Succeeded", 10)
+    waiting = [s["containerStatuses"][0]["state"].get("waiting", {}) for s in recorder.statuses]
+    assert any(w.get("reason") == "CreateContainerConfigError"
+               and "unreachable" in w.get("message", "") for w in waiting)
+    sup.stop(0)

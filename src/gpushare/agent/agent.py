@@ -180,7 +180,10 @@ class Agent:
         for thread in self._threads:
             thread.join(timeout=max(0.05, deadline - time.monotonic()))
         self.log_server.stop()
-        if self.enforcement.mps is not None:
+        # pods left running keep their MPS daemon (a restarted agent finds it alive)
+        with self._lock:
+            running = any(not e.supervisor.finished for e in self._pods.values())
+        if self.enforcement.mps is not None and (stop_pods or not running):
             self.enforcement.mps.stop_all()
 
     def wait(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import signal
 import threading
 import time
@@ -21,6 +22,8 @@ from gpushare.agent import process as proc
 from gpushare.agent.logstore import META_DIR, TimestampIndex, ensure_log_file, log_path
 from gpushare.agent.podspec import ContainerPlan, PodSpecError
 from gpushare.agent.podstatus import ContainerRecord, PodView, build_status, phase_of
+
+log = logging.getLogger("gpushare.agent")
 
 Planner = Callable[[dict[str, Any], bool], ContainerPlan]  # (container, init) -> plan
 
@@ -145,7 +148,11 @@ class PodSupervisor:
                     self._do_stop(stop_grace)
                     self._sink.terminated()
                     break
-                changed = self._step()
+                try:
+                    changed = self._step()
+                except Exception:  # keep supervising; the next pass tries again
+                    log.exception("pod %s: supervision step failed", self.name)
+                    changed = False
                 if changed:
                     self._save()
                     self._publish()
@@ -239,9 +246,11 @@ class PodSupervisor:
         record = slot.record
         try:
             plan = self._planner(slot.spec, init)
-        except PodSpecError as exc:
+        except Exception as exc:  # a bad spec, or the API unreachable for a configMap: retry
             record.waiting_reason = "CreateContainerConfigError"
-            record.waiting_message = str(exc)
+            record.waiting_message = (
+                str(exc) if isinstance(exc, PodSpecError) else f"{type(exc).__name__}: {exc}"
+            )
             slot.next_start = time.monotonic() + max(1.0, self._config.backoff_base_s)
             return True
         if record.exit_code is not None:  # this is a restart
