@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from conftest import add_node, wait_for
+from e2e_support import add_node, wait_for
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch

@@ -7,7 +7,7 @@ import threading
 from collections import defaultdict
 from fractions import Fraction
 
-from conftest import wait_for
+from e2e_support import wait_for
 
 from gpushare.controllers.events import now_rfc3339
 from gpushare.controllers.kube import PODS, QUEUES, KubeClient

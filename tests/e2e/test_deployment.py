@@ -3,7 +3,7 @@ scaling, and a new template moving the replicas to a new ReplicaSet."""
 
 from __future__ import annotations
 
-from conftest import add_node, wait_for
+from e2e_support import add_node, wait_for
 
 
 def deployment(replicas: int, version: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import add_node, wait_for
+from e2e_support import add_node, wait_for
 
 QUEUE = """
 apiVersion: scheduling.run.ai/v2

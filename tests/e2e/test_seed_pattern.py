@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import add_node, wait_for
+from e2e_support import add_node, wait_for
 
 TEAMS = ("nlp", "vision", "recsys")
 

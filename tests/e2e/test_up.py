@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
-from conftest import KUBECTL, wait_for
+from e2e_support import KUBECTL, wait_for
 
 GPUSHARE = [sys.executable, "-m", "gpushare.cli.main"]
 

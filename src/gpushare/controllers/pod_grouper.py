@@ -27,6 +27,8 @@ from gpushare.controllers.kube import BY_KIND, JOBS, PODGROUPS, PODS, ApiError, 
 log = logging.getLogger(__name__)
 
 WORKERS = 16  # concurrent reconciles: API round trips overlap
+ANNOTATION_WORKERS = 8
+ANNOTATION_YIELD_SECONDS = 0.01
 
 SCHEDULER_NAMES = ("gpushare", "kai-scheduler")
 OWNER_CACHE_SECONDS = 5.0
@@ -57,6 +59,8 @@ class PodGrouper:
         self.jobs = informers.get(JOBS)
         self.queue = WorkQueue()
         self.workers = WORKERS
+        self.annotations = WorkQueue()
+        self._annotate_as: dict[str, str] = {}  # pod key -> PodGroup name to write
         # Owners read with GET (kinds without a watch here), briefly cached by uid.
         self._owner_cache: dict[str, tuple[float, Obj | None]] = {}
         # PodGroups written but not yet seen by the watch: a lagging cache must not
@@ -66,7 +70,12 @@ class PodGrouper:
         self.podgroups.add_handler(self._on_podgroup)
 
     def start(self) -> list[threading.Thread]:
-        return start_workers(self.queue, self.reconcile, self.stopper, self.name, self.workers)
+        return start_workers(
+            self.queue, self.reconcile, self.stopper, self.name, self.workers
+        ) + start_workers(
+            self.annotations, self.annotate, self.stopper, f"{self.name}-annotate",
+            ANNOTATION_WORKERS,
+        )
 
     # -- events -------------------------------------------------------------------------
 
@@ -155,14 +164,35 @@ class PodGrouper:
             )
             self._written[pg_key] = updated
         if (meta.get("annotations") or {}).get(PODGROUP_ANNOTATION) != plan.name:
-            try:
-                self.client.merge_patch(
-                    PODS.item(str(meta.get("name")), str(meta.get("namespace"))),
-                    {"metadata": {"annotations": {PODGROUP_ANNOTATION: plan.name}}},
-                )
-            except ApiError as error:
-                if not error.not_found:
-                    raise
+            self._annotate_as[key] = plan.name
+            self.annotations.add(key)
+
+    def annotate(self, key: str) -> None:
+        """Write ``pod-group-name`` on the pod.
+
+        PodGroups come first: the scheduler can place a pod as soon as the group owned by
+        the pod (or its controller) exists, so during a burst the annotations wait until
+        no PodGroup is left to write."""
+        while len(self.queue) > 0 and not self.stopper.stopped:
+            self.stopper.wait(ANNOTATION_YIELD_SECONDS)
+        name = self._annotate_as.pop(key, None)
+        pod = self.pods.get(key)
+        if name is None or pod is None:
+            return
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp") or (meta.get("annotations") or {}).get(
+            PODGROUP_ANNOTATION
+        ) == name:
+            return
+        try:
+            self.client.merge_patch(
+                PODS.item(str(meta.get("name")), str(meta.get("namespace"))),
+                {"metadata": {"annotations": {PODGROUP_ANNOTATION: name}}},
+            )
+        except ApiError as error:
+            if not error.not_found:
+                self._annotate_as.setdefault(key, name)
+                raise
 
 
 def _same_grouping_inputs(pod: Obj, old: Obj) -> bool:
