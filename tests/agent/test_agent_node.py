@@ -1,0 +1,84 @@
+"""The Node object the agent writes, and the node-lifecycle controller's decisions (pure)."""
+
+from __future__ import annotations
+
+import json
+
+from gpushare.agent.inventory import HostResources, declared_gpus
+from gpushare.agent.node import node_object
+from gpushare.agent.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
+from gpushare.controllers.node_lifecycle import UNREACHABLE_TAINT, decide
+
+NOW = 1_800_000_000.0
+
+
+def test_node_object_carries_inventory_capacity_and_log_port() -> None:
+    inventory = declared_gpus("n1", "8xH100")
+    node = node_object("n1", inventory, HostResources(16, 64 << 30), "none (declared GPUs)",
+                       "127.0.0.1", 10250, NOW, "0.1.0")
+    meta, status = node["metadata"], node["status"]
+    assert meta["labels"]["nvidia.com/gpu.count"] == "8"
+    assert meta["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert meta["annotations"]["gpushare.io/gpus-declared"] == "true"
+    assert len(json.loads(meta["annotations"]["gpushare.io/gpus"])) == 8
+    assert status["capacity"] == {"cpu": "16", "memory": f"{64 << 20}Ki", "pods": "110",
+                                  "nvidia.com/gpu": "8"}
+    assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
+    ready = status["conditions"][0]
+    assert ready["type"] == "Ready" and ready["status"] == "True"
+    assert parse_rfc3339(ready["lastHeartbeatTime"]) == NOW
+
+
+def node(heartbeat: float | None, status: str = "True", static: bool = False,
+         taints: list | None = None) -> dict:
+    conditions = []
+    if heartbeat is not None:
+        conditions.append({"type": "Ready", "status": status,
+                           "lastHeartbeatTime": rfc3339(heartbeat),
+                           "lastTransitionTime": rfc3339(heartbeat)})
+    annotations = {"gpushare.io/static-node": "true"} if static else {}
+    return {"metadata": {"name": "n1", "annotations": annotations,
+                         "creationTimestamp": rfc3339(NOW - 1000)},
+            "spec": {"taints": taints} if taints else {},
+            "status": {"conditions": conditions}}
+
+
+def test_a_fresh_heartbeat_changes_nothing() -> None:
+    assert decide(node(NOW - 5), None, NOW, 40) is None
+
+
+def test_a_stale_heartbeat_turns_ready_unknown_and_taints() -> None:
+    decision = decide(node(NOW - 60), None, NOW, 40)
+    assert decision is not None
+    ready = decision.status_patch["status"]["conditions"][-1]
+    assert ready["status"] == "Unknown" and ready["reason"] == "NodeStatusUnknown"
+    assert ready["lastHeartbeatTime"] == rfc3339(NOW - 60)  # kept, not faked
+    assert decision.spec_patch["spec"]["taints"][0]["key"] == UNREACHABLE_TAINT
+    # already Unknown and tainted: nothing more to do
+    tainted = node(NOW - 60, "Unknown", taints=[{"key": UNREACHABLE_TAINT,
+                                                 "effect": "NoSchedule"}])
+    assert decide(tainted, None, NOW, 40) is None
+
+
+def test_a_fresh_lease_counts_as_a_heartbeat() -> None:
+    lease = {"spec": {"renewTime": rfc3339_micro(NOW - 2)}}
+    assert decide(node(NOW - 60), lease, NOW, 40) is None
+
+
+def test_static_nodes_are_left_alone() -> None:
+    assert decide(node(None, static=True), None, NOW, 40) is None
+    assert decide(node(NOW - 10_000, static=True), None, NOW, 40) is None
+
+
+def test_a_node_that_never_heartbeat_goes_unknown_after_the_grace() -> None:
+    decision = decide(node(None), None, NOW, 40)
+    assert decision is not None and decision.status_patch is not None
+
+
+def test_the_taint_goes_when_the_node_is_ready_again() -> None:
+    back = node(NOW - 1, "True", taints=[{"key": UNREACHABLE_TAINT, "effect": "NoSchedule"},
+                                         {"key": "other", "effect": "NoSchedule"}])
+    decision = decide(back, None, NOW, 40)
+    assert decision is not None and decision.status_patch is None
+    assert decision.spec_patch == {"spec": {"taints": [{"key": "other",
+                                                        "effect": "NoSchedule"}]}}
