@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ class TokenFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._mtime = -1.0
+        self._next_check = 0.0
         self._users: dict[str, User] = {}
         self.admin_token = ""
         self.ensure_admin()
@@ -84,6 +86,10 @@ class TokenFile:
         return data
 
     def _reload(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now < self._next_check:
+            return
+        self._next_check = now + 1.0  # look at the file at most once a second
         try:
             mtime = self.path.stat().st_mtime
         except FileNotFoundError:
@@ -103,7 +109,13 @@ class TokenFile:
 
     def authenticate(self, token: str) -> User | None:
         self._reload()
-        return self._users.get(token)
+        user = self._users.get(token)
+        if user is None:
+            # An unknown token may have been added a moment ago: look at the file now.
+            self._next_check = 0.0
+            self._reload()
+            user = self._users.get(token)
+        return user
 
     def add(self, token: str, user: str, groups: list[str],
             clusters: list[str] | None = None) -> None:
