@@ -187,6 +187,13 @@ def test_exit_code_and_restart_policies(cluster: Cluster) -> None:
     conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
     assert conditions["PodScheduled"] == "True" and conditions["Initialized"] == "True"
 
+    def reasons() -> set[str]:
+        events = json.loads(cluster.kube.core.list_namespaced_event(
+            NS, _preload_content=False).data)["items"]
+        return {e["reason"] for e in events if e["involvedObject"]["name"] == "flaky"}
+
+    assert wait_for(lambda: {"Started", "BackOff"} <= reasons())
+
 
 def test_running_pod_status_and_init_containers_first(cluster: Cluster) -> None:
     cluster.create_pod(

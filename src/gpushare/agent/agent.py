@@ -73,6 +73,13 @@ class _StatusSink:
     def terminated(self) -> None:
         self._agent._writes.put(("delete", self._ns, self._name, self._uid, None))
 
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        pod = {"metadata": {"namespace": self._ns, "name": self._name, "uid": self._uid}}
+        self._agent._writes.put(
+            ("event", self._ns, self._name, self._uid,
+             (pod, reason, message, "Warning" if warning else "Normal"))
+        )
+
 
 class _ApiValues:
     def __init__(self, kube: Kube) -> None:
@@ -434,6 +441,8 @@ class Agent:
                         self.kube.delete_pod_now(namespace, name, uid)
                     elif kind == "annotations":
                         self.kube.patch_pod_annotations(namespace, name, payload)
+                    elif kind == "event":
+                        self.event(*payload)
                     break
                 except ApiException as exc:
                     if exc.status in (404, 409, 422):

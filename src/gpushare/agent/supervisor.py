@@ -34,6 +34,9 @@ class PodStatusSink(Protocol):
     def terminated(self) -> None:
         """All processes are gone after a deletion: the pod object may be removed."""
 
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        """Something `kubectl describe pod` should show (Started, BackOff, Killing...)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SupervisorConfig:
@@ -131,6 +134,11 @@ class PodSupervisor:
             slot.record.name == container and (slot.process is not None or slot.launching)
             for slot in self._init + self._main
         )
+
+    def _event(self, reason: str, message: str, warning: bool = False) -> None:
+        emit = getattr(self._sink, "event", None)
+        if emit is not None:
+            emit(reason, message, warning)
 
     # --- the pod's thread -------------------------------------------------------------
 
@@ -231,6 +239,8 @@ class PodSupervisor:
                 f"back-off {delay:g}s restarting failed container={record.name} "
                 f"pod={self.name}_{(self.pod.get('metadata') or {}).get('namespace')}"
             )
+            self._event("BackOff", f"Back-off restarting container {record.name} "
+                        f"(exit code {code}, next start in {delay:g}s)", warning=True)
         else:
             record.done = True
             record.waiting_reason = None
@@ -251,6 +261,7 @@ class PodSupervisor:
             record.waiting_message = (
                 str(exc) if isinstance(exc, PodSpecError) else f"{type(exc).__name__}: {exc}"
             )
+            self._event("Failed", f"Error: {record.waiting_message}", warning=True)
             slot.next_start = time.monotonic() + max(1.0, self._config.backoff_base_s)
             return True
         if record.exit_code is not None:  # this is a restart
@@ -267,6 +278,7 @@ class PodSupervisor:
             )
         except proc.StartError as exc:
             slot.launching = False
+            self._event("Failed", f"Error: {exc}", warning=True)
             with log.open("a") as f:
                 f.write(f"{exc}\n")
             record.running_since = time.time()
@@ -281,6 +293,7 @@ class PodSupervisor:
         record.waiting_message = None
         if self._started_at is None:
             self._started_at = record.running_since
+        self._event("Started", f"Started container {record.name}")
         return True
 
     def _all_slots(self) -> list[_Slot]:
@@ -288,6 +301,9 @@ class PodSupervisor:
 
     def _do_stop(self, grace: float) -> None:
         running = [s for s in self._all_slots() if s.process is not None]
+        for slot in running:
+            self._event("Killing", f"Stopping container {slot.record.name} "
+                        f"(grace period {grace:g}s)")
         for slot in running:
             slot.process.signal_group(signal.SIGTERM)  # type: ignore[union-attr]
         deadline = time.monotonic() + grace
