@@ -171,3 +171,11 @@ def test_watch_of_one_cluster_sees_only_its_objects(cluster: Cluster) -> None:
             names = [json.loads(line)["object"]["metadata"]["name"] for line in w.iter_lines()
                      if line]
         assert names == ["in-a"]
+
+
+def test_only_admins_create_logical_clusters(cluster: Cluster) -> None:
+    cluster.server.tokens.add("frank-token", "frank", [])
+    with http_client(cluster.server, token="frank-token", cluster="frank-made") as frank:
+        r = frank.get("/api/v1/namespaces")
+        assert r.status_code == 404 and "does not exist" in r.json()["message"]
+    assert "frank-made" not in cluster.server.api.registries

@@ -139,6 +139,9 @@ class App:
         if path in _PUBLIC:
             return self._public(path), "get", path
         user = self._authenticate(request, cluster)
+        if cluster not in self.api.registries and not user.is_admin:
+            # Only cluster admins bring a new logical cluster into being (by using it).
+            raise ApiError(404, f'logical cluster "{cluster}" does not exist', "NotFound")
         parts = [p for p in path.split("/") if p]
         if not parts:
             return json_response({"paths": ["/api", "/api/v1", "/apis", "/healthz",
