@@ -253,6 +253,10 @@ def test_log_request_parsing_names_bad_parameters() -> None:
     assert (request.follow, request.tail_lines, request.timestamps) == (True, 5, True)
     with pytest.raises(ValueError, match="tailLines"):
         parse_request("/containerLogs/ns/p/c?tailLines=x")
+    for bad in ("/containerLogs/../p/c", "/containerLogs/ns/..%2F..%2Fetc/c",
+                "/containerLogs/ns/p/.gpushare"):
+        with pytest.raises(ValueError, match="not a valid name"):
+            parse_request(bad)
 
 
 # --- watchdog -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ chunked response that ends when the container's run ends.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,8 @@ from gpushare.agent.logstore import (
     read_log,
     select_log,
 )
+
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 
 # (namespace, pod) -> pod directory, or None when this node runs no such pod
 PodLocator = Callable[[str, str], Path | None]
@@ -38,6 +41,10 @@ def parse_request(path: str) -> LogRequest:
     segments = [unquote(s) for s in parts.path.split("/") if s]
     if len(segments) != 4 or segments[0] != "containerLogs":
         raise ValueError("expected /containerLogs/{namespace}/{pod}/{container}")
+    for what, value in zip(("namespace", "pod", "container"), segments[1:], strict=True):
+        # Kubernetes names; anything else (a '/', '..') could point outside the pod directory
+        if not _NAME.match(value):
+            raise ValueError(f"{what}: {value!r} is not a valid name")
     query = parse_qs(parts.query)
     tail: int | None = None
     if query.get("tailLines"):
