@@ -472,3 +472,17 @@ def test_dependents_of_missing_owners(http: httpx.Client) -> None:
     create(http, path, {"metadata": {"name": "unknown-owner", "ownerReferences": [unknown]}})
     time.sleep(1.2)
     assert http.get(f"{path}/unknown-owner").status_code == 200
+
+
+def test_force_deleted_pod_goes_when_its_finalizers_do(http: httpx.Client) -> None:
+    body = pod("fin-pod")
+    body["metadata"]["finalizers"] = ["example.com/keep"]
+    create(http, PODS, body)
+    http.post(f"{PODS}/fin-pod/binding", json={"metadata": {"name": "fin-pod"},
+                                               "target": {"kind": "Node", "name": "n1"}})
+    assert http.delete(f"{PODS}/fin-pod").status_code == 202  # graceful: the agent's turn
+    assert http.delete(f"{PODS}/fin-pod", params={"gracePeriodSeconds": "0"}).status_code == 202
+    assert http.get(f"{PODS}/fin-pod").json()["metadata"]["deletionGracePeriodSeconds"] == 0
+    http.patch(f"{PODS}/fin-pod", content=b'{"metadata":{"finalizers":null}}',
+               headers={"Content-Type": "application/merge-patch+json"})
+    assert http.get(f"{PODS}/fin-pod").status_code == 404

@@ -617,7 +617,8 @@ class Api:
         if finalizers:
             if not m.get("deletionTimestamp"):
                 m["deletionTimestamp"] = now_rfc3339()
-                m["deletionGracePeriodSeconds"] = 0
+            # No grace (left): the object goes as soon as its finalizers are removed.
+            m["deletionGracePeriodSeconds"] = 0
             m["finalizers"] = finalizers
             if obj == old:
                 return old, False
