@@ -55,3 +55,15 @@ def test_node_add_names_the_bad_option(tmp_path: Path):
     assert done.returncode == 2
     assert "--gpus" in done.stderr and "NOPE" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_bad_scheduler_config_is_refused_naming_the_key(tmp_path: Path):
+    config = tmp_path / "scheduler.yaml"
+    config.write_text("config:\n  placement: {gpu: everywhere}\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    done = subprocess.run([*GPUSHARE, "controllers", "--kubeconfig", str(kubeconfig),
+                           "--scheduler-config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "config.placement.gpu" in done.stderr and "Traceback" not in done.stderr

@@ -60,20 +60,34 @@ def controllers(
         typer.Option(help="schedulerName values to serve (repeatable; default gpushare and "
                      "kai-scheduler)"),
     ] = None,
+    scheduler_config: Annotated[
+        Path | None,
+        typer.Option(help="YAML with the scenario format's `actions` and `config` keys "
+                     "(compat: kai, placement, staleness, ...)"),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run all controllers in one process (pod-grouper, Job, GC, scheduler, queue status)."""
     from gpushare.controllers.manager import DEFAULT, start_controllers
     from gpushare.controllers.pod_grouper import SCHEDULER_NAMES
+    from gpushare.controllers.scheduler_config import SchedulerConfigError, load_scheduler_config
 
     _setup_logging(verbose)
     path = _kubeconfig_path(kubeconfig)
+    config = None
+    if scheduler_config is not None:
+        try:
+            config = load_scheduler_config(scheduler_config)
+        except SchedulerConfigError as error:
+            typer.echo(f"error: --scheduler-config {error}", err=True)
+            raise typer.Exit(2) from None
     stop = _stop_on_signals()
     enabled = tuple(only) if only else DEFAULT
     try:
         running = start_controllers(
             path, enabled=enabled,
             scheduler_names=tuple(scheduler_name) if scheduler_name else SCHEDULER_NAMES,
+            scheduler_config=config,
         )
     except (ValueError, TimeoutError) as error:
         typer.echo(f"error: {error}", err=True)
@@ -304,6 +318,9 @@ def up(
         str | None, typer.Option(help="declare fake GPUs for the agent (1xL40S)")
     ] = None,
     node_name: Annotated[str | None, typer.Option(help="the agent's node name")] = None,
+    scheduler_config: Annotated[
+        Path | None, typer.Option(help="passed to `gpushare controllers --scheduler-config`")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the control plane, the controllers and a node agent; Ctrl-C stops them all."""
@@ -316,6 +333,19 @@ def up(
         except GpuSpecError as error:
             typer.echo(f"error: {error}", err=True)
             raise typer.Exit(2) from None
+    controller_args: list[str] = []
+    if scheduler_config is not None:
+        from gpushare.controllers.scheduler_config import (
+            SchedulerConfigError,
+            load_scheduler_config,
+        )
+
+        try:
+            load_scheduler_config(scheduler_config)  # fail here, before starting anything
+        except SchedulerConfigError as error:
+            typer.echo(f"error: --scheduler-config {error}", err=True)
+            raise typer.Exit(2) from None
+        controller_args = ["--scheduler-config", str(scheduler_config.resolve())]
     try:
         from gpushare.apiserver.server import ApiServer
     except ImportError as error:
@@ -335,7 +365,8 @@ def up(
     try:
         children.append((
             "controllers",
-            _child(["controllers", "--kubeconfig", str(kubeconfig)], logs / "controllers.log"),
+            _child(["controllers", "--kubeconfig", str(kubeconfig), *controller_args],
+                   logs / "controllers.log"),
         ))
         if not no_agent:
             agent_args = [

@@ -17,6 +17,7 @@ from gpushare.controllers.queue_status import QueueStatusController
 from gpushare.controllers.scheduler_loop import SchedulerLoop
 from gpushare.controllers.static_node_pods import StaticNodePods
 from gpushare.controllers.workload_controllers import DeploymentController, ReplicaSetController
+from gpushare.scheduler.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ def start_controllers(
     *,
     enabled: tuple[str, ...] = DEFAULT,
     scheduler_names: tuple[str, ...] = SCHEDULER_NAMES,
+    scheduler_config: Config | None = None,
     sync_timeout: float = 30.0,
 ) -> ControllerSet:
     """Build, sync and start the controllers; returns once they run."""
@@ -85,7 +87,8 @@ def start_controllers(
     if "static-node-pods" in enabled:
         out.controllers["static-node-pods"] = StaticNodePods(client, informers, stopper)
     if "scheduler" in enabled or "queue-status" in enabled:
-        loop = SchedulerLoop(client, informers, stopper, events, scheduler_names=scheduler_names)
+        loop = SchedulerLoop(client, informers, stopper, events, scheduler_names=scheduler_names,
+                             config=scheduler_config)
         if "scheduler" in enabled:
             out.controllers["scheduler"] = loop
         if "queue-status" in enabled:
