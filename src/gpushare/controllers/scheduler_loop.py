@@ -51,6 +51,7 @@ Obj = dict[str, Any]
 COMPONENT = "gpushare-scheduler"
 TIMED_ACTIONS = frozenset({"stalegangeviction"})
 BUSY_DELTAS = 100  # changes queued at a cycle's start that count as "under load"
+SLOW_CYCLE_FACTOR = 2.0  # wait at least this many times the last cycle's duration
 
 
 @dataclass(slots=True)
@@ -165,8 +166,11 @@ class SchedulerLoop:
         while not self.stopper.stopped:
             woke = self._wake.wait(self.period)
             since = time.monotonic() - last
-            # Under load, batch more per cycle: a cycle's fixed cost is paid less often.
+            # Under load, batch more per cycle: a cycle's fixed cost is paid less often;
+            # and a slow cycle (a large backlog that does not fit) is not run back to back.
             interval = self.min_interval * 2 if busy else self.min_interval
+            interval = min(max(interval, self.stats.last_cycle_seconds * SLOW_CYCLE_FACTOR),
+                           self.period)
             if woke and since < interval:
                 # Batch what arrives in the next few milliseconds into one cycle.
                 self.stopper.wait(interval - since)
