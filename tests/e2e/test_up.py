@@ -36,6 +36,16 @@ def test_up_runs_everything_and_ctrl_c_stops_it_all(tmp_path: Path):
         queues = subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), "get", "queues",
                                  "-o", "name"], capture_output=True, text=True).stdout
         assert "default-queue" in queues
+        def kubectl(*args: str) -> str:
+            return subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), *args],
+                                  capture_output=True, text=True, timeout=60).stdout
+
+        # A Job as users create it: no queue label (default-queue), no schedulerName.
+        kubectl("create", "job", "hello", "--image=busybox", "--", "echo", "hello from a job")
+        wait_for(lambda: "1/1" in kubectl("get", "job", "hello"), timeout=60,
+                 what="the Job complete")
+        pod = kubectl("get", "pods", "-l", "job-name=hello", "-o", "name").strip()
+        assert "hello from a job" in kubectl("logs", pod)
         children = psutil.Process(proc.pid).children(recursive=True)
         commands = [" ".join(c.cmdline()) for c in children]
         assert any(" controllers " in c for c in commands), commands
