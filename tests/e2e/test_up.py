@@ -77,3 +77,17 @@ def test_bad_scheduler_config_is_refused_naming_the_key(tmp_path: Path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "config.placement.gpu" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_up_on_a_busy_port_says_so(tmp_path: Path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run([*GPUSHARE, "up", "--data-dir", str(tmp_path / "d"), "--port",
+                               str(port), "--no-agent"], capture_output=True, text=True,
+                              timeout=60)
+    assert done.returncode == 1
+    assert "--port" in done.stderr and "Traceback" not in done.stderr

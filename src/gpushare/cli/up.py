@@ -354,7 +354,15 @@ def up(
 
     data_dir.mkdir(parents=True, exist_ok=True)
     stop = _stop_on_signals()
-    server = ApiServer(str(data_dir), "127.0.0.1", port or _free_port())
+    try:
+        server = ApiServer(str(data_dir), "127.0.0.1", port or _free_port())
+    except OSError as error:
+        typer.echo(f"error: --port {port}: {error.strerror or error}; choose another port"
+                   " (0: any free one)", err=True)
+        raise typer.Exit(1) from None
+    except RuntimeError as error:  # another server holds the data directory
+        typer.echo(f"error: --data-dir {data_dir}: {error}", err=True)
+        raise typer.Exit(1) from None
     server.start()
     kubeconfig = data_dir / "admin.kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
