@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 import yaml
-from apiserver_harness import KUBECTL, Cluster
+from apiserver_harness import KUBECTL, Cluster, http_client
 from kubernetes import client
 
 QUEUES = """
@@ -223,6 +223,17 @@ class _FakeAgentLogs(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         _FakeAgentLogs.seen.append(self.path)
+        if "follow=true" in self.path:
+            # Streams: one chunk now, the next a while later, like a running container.
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for line in (b"first\n", b"second\n"):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+                time.sleep(0.5)
+            self.wfile.write(b"0\r\n\r\n")
+            return
         body = b"line one\nline two\n"
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
@@ -257,8 +268,13 @@ def test_logs_are_proxied_to_the_node_agent(cluster: Cluster, core: client.CoreV
     out = cluster.kubectl("logs", "logged", "--tail=5").stdout
     assert out == "line one\nline two\n"
     assert _FakeAgentLogs.seen[-1] == "/containerLogs/default/logged/logged?tailLines=5"
-    cluster.kubectl("logs", "-f", "logged")
-    assert "follow=true" in _FakeAgentLogs.seen[-1]
+    with http_client(cluster.server) as http, http.stream(
+        "GET", "/api/v1/namespaces/default/pods/logged/log", params={"follow": "true"}
+    ) as r:
+        chunks = list(r.iter_raw())
+    assert b"".join(chunks) == b"first\nsecond\n"
+    assert chunks[0] == b"first\n"  # passed on as it came, not after the agent finished
+    assert cluster.kubectl("logs", "-f", "logged").stdout == "first\nsecond\n"
 
 
 def test_edit_server_side_apply_and_dry_run(cluster: Cluster, tmp_path: Path) -> None:
