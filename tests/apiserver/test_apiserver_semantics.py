@@ -76,11 +76,10 @@ def test_watch_sends_bookmarks(http: httpx.Client) -> None:
 
 
 def test_watch_timeout_ends_the_stream(http: httpx.Client) -> None:
-    start = time.monotonic()
+    # Without the timeout the stream would stay open and the client's read would time out.
     events = watch_events(http, PODS, {"resourceVersion": http.get(PODS).json()["metadata"][
         "resourceVersion"], "timeoutSeconds": "1", "labelSelector": "none=here"}, 10)
     assert events == []
-    assert time.monotonic() - start < 10
 
 
 def test_watch_label_change_out_of_selection_is_a_delete(http: httpx.Client) -> None:
