@@ -44,7 +44,11 @@ class Cluster:
             stdout=open(self.root / "agent.log", "ab"),  # noqa: SIM115
             stderr=subprocess.STDOUT,
         )
-        wait_for(lambda: ready_status(self.kube.get_node(NODE)) == "True", 30)
+        before = log_port(self.kube.get_node(NODE))
+        # a restarted agent serves logs on a new port: wait for its registration, not the
+        # stale Ready condition of the one before
+        wait_for(lambda: (node := self.kube.get_node(NODE)) is not None
+                 and ready_status(node) == "True" and log_port(node) not in (None, before), 30)
 
     def kill_agent(self, sig: int = signal.SIGKILL) -> None:
         assert self.agent is not None
@@ -77,6 +81,11 @@ class Cluster:
     def wait_phase(self, name: str, *phases: str, timeout: float = 20) -> dict[str, Any]:
         return wait_for(lambda: (p := self.pod(name)) is not None
                         and (p.get("status") or {}).get("phase") in phases and p, timeout)
+
+
+def log_port(node: dict[str, Any] | None) -> int | None:
+    endpoints = ((node or {}).get("status") or {}).get("daemonEndpoints") or {}
+    return (endpoints.get("kubeletEndpoint") or {}).get("Port")
 
 
 def ready_status(node: dict[str, Any] | None) -> str | None:
@@ -263,7 +272,9 @@ def test_restarted_agent_adopts_running_pods_without_running_them_twice(
     cluster.kill_agent(signal.SIGKILL)
     time.sleep(0.5)
     cluster.start_agent()
-    time.sleep(1.5)
+    # the new agent serves the pod's log: it has taken the pod over
+    wait_for(lambda: cluster.kubectl("logs", "survivor").returncode == 0)
+    time.sleep(1.0)
     pod = cluster.wait_phase("survivor", "Running")
     assert marker.read_text().split() == ["started"]
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
