@@ -28,6 +28,13 @@ class InformerFactory:
                     informer.start()
             return informer
 
+    def existing(self, resource: Resource) -> Informer | None:
+        """The informer for ``resource`` if some controller asked for one (and it has
+        listed), without starting a new watch."""
+        with self._lock:
+            informer = self._informers.get(resource.collection())
+        return informer if informer is not None and informer.synced else None
+
     def start(self) -> None:
         with self._lock:
             self._started = True

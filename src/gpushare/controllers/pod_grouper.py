@@ -56,7 +56,8 @@ class PodGrouper:
         self.default_queue = default_queue
         self.pods = informers.get(PODS)
         self.podgroups = informers.get(PODGROUPS)
-        self.jobs = informers.get(JOBS)
+        self.informers = informers
+        informers.get(JOBS)  # Job owners are read from the cache, never with a GET
         self.queue = WorkQueue()
         self.workers = WORKERS
         self.annotations = WorkQueue()
@@ -110,13 +111,14 @@ class PodGrouper:
     # -- reconcile ----------------------------------------------------------------------
 
     def lookup(self, kind: str, namespace: str, name: str, uid: str) -> Obj | None:
-        if kind == "Job":
-            cached = self.jobs.get(f"{namespace}/{name}")
-            if cached is not None and (cached.get("metadata") or {}).get("uid") == uid:
-                return cached
         resource = BY_KIND.get(kind)
         if resource is None:
             return None
+        informer = self.informers.existing(resource)
+        if informer is not None:
+            cached = informer.get(f"{namespace}/{name}" if resource.namespaced else name)
+            if cached is not None and (cached.get("metadata") or {}).get("uid") == uid:
+                return cached
         hit = self._owner_cache.get(uid)
         now = time.monotonic()
         if hit is not None and now - hit[0] < OWNER_CACHE_SECONDS:
