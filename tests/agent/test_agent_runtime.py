@@ -35,12 +35,16 @@ class Recorder:
     def __init__(self) -> None:
         self.statuses: list[dict[str, Any]] = []
         self.deleted = False
+        self.events: list[tuple[str, str]] = []
 
     def report(self, status: dict[str, Any]) -> None:
         self.statuses.append(status)
 
     def terminated(self) -> None:
         self.deleted = True
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        self.events.append((reason, message))
 
     @property
     def last(self) -> dict[str, Any]:
@@ -123,9 +127,18 @@ def test_on_failure_restarts_until_success(tmp_path: Path) -> None:
 
 def test_always_restarts_even_after_success(tmp_path: Path) -> None:
     sup, rec = supervise(pod("p", [{"name": "c", "command": ["true"]}], "Always"), tmp_path)
-    wait_for(lambda: main_state(rec).get("restartCount", 0) >= 2)
+    wait_for(lambda: main_state(rec).get("restartCount", 0) >= 3)
     assert rec.last["phase"] == "Running"
+    # the back-off doubles up to its cap (0.1 s, 0.2 s, 0.4 s, 0.4 s here)
+    delays = [m for r, m in rec.events if r == "BackOff"]
+    assert "next start in 0.1s" in delays[0] and "next start in 0.2s" in delays[1]
+    assert "next start in 0.4s" in delays[2]
     sup.stop(0)
+    assert sup.wait(5)
+    reasons = [r for r, _ in rec.events]
+    # stopping is not a crash: no back-off after the Killing
+    if "Killing" in reasons:
+        assert "BackOff" not in reasons[reasons.index("Killing"):]
 
 
 def test_init_containers_run_first_in_order_and_must_succeed(tmp_path: Path) -> None:

@@ -25,6 +25,8 @@ from gpushare.agent.podstatus import ContainerRecord, PodView, build_status, pha
 
 log = logging.getLogger("gpushare.agent")
 
+RESET_BACKOFF_AFTER_S = 600.0  # as the kubelet: ten minutes of running resets the back-off
+
 Planner = Callable[[dict[str, Any], bool], ContainerPlan]  # (container, init) -> plan
 
 
@@ -56,6 +58,7 @@ class _Slot:
     next_start: float = 0.0  # monotonic time
     index: TimestampIndex | None = None
     launching: bool = False  # the log file may exist before the process does
+    streak: int = 0  # quick exits in a row: the back-off exponent
 
 
 class PodSupervisor:
@@ -216,8 +219,14 @@ class PodSupervisor:
         return True
 
     def _finish_run(
-        self, slot: _Slot, code: int, reason: str | None = None, message: str | None = None
+        self,
+        slot: _Slot,
+        code: int,
+        reason: str | None = None,
+        message: str | None = None,
+        final: bool = False,
     ) -> None:
+        """Record how a run ended; schedule the restart its policy asks for unless `final`."""
         record = slot.record
         if slot.index is not None:
             slot.index.observe()
@@ -228,11 +237,15 @@ class PodSupervisor:
         record.finished_at = time.time()
         record.running_since = None
         slot.process = None
-        if self._should_restart(code, init=record.init):
+        if not final and self._should_restart(code, init=record.init):
+            ran = record.finished_at - (record.started_at or record.finished_at)
+            if ran >= RESET_BACKOFF_AFTER_S:  # a run that lasted starts the back-off afresh
+                slot.streak = 0
             delay = min(
                 self._config.backoff_max_s,
-                self._config.backoff_base_s * (2 ** min(record.restart_count, 16)),
+                self._config.backoff_base_s * (2 ** min(slot.streak, 16)),
             )
+            slot.streak += 1
             slot.next_start = time.monotonic() + delay
             record.waiting_reason = "CrashLoopBackOff"
             record.waiting_message = (
@@ -316,7 +329,6 @@ class PodSupervisor:
         for slot in running:
             self._reap(slot)
             code = slot.process.poll() if slot.process is not None else None  # type: ignore[union-attr]
-            slot.record.restart_count = slot.record.restart_count  # unchanged
             self._finish_run_final(slot, code if code is not None else proc.UNKNOWN_EXIT)
         for slot in self._all_slots():
             slot.record.done = True
@@ -338,9 +350,7 @@ class PodSupervisor:
     def _finish_run_final(
         self, slot: _Slot, code: int, reason: str | None = None, message: str | None = None
     ) -> None:
-        self._finish_run(slot, code, reason, message)
-        slot.record.done = True
-        slot.record.waiting_reason = None
+        self._finish_run(slot, code, reason, message, final=True)
         slot.next_start = float("inf")
 
     def _do_kill(self, reason: str, message: str) -> None:
