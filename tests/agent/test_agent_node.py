@@ -82,3 +82,37 @@ def test_the_taint_goes_when_the_node_is_ready_again() -> None:
     assert decision is not None and decision.status_patch is None
     assert decision.spec_patch == {"spec": {"taints": [{"key": "other",
                                                         "effect": "NoSchedule"}]}}
+
+
+def test_run_accepts_a_holder_of_the_api_client_and_a_stopper_without_is_set() -> None:
+    import threading
+
+    from gpushare.controllers import node_lifecycle
+
+    class Holder:  # like the controllers' JSON client
+        api_client = object()
+
+    class Stopper:  # like the controllers' stopper: `stopped` and `wait`
+        def __init__(self) -> None:
+            self.stopped = False
+            self.passes = 0
+
+        def wait(self, seconds: float) -> bool:
+            self.passes += 1
+            self.stopped = True
+            return True
+
+    calls = []
+    original = node_lifecycle.NodeLifecycleController.reconcile_once
+    node_lifecycle.NodeLifecycleController.reconcile_once = lambda self: calls.append(self)
+    try:
+        stopper = Stopper()
+        node_lifecycle.run(Holder(), stopper, interval_s=0.01)
+        assert len(calls) == 1 and stopper.passes == 1
+        assert calls[0].kube.api_client is Holder.api_client
+        event = threading.Event()
+        event.set()
+        node_lifecycle.run(Holder(), event)
+        assert len(calls) == 1  # already stopped: no pass
+    finally:
+        node_lifecycle.NodeLifecycleController.reconcile_once = original

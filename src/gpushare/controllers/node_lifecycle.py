@@ -134,14 +134,26 @@ class NodeLifecycleController:
 
 
 def run(
-    api_client: client.ApiClient,
-    stop_event: threading.Event,
+    api_client: client.ApiClient | Any,
+    stop_event: threading.Event | Any,
     grace_s: float = DEFAULT_GRACE_S,
     interval_s: float = 5.0,
 ) -> None:
-    """Check every node every `interval_s` until `stop_event` is set."""
-    controller = NodeLifecycleController(Kube(api_client), grace_s)
-    while not stop_event.is_set():
+    """Check every node every `interval_s` until `stop_event` is set.
+
+    `api_client` is the official client's `ApiClient`, or anything holding one as
+    `.api_client`; `stop_event` a `threading.Event`, or anything with `wait(seconds)` and
+    either `is_set()` or a `stopped` property.
+    """
+    api = getattr(api_client, "api_client", api_client)
+    controller = NodeLifecycleController(Kube(api), grace_s)
+
+    def stopped() -> bool:
+        if hasattr(stop_event, "is_set"):
+            return bool(stop_event.is_set())
+        return bool(stop_event.stopped)
+
+    while not stopped():
         try:
             controller.reconcile_once()
         except Exception as exc:  # the API may be restarting: try again next round
