@@ -149,8 +149,12 @@ class Agent:
 
     def start(self) -> None:
         self.log_server.start()
-        self.register()
-        self._adopt_or_clean()
+        try:
+            self.register()
+            self._adopt_or_clean()
+        except BaseException:
+            self.log_server.stop()
+            raise
         for target, name in (
             (self._heartbeat_loop, "heartbeat"),
             (self._watch_loop, "pod watch"),

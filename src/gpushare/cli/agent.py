@@ -92,18 +92,23 @@ def agent(
         supervisor=SupervisorConfig(host_ip=address, backoff_base_s=restart_backoff),
         version=__version__,
     )
-    runner = Agent(
-        Kube(api_client_from_kubeconfig(str(kubeconfig))),
-        config,
-        inventory,
-        host_resources(),
-        chosen,
-        nvml,
-    )
+    try:
+        api_client = api_client_from_kubeconfig(str(kubeconfig))
+    except Exception as exc:
+        typer.echo(f"error: --kubeconfig {kubeconfig}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    runner = Agent(Kube(api_client), config, inventory, host_resources(), chosen, nvml)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
-    runner.start()
+    try:
+        runner.start()
+    except Exception as exc:
+        typer.echo(f"error: could not register node {name} with the API at "
+                   f"{api_client.configuration.host}: {exc}", err=True)
+        if chosen.mps is not None:
+            chosen.mps.stop_all()
+        raise typer.Exit(1) from None
     typer.echo(
         f"node {name}: {inventory.count} GPU(s){' (declared)' if inventory.declared else ''}, "
         f"enforcement {chosen.annotation}, logs on port {runner.log_server.port}"
