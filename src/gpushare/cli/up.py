@@ -52,7 +52,7 @@ def controllers(
         list[str] | None,
         typer.Option(help="run only these controllers (repeatable): pod-grouper, "
                      "job-controller, replicaset-controller, deployment-controller, "
-                     "scheduler, queue-status, static-node-pods, "
+                     "scheduler, queue-status, static-node-pods, node-lifecycle, "
                      "garbage-collector (for API servers that do not collect dependents)"),
     ] = None,
     scheduler_name: Annotated[

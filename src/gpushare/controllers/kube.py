@@ -319,3 +319,8 @@ class Stopper:
 
     def wait(self, seconds: float) -> bool:
         return self._event.wait(seconds)
+
+    @property
+    def event(self) -> threading.Event:
+        """The underlying event, for code that takes a ``threading.Event``."""
+        return self._event

@@ -22,11 +22,11 @@ from gpushare.scheduler.config import Config
 log = logging.getLogger(__name__)
 
 ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
-       "scheduler", "queue-status", "static-node-pods", "garbage-collector")
+       "scheduler", "queue-status", "static-node-pods", "node-lifecycle", "garbage-collector")
 # The embedded API server collects dependents itself; the controller is for servers
 # that do not.
 DEFAULT = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
-           "scheduler", "queue-status", "static-node-pods")
+           "scheduler", "queue-status", "static-node-pods", "node-lifecycle")
 
 
 @dataclass
@@ -103,4 +103,15 @@ def start_controllers(
     for name, controller in out.controllers.items():
         out.threads.extend(controller.start())  # type: ignore[attr-defined]
         log.info("started %s", name)
+    if "node-lifecycle" in enabled:
+        # Nodes whose agent stops heartbeating turn Unknown (the agent side's controller).
+        from gpushare.controllers import node_lifecycle
+
+        thread = threading.Thread(
+            target=node_lifecycle.run, args=(client.api_client, stopper.event),
+            name="node-lifecycle", daemon=True,
+        )
+        thread.start()
+        out.threads.append(thread)
+        log.info("started node-lifecycle")
     return out
