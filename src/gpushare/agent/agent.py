@@ -130,6 +130,7 @@ class Agent:
         self._threads: list[threading.Thread] = []
         self._ready_since = time.time()
         self._last_usage: dict[str, str] = {}
+        self._usage_at = 0.0
         self.monitor: GpuMonitor | None = None
         if nvml is not None and enforcement.watchdog:
             self.monitor = GpuMonitor(
@@ -527,7 +528,7 @@ class Agent:
         self, usage: Mapping[str, Any], limits: Mapping[str, PodLimit], indices: list[int]
     ) -> None:
         now = time.monotonic()
-        if now - getattr(self, "_usage_at", 0.0) < self.config.usage_report_s:
+        if now - self._usage_at < self.config.usage_report_s:
             return
         self._usage_at = now
         for key, limit in limits.items():
