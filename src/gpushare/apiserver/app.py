@@ -148,8 +148,8 @@ class App:
                                             "/metrics", "/openapi/v2", "/openapi/v3",
                                             "/version"]}), "get", "/"
         reg = self.api.registry(cluster)
+        # Discovery and OpenAPI are readable by every authenticated user, as in Kubernetes.
         if parts[0] == "openapi":
-            self._require_non_resource(cluster, user, path)
             return self._openapi(request, cluster, parts, prefix), "get", "openapi"
         if parts[0] == "api":
             if len(parts) == 1:
@@ -208,10 +208,6 @@ class App:
             groups = tuple(request.headers.getlist("impersonate-group"))
             user = User(as_user, (*groups, AUTHENTICATED), user.clusters)
         return user
-
-    def _require_non_resource(self, cluster: str, user: User, path: str) -> None:
-        # Discovery and OpenAPI are readable by every authenticated user, as in Kubernetes.
-        return
 
     def _discovery_root(self, request: Request, cluster: str, core: bool) -> Response:
         reg = self.api.registry(cluster)
