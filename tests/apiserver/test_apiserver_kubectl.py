@@ -328,3 +328,27 @@ spec:
     cluster.kubectl("apply", "--validate=false", "-f", "-", stdin=typo)
     spec = json.loads(cluster.kubectl("get", "queue", "typo", "-o", "json").stdout)["spec"]
     assert spec == {"resources": {"gpu": {"quota": 1}}}
+
+
+def test_scale_and_diff(cluster: Cluster) -> None:
+    deployment = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: scaled}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: scaled}}
+  template:
+    metadata: {labels: {app: scaled}}
+    spec: {containers: [{name: c, image: nginx}]}
+"""
+    cluster.kubectl("apply", "-f", "-", stdin=deployment)
+    assert "scaled" in cluster.kubectl("scale", "deployment", "scaled", "--replicas=3").stdout
+    got = json.loads(cluster.kubectl("get", "deploy", "scaled", "-o", "json").stdout)
+    assert got["spec"]["replicas"] == 3
+    diff = cluster.kubectl("diff", "-f", "-", stdin=deployment.replace("replicas: 1",
+                                                                       "replicas: 5"),
+                           check=False)
+    assert diff.returncode == 1 and "+  replicas: 5" in diff.stdout  # 1: differences found
+    got = json.loads(cluster.kubectl("get", "deploy", "scaled", "-o", "json").stdout)
+    assert got["spec"]["replicas"] == 3  # diff is a dry run

@@ -665,11 +665,47 @@ class Api:
         self.store.put(cluster, "pods", obj)
         return obj
 
+    # -- scale -------------------------------------------------------------------------------
+
+    def get_scale(self, cluster: str, info: ResourceInfo, ns: str, name: str) -> dict[str, Any]:
+        return scale_of(self.get(cluster, info, ns, name))
+
+    def set_scale(self, cluster: str, info: ResourceInfo, ns: str, name: str,
+                  scale: Any) -> dict[str, Any]:
+        """Write `spec.replicas` of the object from a (possibly patched) autoscaling/v1 Scale."""
+        if not isinstance(scale, dict):
+            raise bad_request("the request body must be a Scale")
+        replicas = (scale.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise invalid("autoscaling", "Scale", name, [Cause(
+                "spec.replicas", f"Invalid value: {replicas!r}: must be a non-negative integer")])
+        obj = deep_copy(self.get(cluster, info, ns, name))
+        rv = (scale.get("metadata") or {}).get("resourceVersion")
+        if rv and rv != obj["metadata"]["resourceVersion"]:
+            raise conflict(info.group, info.resource, name, "the object has been modified; "
+                           "please apply your changes to the latest version and try again")
+        obj.setdefault("spec", {})["replicas"] = replicas
+        return scale_of(self.update(cluster, info, ns, name, obj))
+
     def evict(self, cluster: str, info: ResourceInfo, ns: str, name: str,
               eviction: Any) -> None:
         opts = DeleteOptions.parse((eviction or {}).get("deleteOptions")
                                    if isinstance(eviction, dict) else None, {})
         self.delete(cluster, info, ns, name, opts)
+
+
+def scale_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """The autoscaling/v1 Scale view of a workload."""
+    m = obj["metadata"]
+    selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return {
+        "kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                       "creationTimestamp") if k in m},
+        "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
+        "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
+                   "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))},
+    }
 
 
 def _qualified(info: ResourceInfo) -> str:

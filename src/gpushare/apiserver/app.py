@@ -22,6 +22,7 @@ from gpushare.apiserver.api import (
     DEFAULT_CLUSTER,
     PATCH_APPLY,
     PATCH_APPLY_CBOR,
+    PATCH_JSON,
     Api,
     DeleteOptions,
 )
@@ -31,6 +32,7 @@ from gpushare.apiserver.gc import GarbageCollector
 from gpushare.apiserver.metrics import Metrics
 from gpushare.apiserver.objects import status_success
 from gpushare.apiserver.openapi import OpenApiCache
+from gpushare.apiserver.patch import json_patch, merge_patch
 from gpushare.apiserver.query import paginate, select
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.selectors import parse_field_selector, parse_label_selector
@@ -323,6 +325,10 @@ class App:
         if sub == "log":
             assert name is not None
             return await self._logs(cluster, ns or "", name, query), "get", "pods/log"
+        if sub == "scale":
+            assert name is not None
+            return await self._scale(request, cluster, info, ns or "", name, verb), verb, \
+                metric_resource
 
         if verb == "get":
             assert name is not None
@@ -513,6 +519,25 @@ class App:
             first[0] = False
             return encode_event(typ, table)
         return encode
+
+    async def _scale(self, request: Request, cluster: str, info: ResourceInfo, ns: str,
+                     name: str, verb: str) -> Response:
+        if verb == "get":
+            return json_response(self.api.get_scale(cluster, info, ns, name))
+        if verb == "update":
+            body = await self._body(request)
+        elif verb == "patch":
+            content_type = request.headers.get("content-type", "").split(";")[0].strip()
+            patch = await self._body(request, content_type)
+            current = self.api.get_scale(cluster, info, ns, name)
+            if content_type == PATCH_JSON:
+                body = json_patch(current, patch)
+            else:
+                body = merge_patch(current, patch)
+        else:
+            raise ApiError(405, f"{verb} is not supported on {info.resource}/scale",
+                           "MethodNotAllowed")
+        return json_response(self.api.set_scale(cluster, info, ns, name, body))
 
     # -- pods/log and access reviews ---------------------------------------------------------
 
