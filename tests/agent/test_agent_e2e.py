@@ -282,6 +282,26 @@ def test_restarted_agent_adopts_running_pods_without_running_them_twice(
     wait_for(lambda: cluster.pod("survivor") is None, 20)
 
 
+def test_stopped_agent_ends_its_pods_and_the_next_one_restarts_them(cluster: Cluster) -> None:
+    marker = cluster.root / "restart-marker"
+    cluster.create_pod("rebooted", [{"name": "main", "command": [
+        "sh", "-c", f"echo started >> {marker}; echo child $$$$; exec sleep 300"]}], "Always")
+    cluster.wait_phase("rebooted", "Running")
+    wait_for(marker.exists)
+    pid = int(wait_for(lambda: cluster.kubectl("logs", "rebooted").stdout.split()[-1:])[0])
+    cluster.kill_agent(signal.SIGTERM)  # a clean stop: the pod's processes end with it
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert cluster.pod("rebooted") is not None  # the pod object stays
+    cluster.start_agent()
+    pod = wait_for(lambda: (p := cluster.pod("rebooted")) and p["status"]["containerStatuses"][0]
+                   ["restartCount"] == 1 and "running" in p["status"]["containerStatuses"][0][
+                       "state"] and p, 30)
+    assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 143
+    assert marker.read_text().split() == ["started", "started"]
+    cluster.kubectl("delete", "pod", "rebooted", "--wait=false")
+    wait_for(lambda: cluster.pod("rebooted") is None, 20)
+
+
 def test_killed_agent_node_turns_not_ready_and_recovers(cluster: Cluster) -> None:
     stop = threading.Event()
     controller = threading.Thread(

@@ -198,6 +198,8 @@ def test_a_new_supervisor_adopts_running_processes_instead_of_starting_again(
     wait_for(lambda: (tmp_path / "runs").exists())
     pgid = first.process_groups()[0]
     # the agent dies: its supervisor thread is gone, the processes stay
+    first.detach()
+    assert first.wait(5)
     second, rec = supervise(p, tmp_path)
     wait_for(lambda: rec.last.get("phase") == "Running")
     assert second.process_groups() == [pgid]
@@ -211,11 +213,12 @@ def test_adopted_process_exit_code_comes_from_the_exit_file(tmp_path: Path) -> N
     p = pod("p", [{"name": "c", "command": ["sh", "-c", "sleep 0.5; exit 5"]}], "Never")
     first, _ = supervise(p, tmp_path)
     wait_for(lambda: first.process_groups())
+    first.detach()
+    assert first.wait(5)
     second, rec = supervise(p, tmp_path)
     wait_for(lambda: rec.last.get("phase") == "Failed")
     assert main_state(rec)["state"]["terminated"]["exitCode"] == 5
     second.stop(0)
-    first.stop(0)
 
 
 # --- logs -----------------------------------------------------------------------------
@@ -511,3 +514,22 @@ def test_a_planner_failure_waits_and_retries_instead_of_killing_the_pod(tmp_path
     assert any(w.get("reason") == "CreateContainerConfigError"
                and "unreachable" in w.get("message", "") for w in waiting)
     sup.stop(0)
+
+
+def test_shutdown_ends_processes_but_keeps_the_pod_for_the_next_agent(tmp_path: Path) -> None:
+    p = pod("p", [{"name": "c", "command": ["sh", "-c", "echo run >> runs; sleep 300"]}])
+    first, rec = supervise(p, tmp_path)
+    wait_for(lambda: (tmp_path / "runs").exists() and first.process_groups())
+    pgid = first.process_groups()[0]
+    first.shutdown(1.0)
+    assert first.wait(10)
+    assert not rec.deleted  # the pod object stays
+    assert not psutil.pid_exists(pgid) or psutil.Process(pgid).status() == psutil.STATUS_ZOMBIE
+    assert "running" not in main_state(rec)["state"]
+    # the next agent restarts it by its policy (Always)
+    second, rec2 = supervise(p, tmp_path)
+    wait_for(lambda: (tmp_path / "runs").read_text().split() == ["run", "run"])
+    wait_for(lambda: main_state(rec2).get("restartCount") == 1
+             and "running" in main_state(rec2)["state"])
+    second.stop(0)
+    assert second.wait(10)

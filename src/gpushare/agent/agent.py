@@ -59,6 +59,7 @@ class AgentConfig:
     watch_timeout_s: int = 30
     tolerance_fraction: float = 0.05
     tolerance_mib: int = 512
+    shutdown_grace_s: float = 5.0  # SIGTERM → SIGKILL when the agent stops its pods
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
     version: str = "0.1.0"
 
@@ -173,15 +174,17 @@ class Agent:
         )
 
     def stop(self, stop_pods: bool = False) -> None:
-        """Stop the agent. Pods keep running (a restarted agent adopts them) unless asked."""
+        """Stop the agent. With `stop_pods`, end the pods' processes like a node going down
+        (the pods stay; a restarted agent restarts them by their policy); without, leave them
+        running for a restarted agent to adopt."""
         self._stop.set()
         if stop_pods:
             with self._lock:
                 running = list(self._pods.values())
             for entry in running:
-                entry.supervisor.stop(2.0)
+                entry.supervisor.shutdown(self.config.shutdown_grace_s)
             for entry in running:
-                entry.supervisor.wait(10)
+                entry.supervisor.wait(self.config.shutdown_grace_s + 10)
         deadline = time.monotonic() + 5
         while not self._writes.empty() and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -89,6 +89,8 @@ class PodSupervisor:
         self._lock = threading.Lock()
         self._stop_grace: float | None = None  # set when the pod is being deleted
         self._kill: tuple[str, str] | None = None  # (reason, message) from the watchdog
+        self._detached = False
+        self._shutdown_grace: float | None = None
         self._failed: tuple[str, str] | None = None
         self._finished = threading.Event()
         self._scheduled_at = time.time()
@@ -121,6 +123,17 @@ class PodSupervisor:
             if self._kill is None:
                 self._kill = (reason, message)
 
+    def shutdown(self, grace_s: float) -> None:
+        """The agent is stopping: end the processes like a node going down, but leave the pod
+        (no deletion); a restarted agent applies the restart policy to the ended runs."""
+        with self._lock:
+            self._shutdown_grace = grace_s
+
+    def detach(self) -> None:
+        """Stop supervising without touching the processes (as if the agent had died)."""
+        with self._lock:
+            self._detached = True
+
     def wait(self, timeout: float | None = None) -> bool:
         return self._finished.wait(timeout)
 
@@ -151,7 +164,13 @@ class PodSupervisor:
             self._publish()
             while True:
                 with self._lock:
-                    stop_grace, kill = self._stop_grace, self._kill
+                    stop_grace, kill, detached = self._stop_grace, self._kill, self._detached
+                    shutdown = self._shutdown_grace
+                if detached:
+                    break
+                if shutdown is not None and stop_grace is None and kill is None:
+                    self._end_processes(shutdown, final=False)
+                    break
                 if kill is not None:
                     self._do_kill(*kill)
                     break
@@ -178,7 +197,10 @@ class PodSupervisor:
         """A finished pod keeps its logs and status until it is deleted."""
         while True:
             with self._lock:
-                grace = self._stop_grace
+                grace, detached = self._stop_grace, self._detached
+                shutdown = self._shutdown_grace is not None
+            if detached or (shutdown and grace is None):
+                return
             if grace is not None:
                 self._sink.terminated()
                 return
@@ -225,6 +247,7 @@ class PodSupervisor:
         reason: str | None = None,
         message: str | None = None,
         final: bool = False,
+        quiet: bool = False,
     ) -> None:
         """Record how a run ended; schedule the restart its policy asks for unless `final`."""
         record = slot.record
@@ -252,8 +275,9 @@ class PodSupervisor:
                 f"back-off {delay:g}s restarting failed container={record.name} "
                 f"pod={self.name}_{(self.pod.get('metadata') or {}).get('namespace')}"
             )
-            self._event("BackOff", f"Back-off restarting container {record.name} "
-                        f"(exit code {code}, next start in {delay:g}s)", warning=True)
+            if not quiet:
+                self._event("BackOff", f"Back-off restarting container {record.name} "
+                            f"(exit code {code}, next start in {delay:g}s)", warning=True)
         else:
             record.done = True
             record.waiting_reason = None
@@ -313,6 +337,10 @@ class PodSupervisor:
         return self._init + self._main
 
     def _do_stop(self, grace: float) -> None:
+        self._end_processes(grace, final=True)
+
+    def _end_processes(self, grace: float, final: bool) -> None:
+        """SIGTERM, wait up to `grace`, SIGKILL. `final`: nothing of the pod runs again."""
         running = [s for s in self._all_slots() if s.process is not None]
         for slot in running:
             self._event("Killing", f"Stopping container {slot.record.name} "
@@ -329,10 +357,15 @@ class PodSupervisor:
         for slot in running:
             self._reap(slot)
             code = slot.process.poll() if slot.process is not None else None  # type: ignore[union-attr]
-            self._finish_run_final(slot, code if code is not None else proc.UNKNOWN_EXIT)
-        for slot in self._all_slots():
-            slot.record.done = True
-            slot.record.waiting_reason = None
+            code = code if code is not None else proc.UNKNOWN_EXIT
+            if final:
+                self._finish_run_final(slot, code)
+            else:
+                self._finish_run(slot, code, quiet=True)
+        if final:
+            for slot in self._all_slots():
+                slot.record.done = True
+                slot.record.waiting_reason = None
         self._save()
         self._publish()
 

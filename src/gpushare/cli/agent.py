@@ -37,8 +37,13 @@ def agent(
         float, typer.Option(help="first restart back-off, seconds")
     ] = 10.0,
     stop_pods_on_exit: Annotated[
-        bool, typer.Option(help="stop the pods when the agent exits (default: adopt on restart)")
-    ] = False,
+        bool,
+        typer.Option(
+            "--stop-pods-on-exit/--keep-pods-on-exit",
+            help="on SIGTERM/Ctrl-C, end the pods' processes (the pods stay and restart by "
+            "their policy with the next agent) or leave them running for it to adopt",
+        ),
+    ] = True,
 ) -> None:
     """Register this machine as a Node and run the pods bound to it as local processes."""
     from gpushare import __version__
