@@ -32,6 +32,7 @@ ANNOTATION_YIELD_SECONDS = 0.01
 
 SCHEDULER_NAMES = ("gpushare", "kai-scheduler")
 OWNER_CACHE_SECONDS = 5.0
+OWNER_CACHE_SIZE = 10000  # past this, expired entries are dropped
 
 Obj = dict[str, Any]
 
@@ -57,7 +58,7 @@ class PodGrouper:
         self.pods = informers.get(PODS)
         self.podgroups = informers.get(PODGROUPS)
         self.informers = informers
-        informers.get(JOBS)  # Job owners are read from the cache, never with a GET
+        informers.get(JOBS)  # Job owners are read from this cache (a GET only while it lags)
         self.queue = WorkQueue()
         self.workers = WORKERS
         self.annotations = WorkQueue()
@@ -96,8 +97,8 @@ class PodGrouper:
     def _on_podgroup(self, kind: str, pg: Obj, old: Obj | None) -> None:
         meta = pg.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')}"
+        self._written.pop(key, None)
         if kind != "DELETED":
-            self._written.pop(key, None)
             return
         # A PodGroup deleted under live pods: regroup them.
         name = meta.get("name")
@@ -130,6 +131,10 @@ class PodGrouper:
             found = None
         if found is not None and (found.get("metadata") or {}).get("uid") != uid:
             found = None  # a newer object of the same name
+        if len(self._owner_cache) > OWNER_CACHE_SIZE:
+            self._owner_cache = {
+                k: v for k, v in self._owner_cache.items() if now - v[0] < OWNER_CACHE_SECONDS
+            }
         self._owner_cache[uid] = (now, found)
         return found
 
