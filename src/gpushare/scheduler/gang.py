@@ -29,11 +29,14 @@ def task_order_key(pod: Pod, job: Job) -> tuple[int, int, int, int]:
 class GangView:
     """A job's pods arranged by leaf subgroup, for one decision."""
 
-    __slots__ = ("active", "job", "pending", "pods")
+    __slots__ = ("_elastic", "_next", "active", "job", "pending", "pods", "version")
 
     def __init__(self, job: Job, pods: list[Pod]) -> None:
         self.job = job
         self.pods = pods
+        self.version = -1
+        self._elastic: int | None = None
+        self._next: list[Pod] | bool | None = False  # False: not worked out yet
         self.active: dict[str, int] = {}
         self.pending: dict[str, list[Pod]] = {}
         for pod in pods:
@@ -105,6 +108,11 @@ class GangView:
     def next_step(self) -> list[Pod] | None:
         """Pods to place in the job's next step: its gang, or one more pod; None if the
         gang cannot be formed from the pods that exist."""
+        if self._next is False:
+            self._next = self._next_step()
+        return None if self._next is None else list(self._next)  # type: ignore[arg-type]
+
+    def _next_step(self) -> list[Pod] | None:
         if not self.satisfied():
             return self.needed()
         rest = [p for pods in self.pending.values() for p in pods]
@@ -126,9 +134,12 @@ class GangView:
         return sum(self.active.values())
 
     def elastic_state(self) -> int:
-        if not self.satisfied():
-            return BELOW_MIN
-        return AT_MIN if self.active_total() <= self.min_total() else ABOVE_MIN
+        if self._elastic is None:
+            if not self.satisfied():
+                self._elastic = BELOW_MIN
+            else:
+                self._elastic = AT_MIN if self.active_total() <= self.min_total() else ABOVE_MIN
+        return self._elastic
 
     def has_pending(self) -> bool:
         return any(self.pending.values())

@@ -167,7 +167,15 @@ class Session:
 
     # ----------------------------------------------------------------- jobs
     def gang(self, job: Job) -> GangView:
-        return GangView(job, self.state.job_pods(job))
+        """The job's gang as it stands (cached until any of the job's pods changes)."""
+        version = self.state.job_version.get(job.key, 0)
+        cached = self._gangs.get(job.key)
+        if cached is not None and cached.version == version and cached.job is job:
+            return cached
+        gang = GangView(job, self.state.job_pods(job))
+        gang.version = version
+        self._gangs[job.key] = gang
+        return gang
 
     def pod_request(self, pod: Pod, gpu_memory: int | None) -> Vec:
         """A pending pod's request; memory-sized GPU requests converted with ``gpu_memory``."""
