@@ -50,6 +50,21 @@ def test_up_runs_everything_and_ctrl_c_stops_it_all(tmp_path: Path):
         commands = [" ".join(c.cmdline()) for c in children]
         assert any(" controllers " in c for c in commands), commands
         assert any(" agent " in c for c in commands), commands
+
+        # A child that dies is started again, and the cluster keeps working.
+        first = next(c for c in children if " controllers " in " ".join(c.cmdline()))
+        first.kill()
+
+        def replaced():
+            now = psutil.Process(proc.pid).children(recursive=True)
+            return [c for c in now if " controllers " in " ".join(c.cmdline())
+                    and c.pid != first.pid]
+
+        wait_for(replaced, timeout=30, what="the controllers restarted")
+        kubectl("create", "job", "again", "--image=busybox", "--", "echo", "still here")
+        wait_for(lambda: "1/1" in kubectl("get", "job", "again"), timeout=60,
+                 what="a Job complete after the restart")
+        children = psutil.Process(proc.pid).children(recursive=True)
     finally:
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)

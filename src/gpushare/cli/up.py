@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -140,6 +141,9 @@ def node_add(
         f" cpu {capacity['cpu']}, memory {capacity['memory']}"
     )
 
+
+MAX_RESTARTS = 5  # restarts of one child within RESTART_WINDOW_SECONDS before up gives up
+RESTART_WINDOW_SECONDS = 60.0
 
 DEFAULT_QUEUE = {
     "apiVersion": "scheduling.run.ai/v2",
@@ -369,22 +373,21 @@ def up(
     _ensure_default_queue(str(kubeconfig))
     logs = data_dir / "logs"
     logs.mkdir(exist_ok=True)
-    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    commands: dict[str, list[str]] = {
+        "controllers": ["controllers", "--kubeconfig", str(kubeconfig), *controller_args],
+    }
+    if not no_agent:
+        commands["agent"] = [
+            "agent", "--kubeconfig", str(kubeconfig),
+            "--node-name", node_name or socket.gethostname(),
+            "--data-dir", str(data_dir / "agent"),
+            *(["--gpus", gpus] if gpus else []),
+        ]
+    children: dict[str, subprocess.Popen[bytes]] = {}
+    restarts: dict[str, list[float]] = {name: [] for name in commands}
     try:
-        children.append((
-            "controllers",
-            _child(["controllers", "--kubeconfig", str(kubeconfig), *controller_args],
-                   logs / "controllers.log"),
-        ))
-        if not no_agent:
-            agent_args = [
-                "agent", "--kubeconfig", str(kubeconfig),
-                "--node-name", node_name or socket.gethostname(),
-                "--data-dir", str(data_dir / "agent"),
-            ]
-            if gpus:
-                agent_args += ["--gpus", gpus]
-            children.append(("agent", _child(agent_args, logs / "agent.log")))
+        for name, args in commands.items():
+            children[name] = _child(args, logs / f"{name}.log")
         typer.echo(
             f"gpushare is up: API {server.url}\n"
             f"  export KUBECONFIG={kubeconfig.resolve()}\n"
@@ -392,14 +395,23 @@ def up(
             f"logs under {logs.resolve()}; Ctrl-C stops everything."
         )
         while not stop.wait(1.0):
-            for name, proc in children:
-                if proc.poll() is not None:
-                    log.error("%s exited with %s; see %s", name, proc.returncode,
-                              logs / f"{name}.log")
+            for name, proc in list(children.items()):
+                if proc.poll() is None:
+                    continue
+                now = time.monotonic()
+                recent = [t for t in restarts[name] if now - t < RESTART_WINDOW_SECONDS]
+                if len(recent) >= MAX_RESTARTS:
+                    log.error("%s keeps exiting (last code %s); stopping. See %s", name,
+                              proc.returncode, logs / f"{name}.log")
                     stop.set()
+                    break
+                log.warning("%s exited with %s; restarting it (see %s)", name,
+                            proc.returncode, logs / f"{name}.log")
+                restarts[name] = [*recent, now]
+                children[name] = _child(commands[name], logs / f"{name}.log")
     finally:
         typer.echo("stopping ...")
-        for name, proc in reversed(children):
+        for name, proc in reversed(list(children.items())):
             _stop_child(proc, name)
         with contextlib.suppress(Exception):
             server.stop()
