@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.patch import merge_patch, strategic_merge_patch
@@ -108,3 +110,22 @@ def test_jsonpath_with_escaped_dots() -> None:
 ])
 def test_human_duration(seconds: int, text: str) -> None:
     assert human_duration(seconds) == text
+
+
+_scalars = st.one_of(st.integers(), st.text(max_size=5), st.booleans())
+_keys = st.sampled_from(["a", "b", "c", "spec", "x"])
+_values = st.recursive(st.one_of(_scalars, st.none()),
+                       lambda inner: st.dictionaries(_keys, inner, max_size=4), max_leaves=12)
+_objects = st.dictionaries(_keys, _values, max_size=5)
+
+
+@given(_objects, _objects)
+def test_strategic_merge_equals_merge_patch_without_lists(target: dict, patch: dict) -> None:
+    # Without lists and directives, a strategic merge patch is a JSON merge patch.
+    assert strategic_merge_patch(target, patch) == merge_patch(target, patch)
+
+
+@given(_objects)
+def test_empty_patches_change_nothing(target: dict) -> None:
+    assert merge_patch(target, {}) == target
+    assert strategic_merge_patch(target, {}) == target
