@@ -152,3 +152,21 @@ def test_pod_joins_the_group_its_owner_owns_before_the_annotation_lands():
     mirror.on_podgroup("ADDED", group)
     assert mirror.state.pods["ns/j-abc"].job == "ns/pg-j-job-uid"
     assert [b.pod for b in run_cycle(mirror.state, Config(), 1.0).binds] == ["ns/j-abc"]
+
+
+def test_evicted_pod_stays_releasing_until_its_deletion_shows():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW))
+    mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
+    mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
+    running = pod("a", "pg-a", gpus=1, node="n1",
+                  annotations={"gpushare.io/gpu-indices": "0", "gpushare.io/gpu-portion": "1"})
+    mirror.on_pod("ADDED", running)
+    mirror.evicting.add("ns/a")
+    mirror.on_pod("MODIFIED", running)  # an update written before the delete
+    assert mirror.state.pods["ns/a"].status is PodStatus.RELEASING
+    mirror.evict_failed("ns/a")
+    assert mirror.state.pods["ns/a"].status is PodStatus.RUNNING
+    mirror.evicting.add("ns/a")
+    mirror.on_pod("DELETED", running)
+    assert "ns/a" not in mirror.state.pods and not mirror.evicting

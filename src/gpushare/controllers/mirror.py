@@ -61,6 +61,9 @@ class Mirror:
     raw_podgroups: dict[str, Obj] = field(default_factory=dict)
     raw_pods: dict[str, Obj] = field(default_factory=dict)  # ours, grouped or not
     assumed: dict[str, Assumed] = field(default_factory=dict)
+    # Pods the loop has asked to delete: Releasing until the watch shows the deletion,
+    # whatever older events say, so their resources are not handed out twice.
+    evicting: set[str] = field(default_factory=set)
     job_memory: dict[str, JobMemory] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)  # object key -> why unusable
     _pods_by_job: dict[str, set[str]] = field(default_factory=dict)
@@ -272,6 +275,7 @@ class Mirror:
         if old is not None:
             self._unindex_pod(key, old)
         self.assumed.pop(key, None)
+        self.evicting.discard(key)
         self._pod_index.pop(key, None)
         self.invalid.pop(f"pod/{key}", None)
         self.state.remove_pod(key)
@@ -318,6 +322,8 @@ class Mirror:
             self.state.remove_pod(key)
             return
         self.invalid.pop(f"pod/{key}", None)
+        if key in self.evicting and pod.status is PodStatus.RUNNING:
+            pod.status = PodStatus.RELEASING
         assumed = self.assumed.get(key)
         if assumed is not None and pod.status is PodStatus.PENDING:
             pod.status = PodStatus.BINDING
@@ -346,6 +352,13 @@ class Mirror:
             pod = self.state.pods.get(key)
             if pod is not None:
                 self.state.remove_pod(key)
+            self._apply_pod(key)
+
+    def evict_failed(self, key: str) -> None:
+        """The deletion was refused: the pod holds its resources as before."""
+        if key in self.evicting:
+            self.evicting.discard(key)
+            self.state.remove_pod(key)
             self._apply_pod(key)
 
     def pods_of_job(self, job_key: str) -> set[str]:

@@ -209,6 +209,8 @@ class SchedulerLoop:
             try:
                 if kind == "bindfailed":
                     self.mirror.bind_failed(str(obj["key"]))
+                elif kind == "evictfailed":
+                    self.mirror.evict_failed(str(obj["key"]))
                 else:
                     handlers[kind](event, obj)
             except Exception:
@@ -267,6 +269,7 @@ class SchedulerLoop:
             if raw is not None:
                 self.events.emit(raw, "Warning", "Evict",
                                  f"evicted by {evict.action}: {evict.reason}")
+            mirror.evicting.add(evict.pod)
             self._pool.submit(self._evict, evict.pod)
             self.stats.evictions += 1
         for job_key, stale in result.stale_since.items():
@@ -334,6 +337,8 @@ class SchedulerLoop:
             self.client.delete(PODS.item(name, namespace), propagation="Background")
         except Exception as error:
             log.warning("evicting %s failed: %s", key, error)
+            self._deltas.append(("evictfailed", "", {"key": key}))
+            self._wake.set()
 
     def _report_pending(self, result: CycleResult) -> None:
         """Events and PodGroup conditions for what waits, written when the reason changes.
