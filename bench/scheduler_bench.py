@@ -27,7 +27,8 @@ UNL = Fraction(-1)
 GPUS_PER_NODE = 8
 
 
-def build(nodes: int, queues: int, pending_jobs: int, seed: int = 7) -> ClusterState:
+def build(nodes: int, queues: int, pending_jobs: int, free: float = 0.05,
+          seed: int = 7) -> ClusterState:
     rnd = random.Random(seed)
     state = ClusterState()
     for i in range(nodes):
@@ -62,27 +63,25 @@ def build(nodes: int, queues: int, pending_jobs: int, seed: int = 7) -> ClusterS
         state.upsert_job(job)
         return job
 
-    # Running pods: per node 6 whole GPUs (3 pods x 2), 2 GPUs shared by 4 quarter pods,
-    # and CPU-only pods up to ~35 pods per node; leaving some nodes partly free.
+    # Running pods, about 35 per busy node: three 2-GPU pods, eight quarter-GPU pods on the
+    # last two GPUs and 24 CPU-only pods. A share of the nodes (``free``) is left empty.
     for i in range(nodes):
         node = f"node-{i:05d}"
-        busy = rnd.random() < 0.9
-        whole_pods = 3 if busy else 1
-        idx = 0
-        for _ in range(whole_pods):
-            job = new_job(rnd.choice(leaves), rnd.choice((50, 100)), 1)
+        if rnd.random() < free:
+            continue
+        for k in range(3):
+            job = new_job(rnd.choice(leaves), rnd.choice((50, 50, 100)), 1)
             state.upsert_pod(Pod(f"{job.name}-0", "bench", job.key, 0,
                                  gpu=GpuRequest(whole=2), cpu_millis=8000,
                                  memory_bytes=64 * 1024 * MIB, status=PodStatus.RUNNING,
-                                 node=node, gpu_indices=(idx, idx + 1), portion=1000))
-            idx += 2
-        for k in range(4 if busy else 2):
+                                 node=node, gpu_indices=(2 * k, 2 * k + 1), portion=1000))
+        for k in range(8):
             job = new_job(rnd.choice(leaves), 50, 1)
             state.upsert_pod(Pod(f"{job.name}-0", "bench", job.key, 0,
                                  gpu=GpuRequest(portion=250), cpu_millis=1000,
                                  memory_bytes=8 * 1024 * MIB, status=PodStatus.RUNNING,
                                  node=node, gpu_indices=(6 + k // 4,), portion=250))
-        for _ in range(28 if busy else 10):
+        for _ in range(24):
             job = new_job(rnd.choice(leaves), 50, 1)
             state.upsert_pod(Pod(f"{job.name}-0", "bench", job.key, 0, cpu_millis=500,
                                  memory_bytes=2 * 1024 * MIB, status=PodStatus.RUNNING,
@@ -118,9 +117,10 @@ def settle(state: ClusterState) -> None:
             state.set_pod(pod, PodStatus.PENDING)
 
 
-def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...]) -> None:
+def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...],
+          free: float) -> None:
     t0 = time.perf_counter()
-    state = build(nodes, queues, pending)
+    state = build(nodes, queues, pending, free)
     build_s = time.perf_counter() - t0
     config = Config(actions=actions)
     times, placed = [], []
@@ -152,6 +152,7 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
     cycle = statistics.median(times)
     print(
         f"nodes={nodes} gpus={nodes * GPUS_PER_NODE} pods={len(state.pods)} "
+        f"actions={','.join(actions)} free-nodes={free:.0%} "
         f"(on nodes {running}) queues={len(state.queues)} pending_jobs={pending} "
         f"build={build_s:.1f}s | cycle median={cycle:.3f}s "
         f"(all {', '.join(f'{x:.3f}' for x in times)}) "
@@ -167,11 +168,14 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=200)
     parser.add_argument("--pending", type=int, default=0, help="pending jobs (default nodes/2)")
     parser.add_argument("--cycles", type=int, default=5)
+    parser.add_argument("--free", type=float, default=0.05,
+                        help="share of nodes left empty (the rest hold ~35 pods each)")
     parser.add_argument("--actions", default="allocate,consolidation,reclaim,preempt,"
                         "stalegangeviction")
     args = parser.parse_args()
     for n in args.nodes:
-        bench(n, args.queues, args.pending or n // 2, args.cycles, tuple(args.actions.split(",")))
+        bench(n, args.queues, args.pending or n // 2, args.cycles,
+              tuple(args.actions.split(",")), args.free)
 
 
 if __name__ == "__main__":

@@ -216,6 +216,13 @@ class JobQueue:
         self._count = 0
         self._job_cache: dict[str, tuple[int, object, tuple]] = {}  # key -> (version, order, req)
         self._queue_cache: dict[str, tuple] = {}
+        # Per queue: candidates in its subtree, a local change counter (pushes and pops in
+        # the subtree) and the best job found last time, valid while neither that counter
+        # nor the state's version of the queue (any change below it) has moved.
+        self._sub_count: dict[str, int] = {}
+        self._epoch: dict[str, int] = {}
+        self._best_cache: dict[str, tuple[int, int, Job | None]] = {}
+        self._root_names: set[str] = set()
         for job in jobs:
             self.push(job)
 
@@ -241,6 +248,14 @@ class JobQueue:
         heapq.heappush(self._heaps.setdefault(job.queue, []),
                        (order, next(self._seq), job, self.state.job_version.get(job.key, 0)))
         self._count += 1
+        self._touch(job.queue, +1)
+
+    def _touch(self, leaf: str, delta: int) -> None:
+        chain = self.state.ancestors(leaf) or [leaf]
+        for name in chain:
+            self._sub_count[name] = self._sub_count.get(name, 0) + delta
+            self._epoch[name] = self._epoch.get(name, 0) + 1
+        self._root_names.add(chain[-1])
 
     def _top(self, leaf: str) -> Job | None:
         heap = self._heaps.get(leaf)
@@ -287,18 +302,23 @@ class JobQueue:
         if self._count == 0:
             return None
         state = self.state
-        best: dict[str, Job | None] = {}
 
         def best_job(name: str) -> Job | None:
-            if name in best:
-                return best[name]
+            qu = state.queue_usage.get(name)
+            version = qu.version if qu is not None else 0
+            epoch = self._epoch.get(name, 0)
+            cached = self._best_cache.get(name)
+            if cached is not None and cached[0] == version and cached[1] == epoch:
+                job = cached[2]
+                if job is None or self._top_is(name, job):
+                    return job
             queue = state.queues.get(name)
             kids = [] if queue is None else [k for k in queue.children if self._live(k)]
             result = self._top(name) if not kids else best_job(self._choose(kids, best_job))
-            best[name] = result
+            self._best_cache[name] = (version, epoch, result)
             return result
 
-        roots = sorted(q for q in self._roots() if self._live(q))
+        roots = sorted(q for q in self._root_names if self._live(q))
         if not roots:
             return None
         job = best_job(self._choose(roots, best_job))
@@ -312,26 +332,22 @@ class JobQueue:
                 heapq.heapify(heap)
                 break
         self._count -= 1
+        self._touch(job.queue, -1)
         return job
 
-    def _roots(self) -> list[str]:
-        state = self.state
-        roots = set()
-        for leaf, heap in self._heaps.items():
-            if not heap:
-                continue
-            chain = state.ancestors(leaf)
-            if chain:
-                roots.add(chain[-1])
-        return sorted(roots)
+    def _top_is(self, name: str, job: Job) -> bool:
+        """Whether a cached best job is still a candidate with the same figures."""
+        heap = self._heaps.get(job.queue)
+        if not heap:
+            return False
+        version = self.state.job_version.get(job.key, 0)
+        return any(e[2] is job and e[3] == version for e in heap[:1]) or (
+            name != job.queue and self._top(job.queue) is job
+        )
 
     def _live(self, name: str) -> bool:
         """Whether the queue's subtree holds candidates."""
-        heap = self._heaps.get(name)
-        if heap:
-            return True
-        queue = self.state.queues.get(name)
-        return queue is not None and any(self._live(k) for k in queue.children)
+        return self._sub_count.get(name, 0) > 0
 
     def _choose(self, names: list[str], best_job: Callable[[str], Job | None]) -> str:
         if len(names) == 1:

@@ -291,16 +291,37 @@ def _failure_reason(session: Session, job: Job, pod: Pod, placed: int) -> str:
 
 
 def unschedulable_reason(session: Session, pod: Pod) -> str:
-    """Why no node takes the pod, summarised over the nodes."""
+    """Why no node takes the pod, summarised over the nodes.
+
+    Nodes the index rules out by GPUs (or CPU) are counted in bulk; only the few that
+    could hold the pod's GPUs are looked at one by one.
+    """
     state = session.state
     if not state.usage:
         return "no nodes"
+    config = session.config
+    index = NodeIndex.of(state, config.gpu_placement, config.cpu_placement)
     counts: dict[str, int] = {}
-    for usage in state.usage.values():
-        node = usage.node
-        if not node.ready:
-            why = "node not ready"
-        elif not _selector_ok(pod, usage):
+    ready = [u for u in state.usage.values() if u.node.ready]
+    not_ready = len(state.usage) - len(ready)
+    if not_ready:
+        counts["node not ready"] = not_ready
+    g = pod.gpu
+    if g.whole:
+        names = list(index.whole_candidates(g.whole))
+        bulk = "insufficient GPUs"
+    elif g.is_shared:
+        names = sorted(set(index.shared_candidates(1)) | set(index.whole_candidates(1)))
+        bulk = "no GPU with enough free share"
+    else:
+        names = list(index.cpu_candidates(False, pod.cpu_millis))
+        names += list(index.cpu_candidates(True, pod.cpu_millis))
+        bulk = "insufficient cpu"
+    if len(ready) > len(names):
+        counts[bulk] = len(ready) - len(names)
+    for name in names:
+        usage = state.usage[name]
+        if not _selector_ok(pod, usage):
             why = "node selector does not match"
         elif usage.pods_free_future() < 1:
             why = "too many pods"
@@ -308,9 +329,9 @@ def unschedulable_reason(session: Session, pod: Pod) -> str:
             why = "insufficient cpu"
         elif pod.memory_bytes > usage.mem_free_future():
             why = "insufficient memory"
-        elif pod.gpu.whole and sum(map(len, usage.whole_gpus_free())) < pod.gpu.whole:
+        elif g.whole and sum(map(len, usage.whole_gpus_free())) < g.whole:
             why = "insufficient GPUs"
-        elif pod.gpu.is_shared:
+        elif g.is_shared:
             why = "no GPU with enough free share"
         else:
             why = "does not fit"

@@ -5,6 +5,7 @@ back into the order and competes again."""
 from __future__ import annotations
 
 from gpushare.model.job import Job
+from gpushare.model.pod import Pod
 from gpushare.scheduler.actions import register_action
 from gpushare.scheduler.ordering import JobQueue
 from gpushare.scheduler.placement import place_step
@@ -38,9 +39,20 @@ def eligible_jobs(session: Session) -> list[Job]:
     return out
 
 
+def step_shape(step: list[Pod]) -> tuple:
+    """What placing a step depends on: every pod's requests and node selector."""
+    return tuple(
+        (p.gpu, p.cpu_millis, p.memory_bytes, tuple(sorted(p.node_selector.items())))
+        for p in step
+    )
+
+
 def allocate(session: Session) -> None:
     state = session.state
     order = JobQueue(session, eligible_jobs(session))
+    # Allocation only ever takes capacity, so a step shape that found no room once finds
+    # none for the rest of the action: later jobs of that shape are not searched again.
+    failed: dict[tuple, tuple[str, int, str]] = {}
     while True:
         job = order.pop()
         if job is None:
@@ -52,11 +64,17 @@ def allocate(session: Session) -> None:
         if not check.ok:
             session.set_reason(job, f"{check.reason}: {check.message}")
             continue
+        shape = step_shape(step)
+        if shape in failed:
+            reason, index, pod_key = failed[shape]
+            session.set_reason(job, reason.replace(pod_key, step[index].key))
+            continue
         stmt = state.statement()
         result = place_step(session, stmt, job, step)
         if not result.ok:
             stmt.discard()
             session.set_reason(job, result.reason)
+            failed[shape] = (result.reason, result.placed, step[result.placed].key)
             continue
         stmt.commit()
         session.clear_reason(job)
