@@ -57,10 +57,15 @@ def divide(
     queues: Sequence[ShareInput],
     k_value: float = 1.0,
     mode: str = "exact",
+    memo: Mapping[tuple, dict[str, Fraction]] | None = None,
+    memo_out: dict[tuple, dict[str, Fraction]] | None = None,
 ) -> dict[str, dict[str, Fraction]]:
     """Fair share of every queue reachable from a root, per resource.
 
     Queues whose parent is unknown are dropped with their subtree (KAI does the same).
+    ``memo`` holds the results of earlier divisions of single levels, keyed by everything
+    they depend on; the levels worked out (or reused) here are written to ``memo_out``,
+    so that a cycle re-divides only the branches whose figures changed.
     """
     by_name = {q.name: q for q in queues}
     children: dict[str | None, list[str]] = {}
@@ -96,7 +101,20 @@ def divide(
         members = [by_name[n] for n in names]
         result = {n: {} for n in names}
         for r in RESOURCES:
-            got = divide_resource(Fraction(total.get(r, ZERO)), members, r, request, k, mode)
+            amount = Fraction(total.get(r, ZERO))
+            key = None
+            got = None
+            if memo is not None or memo_out is not None:
+                key = (mode, k, r, amount, tuple(
+                    (q.name, q.priority, q.created_at, q.quota[r], q.limit[r], q.weight[r],
+                     request[q.name][r], q.usage.get(r, ZERO))
+                    for q in members
+                ))
+                got = memo.get(key) if memo is not None else None
+            if got is None:
+                got = divide_resource(amount, members, r, request, k, mode)
+            if memo_out is not None:
+                memo_out[key] = got  # type: ignore[index]
             for n in names:
                 result[n][r] = got[n]
         for n in names:

@@ -110,12 +110,16 @@ class Session:
                     usage={r: Fraction(str(v)) for r, v in q.usage.items()},
                 )
             )
+        memo_out: dict = {}
         shares = divide(
             dict(zip(RESOURCES, self.capacity, strict=True)),
             inputs,
             self.config.k_value,
             self.config.fairshare_mode,
+            memo=getattr(self.state, "_fair_share_memo", None),
+            memo_out=memo_out,
         )
+        self.state._fair_share_memo = memo_out  # type: ignore[attr-defined]
         return {n: tuple(s[r] for r in RESOURCES) for n, s in shares.items()}  # type: ignore[misc]
 
     # --------------------------------------------------------- queue figures
