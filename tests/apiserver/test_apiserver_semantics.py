@@ -485,3 +485,17 @@ def test_force_deleted_pod_goes_when_its_finalizers_do(http: httpx.Client) -> No
     http.patch(f"{PODS}/fin-pod", content=b'{"metadata":{"finalizers":null}}',
                headers={"Content-Type": "application/merge-patch+json"})
     assert http.get(f"{PODS}/fin-pod").status_code == 404
+
+
+def test_priority_classes_and_pod_priority(http: httpx.Client) -> None:
+    pcs = "/apis/scheduling.k8s.io/v1/priorityclasses"
+    names_ = {p["metadata"]["name"]: p["value"] for p in http.get(pcs).json()["items"]}
+    assert names_ == {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
+    assert "value" in causes(http.post(pcs, json={"metadata": {"name": "novalue"}}))
+    body = pod("prio")
+    body["spec"]["priorityClassName"] = "inference"
+    assert create(http, PODS, body)["spec"]["priority"] == 125
+    body = pod("noprio")
+    body["spec"]["priorityClassName"] = "missing"
+    r = http.post(PODS, json=body)
+    assert r.status_code == 403 and "no PriorityClass with name missing" in r.json()["message"]

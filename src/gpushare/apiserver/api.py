@@ -310,6 +310,8 @@ class Api:
             causes = validation.validate_podgroup(obj)
         elif gr == CRD_GR:
             causes = crds.validate_crd(obj)
+        elif gr == PRIORITYCLASS_GR:
+            causes = validation.validate_priority_class(obj)
         elif gr.startswith("rbac.authorization.k8s.io/"):
             causes = validation.validate_rbac(gr, obj)
         if info.crd and info.schema and gr != QUEUE_GR:

@@ -360,3 +360,21 @@ def validate_rbac(gr: str, obj: dict[str, Any]) -> list[Cause]:
             if not isinstance(rule, dict) or not rule.get("verbs"):
                 causes.append(Cause(f"rules[{i}].verbs", "Required value", "FieldValueRequired"))
     return causes
+
+
+def validate_priority_class(obj: dict[str, Any]) -> list[Cause]:
+    value = obj.get("value")
+    if value is None:
+        return [Cause("value", "Required value", "FieldValueRequired")]
+    if isinstance(value, bool) or not isinstance(value, int):
+        return [Cause("value", f'Invalid value: "{value}": must be an integer',
+                      "FieldValueTypeInvalid")]
+    if value > 1_000_000_000:
+        return [Cause("value", f"Invalid value: {value}: must be no greater than 1000000000 "
+                               "(higher values are reserved for system classes)")]
+    policy = obj.get("preemptionPolicy")
+    if policy not in (None, "PreemptLowerPriority", "Never"):
+        return [Cause("preemptionPolicy", f'Unsupported value: "{policy}": supported values: '
+                                          '"PreemptLowerPriority", "Never"',
+                      "FieldValueNotSupported")]
+    return []
