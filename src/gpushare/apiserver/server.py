@@ -77,9 +77,14 @@ class ApiServer:
             raise RuntimeError(f"another API server is using {self.data_dir}") from e
         self.host = host
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
-        self._sock.listen(1024)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind((host, port))
+            self._sock.listen(1024)
+        except OSError:
+            self._sock.close()
+            self._lock.close()
+            raise
         self.port = self._sock.getsockname()[1]
         self.store = Store(self.data_dir / DB_NAME, event_log_size=event_log_size)
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)

@@ -35,7 +35,11 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1") ->
     from gpushare.apiserver.server import ApiServer
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
-    server = ApiServer(data_dir, host, port)
+    try:
+        server = ApiServer(data_dir, host, port)
+    except (OSError, RuntimeError) as e:
+        typer.echo(f"error: cannot start the API server on {host}:{port}: {e}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"gpushare apiserver listening on {server.url}; "
                f"kubeconfig: {data_dir / 'admin.kubeconfig'}", err=True)
     server.serve_forever()
