@@ -15,6 +15,14 @@ from e2e_support import KUBECTL, wait_for
 GPUSHARE = [sys.executable, "-m", "gpushare.cli.main"]
 
 
+def _cmdline(process: psutil.Process) -> str:
+    """The command line, or "" for a process that has exited (a zombie not yet reaped)."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def test_up_runs_everything_and_ctrl_c_stops_it_all(tmp_path: Path):
     data = tmp_path / "state"
     proc = subprocess.Popen(
@@ -47,18 +55,17 @@ def test_up_runs_everything_and_ctrl_c_stops_it_all(tmp_path: Path):
         pod = kubectl("get", "pods", "-l", "job-name=hello", "-o", "name").strip()
         assert "hello from a job" in kubectl("logs", pod)
         children = psutil.Process(proc.pid).children(recursive=True)
-        commands = [" ".join(c.cmdline()) for c in children]
+        commands = [_cmdline(c) for c in children]
         assert any(" controllers " in c for c in commands), commands
         assert any(" agent " in c for c in commands), commands
 
         # A child that dies is started again, and the cluster keeps working.
-        first = next(c for c in children if " controllers " in " ".join(c.cmdline()))
+        first = next(c for c in children if " controllers " in _cmdline(c))
         first.kill()
 
         def replaced():
             now = psutil.Process(proc.pid).children(recursive=True)
-            return [c for c in now if " controllers " in " ".join(c.cmdline())
-                    and c.pid != first.pid]
+            return [c for c in now if " controllers " in _cmdline(c) and c.pid != first.pid]
 
         wait_for(replaced, timeout=30, what="the controllers restarted")
         kubectl("create", "job", "again", "--image=busybox", "--", "echo", "still here")
