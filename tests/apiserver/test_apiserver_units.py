@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
+from pathlib import Path
+
 import pytest
+from cryptography import x509
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +19,7 @@ from gpushare.apiserver.selectors import (
     parse_label_selector,
 )
 from gpushare.apiserver.tables import human_duration, jsonpath
+from gpushare.apiserver.tls import ensure_certificates
 
 POD = {
     "metadata": {"name": "p", "labels": {"a": "1"}, "finalizers": ["x"]},
@@ -129,3 +134,16 @@ def test_strategic_merge_equals_merge_patch_without_lists(target: dict, patch: d
 def test_empty_patches_change_nothing(target: dict) -> None:
     assert merge_patch(target, {}) == target
     assert strategic_merge_patch(target, {}) == target
+
+
+def test_certificates_are_kept_and_reissued_for_new_hosts(tmp_path: Path) -> None:
+    ca, cert, key = ensure_certificates(tmp_path, ["127.0.0.1"])
+    first_ca, first_cert = ca.read_bytes(), cert.read_bytes()
+    ensure_certificates(tmp_path, ["127.0.0.1"])
+    assert cert.read_bytes() == first_cert  # reused
+    ensure_certificates(tmp_path, ["10.1.2.3"])
+    assert ca.read_bytes() == first_ca  # kubeconfigs stay valid
+    issued = x509.load_pem_x509_certificate(cert.read_bytes())
+    sans = issued.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert x509.IPAddress(ipaddress.ip_address("10.1.2.3")) in sans
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
