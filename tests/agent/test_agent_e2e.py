@@ -53,7 +53,7 @@ class Cluster:
     def kill_agent(self, sig: int = signal.SIGKILL) -> None:
         assert self.agent is not None
         self.agent.send_signal(sig)
-        self.agent.wait(15)
+        self.agent.wait(60)  # a clean stop ends the pods first (up to 5 s each, in parallel)
         self.agent = None
 
     def kubectl(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -93,6 +93,26 @@ def ready_status(node: dict[str, Any] | None) -> str | None:
         if condition.get("type") == "Ready":
             return condition.get("status")
     return None
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie awaiting its parent counts as gone)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def processes_named(name: str, pgid: int) -> list[int]:
+    """PIDs of processes called `name` in process group `pgid` (others may come and go)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.name() == name and os.getpgid(p.pid) == pgid:
+                found.append(p.pid)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return found
 
 
 def wait_for(check, timeout: float = 20.0):
@@ -252,12 +272,6 @@ def test_deleting_a_pod_kills_its_whole_process_group(cluster: Cluster) -> None:
     assert deleted.returncode == 0, deleted.stderr
     wait_for(lambda: cluster.pod("doomed") is None, 20)  # the agent finished the deletion
 
-    def gone(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
     assert all(gone(pid) for pid in children)
 
 
@@ -290,12 +304,12 @@ def test_stopped_agent_ends_its_pods_and_the_next_one_restarts_them(cluster: Clu
     wait_for(marker.exists)
     pid = int(wait_for(lambda: cluster.kubectl("logs", "rebooted").stdout.split()[-1:])[0])
     cluster.kill_agent(signal.SIGTERM)  # a clean stop: the pod's processes end with it
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert gone(pid)
     assert cluster.pod("rebooted") is not None  # the pod object stays
     cluster.start_agent()
     pod = wait_for(lambda: (p := cluster.pod("rebooted")) and p["status"]["containerStatuses"][0]
                    ["restartCount"] == 1 and "running" in p["status"]["containerStatuses"][0][
-                       "state"] and p, 30)
+                       "state"] and p, 45)
     assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 143
     assert marker.read_text().split() == ["started", "started"]
     cluster.kubectl("delete", "pod", "rebooted", "--wait=false")
@@ -367,9 +381,7 @@ def test_watchdog_through_the_api_with_a_fake_nvml(tmp_path: Path) -> None:
         pids = {}
         for key, sup in agent.pods().items():
             pgid = sup.process_groups()[0]
-            pids[key] = wait_for(lambda pgid=pgid: [
-                p.pid for p in psutil.process_iter()
-                if p.name() == "sleep" and os.getpgid(p.pid) == pgid])[0]
+            pids[key] = wait_for(lambda pgid=pgid: processes_named("sleep", pgid))[0]
         nvml.processes[0] = [GpuProcess(pids["default/tenant"], 10_000 << 20),
                              GpuProcess(pids["default/neighbour"], 5_000 << 20)]
         assert agent.monitor_once() == []

@@ -90,6 +90,26 @@ def wait_for(check, timeout: float = 10.0):
     raise AssertionError("condition not reached in time")
 
 
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie awaiting its parent counts as gone)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def processes_named(name: str, pgid: int) -> list[int]:
+    """PIDs of processes called `name` in process group `pgid` (others may come and go)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.name() == name and os.getpgid(p.pid) == pgid:
+                found.append(p.pid)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
 def main_state(recorder: Recorder) -> dict:
     return recorder.last.get("containerStatuses", [{}])[0]
 
@@ -186,7 +206,7 @@ def test_stop_terms_then_kills_the_whole_process_group(tmp_path: Path) -> None:
     sup.stop(0.5)
     assert sup.wait(10)
     assert rec.deleted
-    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    assert gone(child)
     assert main_state(rec)["state"]["terminated"]["exitCode"] == 137
 
 
@@ -315,9 +335,7 @@ def test_watchdog_kills_the_pod_over_its_share_and_spares_the_other(tmp_path: Pa
     pids = {}
     for w, _ in watched:
         pgid = w.supervisor.process_groups()[0]
-        pids[w.key] = wait_for(lambda pgid=pgid: [p.pid for p in psutil.process_iter()
-                                                  if p.name() == "sleep"
-                                                  and os.getpgid(p.pid) == pgid])[0]
+        pids[w.key] = wait_for(lambda pgid=pgid: processes_named("sleep", pgid))[0]
     nvml.processes[0] = [GpuProcess(pids["t/greedy"], 60_000 << 20),
                          GpuProcess(pids["t/modest"], 30_000 << 20)]
     killed = []
@@ -329,8 +347,7 @@ def test_watchdog_kills_the_pod_over_its_share_and_spares_the_other(tmp_path: Pa
     wait_for(lambda: greedy_rec.last.get("phase") == "Failed")
     assert greedy_rec.last["reason"] == "GPUMemoryExceeded"
     assert "60000 MiB" in greedy_rec.last["message"]
-    assert not psutil.pid_exists(pids["t/greedy"]) or psutil.Process(
-        pids["t/greedy"]).status() == psutil.STATUS_ZOMBIE
+    assert gone(pids["t/greedy"])
     assert modest_rec.last["phase"] == "Running"
     assert result.usage["t/modest"].memory_mib == {0: 30000}
     for w, _ in watched:
@@ -524,7 +541,7 @@ def test_shutdown_ends_processes_but_keeps_the_pod_for_the_next_agent(tmp_path: 
     first.shutdown(1.0)
     assert first.wait(10)
     assert not rec.deleted  # the pod object stays
-    assert not psutil.pid_exists(pgid) or psutil.Process(pgid).status() == psutil.STATUS_ZOMBIE
+    assert gone(pgid)
     assert "running" not in main_state(rec)["state"]
     # the next agent restarts it by its policy (Always)
     second, rec2 = supervise(p, tmp_path)
