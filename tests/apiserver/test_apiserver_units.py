@@ -147,3 +147,11 @@ def test_certificates_are_kept_and_reissued_for_new_hosts(tmp_path: Path) -> Non
     sans = issued.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert x509.IPAddress(ipaddress.ip_address("10.1.2.3")) in sans
     assert oct(key.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_new_ca_gets_a_new_serving_certificate(tmp_path: Path) -> None:
+    ca, cert, _key = ensure_certificates(tmp_path, ["127.0.0.1"])
+    (tmp_path / "ca.key").unlink()  # e.g. a data directory from before the CA key was kept
+    ensure_certificates(tmp_path, ["127.0.0.1"])
+    issued = x509.load_pem_x509_certificate(cert.read_bytes())
+    issued.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.read_bytes()))

@@ -13,6 +13,7 @@ import ipaddress
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -71,13 +72,16 @@ def _ensure_ca(pki: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
     return cert, key
 
 
-def _names_host(cert_path: Path, wanted: list[x509.GeneralName]) -> bool:
+def _still_good(cert_path: Path, ca: x509.Certificate,
+                wanted: list[x509.GeneralName]) -> bool:
+    """Whether the serving certificate is the CA's and names every wanted address."""
     if not cert_path.exists():
         return False
     cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
     try:
+        cert.verify_directly_issued_by(ca)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
+    except (ValueError, TypeError, x509.ExtensionNotFound, InvalidSignature):
         return False
     return all(name in sans for name in wanted)
 
@@ -92,7 +96,7 @@ def ensure_certificates(pki: Path, hosts: list[str]) -> tuple[Path, Path, Path]:
         if _san(host) not in wanted:
             wanted.append(_san(host))
     ca_cert, ca_key = _ensure_ca(pki)
-    if key_path.exists() and _names_host(cert_path, wanted):
+    if key_path.exists() and _still_good(cert_path, ca_cert, wanted):
         return pki / CA_CERT, cert_path, key_path
     now = datetime.datetime.now(datetime.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
