@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpushare.model.pod import PodStatus
-from gpushare.model.quantities import MIB, MILLI, RESOURCES
+from gpushare.model.quantities import MIB, MILLI, Res
 from gpushare.scheduler.actions import get_action
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.decisions import Bind, CycleResult, Evict, Pipeline, QueueReport
@@ -28,6 +28,10 @@ def run_cycle(state: ClusterState, config: Config, now: float) -> CycleResult:
         if action is not None:
             action(session)
     return collect(session)
+
+
+def _res_natural(res: Res) -> dict[str, float]:
+    return {"gpu": res.gpu / MILLI, "cpu": float(res.cpu), "memory": res.mem / MIB}
 
 
 def _natural(v: Vec) -> dict[str, float]:
@@ -75,14 +79,18 @@ def collect(session: Session) -> CycleResult:
         ):
             result.pending_reasons[job_key] = reason
     for name in sorted(state.queues):
+        qu = state.queue_usage[name]
         result.queues[name] = QueueReport(
-            fair_share=_natural(session.fair(name)),
-            deserved={r: float(v) if r != "memory" or v < 0 else float(v / MIB)
-                      for r, v in zip(RESOURCES, session.quota[name], strict=True)},
-            allocated=_natural(session.allocated(name)),
-            allocated_non_preemptible=_natural(session.allocated_np(name)),
+            fair_share=session.fair_share_report(name),
+            deserved=session.deserved_report(name),
+            allocated=_res_natural(qu.allocated),
+            allocated_non_preemptible=_res_natural(qu.allocated_np),
             requested=_natural(session.requested.get(name, session.allocated(name))),
         )
-    for job in state.jobs.values():
-        result.stale_since[job.key] = job.stale_since
+    # Staleness is reported for jobs that are stale now or were when the cycle began.
+    for key in sorted(session.stale_at_open | {
+        k for k, job in state.jobs.items() if job.stale_since is not None
+    }):
+        job = state.jobs.get(key)
+        result.stale_since[key] = None if job is None else job.stale_since
     return result

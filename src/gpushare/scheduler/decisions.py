@@ -48,4 +48,5 @@ class CycleResult:
     evictions: list[Evict] = field(default_factory=list)
     pending_reasons: dict[str, str] = field(default_factory=dict)  # job key -> reason
     queues: dict[str, QueueReport] = field(default_factory=dict)
-    stale_since: dict[str, float | None] = field(default_factory=dict)  # job key -> new value
+    # Job key -> staleness start (None: no longer stale), for jobs stale now or at cycle start.
+    stale_since: dict[str, float | None] = field(default_factory=dict)

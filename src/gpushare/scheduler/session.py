@@ -74,6 +74,9 @@ class Session:
         self.requested: dict[str, Vec] = {}
         self.fair_share: dict[str, Vec] = self._divide()
         self._gangs: dict[str, GangView] = {}
+        self.stale_at_open: set[str] = {
+            k for k, job in state.jobs.items() if job.stale_since is not None
+        }
 
     # ------------------------------------------------------------ fair share
     def _capacity(self) -> Vec:
@@ -123,6 +126,15 @@ class Session:
         return {n: tuple(s[r] for r in RESOURCES) for n, s in shares.items()}  # type: ignore[misc]
 
     # --------------------------------------------------------- queue figures
+    def fair_share_report(self, name: str) -> dict[str, float]:
+        g, c, m = self.fair(name)
+        return {GPU: float(g), CPU: float(c), MEMORY: float(m / MIB)}
+
+    def deserved_report(self, name: str) -> dict[str, float]:
+        """Quota in GPUs, millicores and MiB; -1 unlimited."""
+        g, c, m = self.quota[name]
+        return {GPU: float(g), CPU: float(c), MEMORY: -1.0 if m == UNLIMITED else float(m / MIB)}
+
     def allocated(self, name: str) -> Vec:
         return vec(self.state.queue_usage[name].allocated)
 
