@@ -31,3 +31,14 @@ def test_figures_and_children_make_the_status():
     assert status["childQueues"] == []
     assert status_differs({"status": {}}, status)
     assert not status_differs({"status": dict(status)}, status)
+
+
+def test_podgroup_phase_follows_its_gang():
+    from gpushare.controllers.scheduler_loop import podgroup_phase
+    from gpushare.model import PodStatus as S
+
+    assert podgroup_phase(2, [S.RUNNING, S.PENDING]) == "Pending"
+    assert podgroup_phase(2, [S.RUNNING, S.BINDING, S.PENDING]) == "Running"
+    assert podgroup_phase(1, [S.SUCCEEDED, S.SUCCEEDED]) == "Succeeded"
+    assert podgroup_phase(1, [S.SUCCEEDED, S.FAILED]) == "Failed"
+    assert podgroup_phase(1, []) == "Pending"

@@ -90,6 +90,10 @@ def test_three_teams_share_one_gpu_and_queues_show_330m(server, controllers, kub
     assert org["status"]["childQueues"] == sorted(TEAMS)
     groups = kubectl.json("get", "podgroups", "-n", "default")["items"]
     assert sorted(g["spec"]["queue"] for g in groups) == sorted(TEAMS)
+    wait_for(lambda: all((g.get("status") or {}).get("phase") == "Running"
+                         for g in kubectl.json("get", "podgroups", "-n", "default")["items"]),
+             what="the PodGroups Running")
+    assert "Running" in kubectl.run("get", "podgroups", "-n", "default").stdout
 
 
 def test_queue_commands_build_the_tree_and_show_the_shares(server, controllers, kubectl):

@@ -64,6 +64,8 @@ class Mirror:
     # Pods the loop has asked to delete: Releasing until the watch shows the deletion,
     # whatever older events say, so their resources are not handed out twice.
     evicting: set[str] = field(default_factory=set)
+    # PodGroups whose pods changed since the loop last looked (for their status phase).
+    dirty_jobs: set[str] = field(default_factory=set)
     job_memory: dict[str, JobMemory] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)  # object key -> why unusable
     _pods_by_job: dict[str, set[str]] = field(default_factory=dict)
@@ -271,6 +273,9 @@ class Mirror:
         return None
 
     def _forget_pod(self, key: str) -> None:
+        job_key = self._job_of_pod.get(key)
+        if job_key:
+            self.dirty_jobs.add(job_key)
         old = self.raw_pods.pop(key, None)
         if old is not None:
             self._unindex_pod(key, old)
@@ -338,6 +343,7 @@ class Mirror:
             return
         try:
             self.state.upsert_pod(pod)
+            self.dirty_jobs.add(job_key)
         except StateError as error:
             self.invalid[f"pod/{key}"] = str(error)
 

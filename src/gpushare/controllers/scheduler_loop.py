@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare.controllers.events import EventRecorder, now_rfc3339
+from gpushare.controllers.informer import WorkQueue, start_workers
 from gpushare.controllers.informers import InformerFactory
 from gpushare.controllers.kube import (
     NODES,
@@ -52,6 +53,33 @@ COMPONENT = "gpushare-scheduler"
 TIMED_ACTIONS = frozenset({"stalegangeviction"})
 BUSY_DELTAS = 100  # changes queued at a cycle's start that count as "under load"
 SLOW_CYCLE_FACTOR = 2.0  # wait at least this many times the last cycle's duration
+PHASE_WORKERS = 4
+PHASE_YIELD_SECONDS = 0.05
+PHASE_MAX_WAIT_SECONDS = 5.0  # a phase write waits at most this long for binds to drain
+
+
+# Kinds whose status the scheduler does not read (Queue status and PodGroup status are
+# written by this process).
+STATUS_BLIND = frozenset({"podgroup", "queue"})
+
+
+def _spec_and_meta(obj: Obj) -> tuple[Any, ...]:
+    meta = obj.get("metadata") or {}
+    return (obj.get("spec"), meta.get("labels"), meta.get("annotations"),
+            meta.get("ownerReferences"), meta.get("deletionTimestamp"))
+
+
+def podgroup_phase(min_member: int, statuses: list[PodStatus]) -> str:
+    """``Running`` once the gang is placed; ``Succeeded`` / ``Failed`` once every pod has
+    finished (any failure: Failed); ``Pending`` otherwise."""
+    placed = sum(1 for s in statuses if s in (PodStatus.BINDING, PodStatus.RUNNING,
+                                               PodStatus.RELEASING))
+    finished = [s for s in statuses if s in (PodStatus.SUCCEEDED, PodStatus.FAILED)]
+    if statuses and len(finished) == len(statuses):
+        return "Failed" if PodStatus.FAILED in finished else "Succeeded"
+    if statuses and placed >= max(min_member, 1):
+        return "Running"
+    return "Pending"
 
 
 @dataclass(slots=True)
@@ -132,6 +160,10 @@ class SchedulerLoop:
         self._wake = threading.Event()
         self._pool = ThreadPoolExecutor(bind_workers, thread_name_prefix="bind")
         self._reasons: dict[str, str] = {}  # job key -> last reported pending reason
+        self._binds_in_flight = 0
+        self._in_flight_lock = threading.Lock()
+        self._phases: dict[str, str] = {}  # PodGroup key -> phase written (or to write)
+        self._phase_queue = WorkQueue()
         self._informers = [
             (informers.get(PRIORITY_CLASSES), "priorityclass"),
             (informers.get(NODES), "node"),
@@ -144,6 +176,10 @@ class SchedulerLoop:
 
     def _handler(self, kind: str):
         def on_change(event: str, obj: Obj, old: Obj | None) -> None:
+            if kind in STATUS_BLIND and old is not None and event == "MODIFIED" and (
+                _spec_and_meta(obj) == _spec_and_meta(old)
+            ):
+                return  # a status write (ours, mostly): nothing the scheduler reads
             self._deltas.append((kind, event, obj))
             self._wake.set()
 
@@ -152,7 +188,8 @@ class SchedulerLoop:
     def start(self) -> list[threading.Thread]:
         thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         thread.start()
-        return [thread]
+        return [thread, *start_workers(self._phase_queue, self._write_phase, self.stopper,
+                                       "podgroup-phase", PHASE_WORKERS)]
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -240,6 +277,8 @@ class SchedulerLoop:
             if pod is None:
                 continue
             mirror.assume(bind.pod, bind.node, tuple(bind.gpu_indices), pod.portion)
+            with self._in_flight_lock:
+                self._binds_in_flight += 1
             self._pool.submit(self._bind, bind.pod, bind.node, tuple(bind.gpu_indices),
                               bind.portion, bind.gpu_memory_mib, bool(pod.gpu.wants_gpu))
             self.stats.binds += 1
@@ -276,8 +315,13 @@ class SchedulerLoop:
             memory = mirror.job_memory.get(job_key)
             if memory is not None:
                 memory.stale_since = stale
+        for bind in result.binds:
+            job_key = mirror.pod_group_of(bind.pod)
+            if job_key:
+                mirror.dirty_jobs.add(job_key)
         self._report_pending(result)
         self._publish_queues(result)
+        self._publish_phases()
 
     def _bind(
         self, key: str, node: str, indices: tuple[int, ...], portion: float, memory_mib: int,
@@ -304,6 +348,9 @@ class SchedulerLoop:
             self.stats.bind_failures += 1
             log.warning("bind %s to %s failed: %s", key, node, error)
             failure = error
+        finally:
+            with self._in_flight_lock:
+                self._binds_in_flight -= 1
         # The bind may have happened even though we saw an error (a dropped connection,
         # a server restart). Until the pod itself says, it keeps its GPUs in our state,
         # so nothing else is placed on them.
@@ -409,6 +456,41 @@ class SchedulerLoop:
                                         {"status": {"schedulingConditions": conditions}})
             except ApiError:
                 log.debug("PodGroup %s condition not written: %s", job_key, error)
+
+    def _publish_phases(self) -> None:
+        """Queue a ``status.phase`` write for each PodGroup whose phase changed."""
+        mirror = self.mirror
+        for job_key in mirror.dirty_jobs:
+            job = mirror.state.jobs.get(job_key)
+            pg = mirror.raw_podgroups.get(job_key)
+            if job is None or pg is None:
+                continue
+            phase = podgroup_phase(job.min_member, [mirror.state.pods[k].status for k in job.pods])
+            written = self._phases.get(job_key, (pg.get("status") or {}).get("phase"))
+            if phase != written:
+                self._phases[job_key] = phase
+                self._phase_queue.add(job_key)
+        mirror.dirty_jobs.clear()
+        for job_key in [k for k in self._phases if k not in mirror.raw_podgroups]:
+            del self._phases[job_key]
+
+    def _write_phase(self, job_key: str) -> None:
+        """Write a PodGroup's phase; binds in flight go first."""
+        waited = 0.0
+        while self._binds_in_flight and waited < PHASE_MAX_WAIT_SECONDS:
+            if self.stopper.wait(PHASE_YIELD_SECONDS):
+                return
+            waited += PHASE_YIELD_SECONDS
+        phase = self._phases.get(job_key)
+        if phase is None:
+            return
+        namespace, _, name = job_key.partition("/")
+        try:
+            self.client.merge_patch(PODGROUPS.item(name, namespace, "status"),
+                                    {"status": {"phase": phase}})
+        except ApiError as error:
+            if not error.not_found:
+                raise
 
     def _publish_queues(self, result: CycleResult) -> None:
         reports = {name: figures_of(report) for name, report in result.queues.items()}
