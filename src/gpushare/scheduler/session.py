@@ -260,7 +260,19 @@ class OrderFigures:
         self.quota: dict[str, tuple[Fraction | None, ...]] = {}
         self.alloc_share: dict[str, tuple[float, float, float]] = {}
         self.alloc_zero: dict[str, tuple[bool, bool, bool]] = {}
-        for name in session.state.queues:
+        # The figures depend only on fair share, quota, limit and capacity, which rarely
+        # change between cycles: reuse last cycle's where they are the same.
+        state = session.state
+        previous: dict = getattr(state, "_order_figures_memo", {})
+        memo: dict = {}
+        for name in state.queues:
+            key = (session.fair(name), session.quota[name], session.limit[name], cap)
+            hit = previous.get(key)
+            if hit is not None:
+                (self.fair_floor[name], self.quota[name], self.alloc_share[name],
+                 self.alloc_zero[name]) = hit
+                memo[key] = hit
+                continue
             fair = session.fair(name)
             self.fair_floor[name] = tuple(  # type: ignore[assignment]
                 (fair[i] * scale[i]).__floor__() for i in range(3)
@@ -276,3 +288,6 @@ class OrderFigures:
             )
             self.alloc_zero[name] = tuple(u == 0 for u in units)  # type: ignore[assignment]
             self.alloc_share[name] = units  # type: ignore[assignment]
+            memo[key] = (self.fair_floor[name], self.quota[name], self.alloc_share[name],
+                         self.alloc_zero[name])
+        state._order_figures_memo = memo  # type: ignore[attr-defined]
