@@ -130,3 +130,34 @@ def test_queue_report_has_fair_share_and_allocation():
     assert report.fair_share["gpu"] == 0.33
     assert report.allocated["gpu"] == 0.33
     assert report.requested["gpu"] == 0.33
+
+
+def test_jobs_of_a_shape_that_found_no_room_get_their_own_reason():
+    state = cluster(gpus=1)
+    state.upsert_queue(queue("q", gpu_quota=-1))
+    add_job(state, "fits", "q", whole=1, created_at=0)
+    add_job(state, "late-a", "q", whole=1, created_at=1)
+    add_job(state, "late-b", "q", whole=1, created_at=2)
+    result = run_cycle(state, ALLOCATE, 0)
+    assert [b.pod for b in result.binds] == ["default/fits-0"]
+    assert result.pending_reasons["default/late-a"] == (
+        "Resources were not found for pod default/late-a-0 due to: "
+        "0/1 nodes are available: 1 node(s) insufficient GPUs."
+    )
+    assert result.pending_reasons["default/late-b"] == (
+        result.pending_reasons["default/late-a"].replace("late-a", "late-b")
+    )
+
+
+def test_reason_counts_nodes_that_are_not_ready_or_do_not_match():
+    state = cluster(nodes=0)
+    state.upsert_node(Node("down", gpus=4, ready=False))
+    state.upsert_node(Node("other", gpus=4, labels={"type": "a100"}))
+    state.upsert_queue(queue("q", gpu_quota=-1))
+    job = add_job(state, "sel", "q", whole=1)
+    state.job_pods(job)[0].node_selector = {"type": "t4"}
+    result = run_cycle(state, ALLOCATE, 0)
+    assert result.pending_reasons["default/sel"].endswith(
+        "0/2 nodes are available: 1 node(s) node not ready, "
+        "1 node(s) node selector does not match."
+    )
