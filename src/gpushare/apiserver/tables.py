@@ -198,7 +198,8 @@ def _node_row(obj: dict[str, Any], now: datetime) -> Row:
     state = "Unknown"
     for cond in status.get("conditions") or ():
         if cond.get("type") == "Ready":
-            state = {"True": "Ready", "False": "NotReady"}.get(cond.get("status"), "Unknown")
+            # as kubectl prints it: a lost heartbeat (Unknown) shows NotReady too
+            state = "Ready" if cond.get("status") == "True" else "NotReady"
     if spec.get("unschedulable"):
         state += ",SchedulingDisabled"
     labels = obj["metadata"].get("labels") or {}
