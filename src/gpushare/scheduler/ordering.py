@@ -309,9 +309,9 @@ class JobQueue:
             epoch = self._epoch.get(name, 0)
             cached = self._best_cache.get(name)
             if cached is not None and cached[0] == version and cached[1] == epoch:
-                job = cached[2]
-                if job is None or self._top_is(name, job):
-                    return job
+                # Nothing below this queue changed (no push or pop, no pod of its jobs
+                # moved): the choice made last time stands.
+                return cached[2]
             queue = state.queues.get(name)
             kids = [] if queue is None else [k for k in queue.children if self._live(k)]
             result = self._top(name) if not kids else best_job(self._choose(kids, best_job))
@@ -334,16 +334,6 @@ class JobQueue:
         self._count -= 1
         self._touch(job.queue, -1)
         return job
-
-    def _top_is(self, name: str, job: Job) -> bool:
-        """Whether a cached best job is still a candidate with the same figures."""
-        heap = self._heaps.get(job.queue)
-        if not heap:
-            return False
-        version = self.state.job_version.get(job.key, 0)
-        return any(e[2] is job and e[3] == version for e in heap[:1]) or (
-            name != job.queue and self._top(job.queue) is job
-        )
 
     def _live(self, name: str) -> bool:
         """Whether the queue's subtree holds candidates."""
