@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 WORKERS = 16  # concurrent reconciles: API round trips overlap
 ANNOTATION_WORKERS = 8
 ANNOTATION_YIELD_SECONDS = 0.01
+ANNOTATION_MAX_WAIT_SECONDS = 5.0  # under steady churn, annotations still get written
 
 SCHEDULER_NAMES = ("gpushare", "kai-scheduler")
 OWNER_CACHE_SECONDS = 5.0
@@ -179,9 +180,12 @@ class PodGrouper:
 
         PodGroups come first: the scheduler can place a pod as soon as the group owned by
         the pod (or its controller) exists, so during a burst the annotations wait until
-        no PodGroup is left to write."""
-        while len(self.queue) > 0 and not self.stopper.stopped:
-            self.stopper.wait(ANNOTATION_YIELD_SECONDS)
+        no PodGroup is left to write (or ANNOTATION_MAX_WAIT_SECONDS)."""
+        waited = 0.0
+        while len(self.queue) > 0 and waited < ANNOTATION_MAX_WAIT_SECONDS:
+            if self.stopper.wait(ANNOTATION_YIELD_SECONDS):
+                return
+            waited += ANNOTATION_YIELD_SECONDS
         name = self._annotate_as.pop(key, None)
         pod = self.pods.get(key)
         if name is None or pod is None:
