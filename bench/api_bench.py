@@ -143,6 +143,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
     args = parser.parse_args()
 
+    if args.profile and shutil.which("py-spy") is None:
+        sys.exit("--profile needs py-spy (pip install py-spy)")
     workdir = Path(tempfile.mkdtemp(prefix="gpushare-bench-"))
     data, kubeconfig, port = workdir / "data", workdir / "admin.kubeconfig", free_port()
     data.mkdir()
