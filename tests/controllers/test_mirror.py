@@ -170,3 +170,20 @@ def test_evicted_pod_stays_releasing_until_its_deletion_shows():
     mirror.evicting.add("ns/a")
     mirror.on_pod("DELETED", running)
     assert "ns/a" not in mirror.state.pods and not mirror.evicting
+
+
+def test_pods_of_other_schedulers_take_cpu_and_memory_off_their_node():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "8", "32Gi", {}, NOW))
+    daemon = pod("logger", "none", node="n1")
+    daemon["spec"]["schedulerName"] = "default-scheduler"
+    daemon["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2", "memory": "4Gi"}}
+    mirror.on_pod("ADDED", daemon)
+    node = mirror.state.nodes["n1"]
+    assert (node.cpu_millis, node.memory_bytes) == (6000, 28 * 1024**3)
+    daemon["status"] = {"phase": "Succeeded"}
+    mirror.on_pod("MODIFIED", daemon)
+    assert mirror.state.nodes["n1"].cpu_millis == 8000
+    mirror.on_pod("MODIFIED", {**daemon, "status": {"phase": "Running"}})
+    mirror.on_pod("DELETED", daemon)
+    assert mirror.state.nodes["n1"].cpu_millis == 8000

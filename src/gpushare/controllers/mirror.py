@@ -22,6 +22,7 @@ from typing import Any
 from gpushare.controllers.translate import (
     PODGROUP_ANNOTATION,
     TranslateError,
+    cpu_memory_requests,
     job_from_podgroup,
     node_from_api,
     pod_from_api,
@@ -66,6 +67,10 @@ class Mirror:
     evicting: set[str] = field(default_factory=set)
     # PodGroups whose pods changed since the loop last looked (for their status phase).
     dirty_jobs: set[str] = field(default_factory=set)
+    # CPU and memory that pods of other schedulers hold on each node (millicores, bytes):
+    # taken off the node's capacity, as KAI does.
+    foreign: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    _foreign_node: dict[str, str] = field(default_factory=dict)  # pod key -> node
     job_memory: dict[str, JobMemory] = field(default_factory=dict)
     invalid: dict[str, str] = field(default_factory=dict)  # object key -> why unusable
     _pods_by_job: dict[str, set[str]] = field(default_factory=dict)
@@ -106,6 +111,11 @@ class Mirror:
         self.raw_nodes[name] = obj
         known = name in self.state.nodes
         node = node_from_api(obj)
+        held = self.foreign.get(name)
+        if held:
+            node.cpu_millis = max(node.cpu_millis - sum(c for c, _ in held.values()), 0)
+            node.memory_bytes = max(node.memory_bytes - sum(m for _, m in held.values()), 0)
+            node.max_pods = max(node.max_pods - len(held), 0)
         old = self.state.nodes.get(name)
         if old is not None and _same_node(old, node):
             return
@@ -234,6 +244,7 @@ class Mirror:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         if kind == "DELETED" or not self.ours(obj):
             self._forget_pod(key)
+            self._note_foreign(key, None if kind == "DELETED" else obj)
             return
         old = self.raw_pods.get(key)
         if old is not None and _older(obj, old):
@@ -242,6 +253,30 @@ class Mirror:
         if (obj.get("spec") or {}).get("nodeName"):
             self.assumed.pop(key, None)  # the bind is visible now
         self._apply_pod(key)
+
+    def _note_foreign(self, key: str, pod: Obj | None) -> None:
+        """Keep each node's capacity net of what other schedulers' pods hold there."""
+        node = None
+        held = (0, 0)
+        if pod is not None:
+            spec = pod.get("spec") or {}
+            phase = (pod.get("status") or {}).get("phase")
+            if spec.get("nodeName") and phase not in ("Succeeded", "Failed"):
+                node = str(spec["nodeName"])
+                held = cpu_memory_requests(pod)
+        before = self._foreign_node.get(key)
+        if before == node and (node is None or self.foreign.get(node, {}).get(key) == held):
+            return
+        if before is not None:
+            self.foreign.get(before, {}).pop(key, None)
+            self._foreign_node.pop(key, None)
+        if node is not None:
+            self.foreign.setdefault(node, {})[key] = held
+            self._foreign_node[key] = node
+        for changed in {before, node} - {None}:
+            raw = self.raw_nodes.get(changed)  # type: ignore[arg-type]
+            if raw is not None:
+                self.on_node("MODIFIED", raw)
 
     def _reindex_pod(self, key: str, obj: Obj) -> None:
         old = self.raw_pods.get(key)
