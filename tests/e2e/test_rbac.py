@@ -1,0 +1,66 @@
+"""The controllers run with only the permissions of `controllers/rbac.yaml`, and a user
+without them is refused (the same RBAC a real cluster applies)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import resources
+
+import pytest
+from e2e_support import add_node, wait_for
+
+from gpushare.controllers.kube import PODS, ApiError, KubeClient
+
+
+def _kubeconfig_for(server, user: str, path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpushare.cli.main", "kubeconfig", "--data-dir",
+         str(server.data_dir), "--user", user, "-o", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return str(path)
+
+
+def test_controllers_work_with_the_shipped_cluster_role(server, kubectl, tmp_path):
+    from gpushare.controllers.manager import start_controllers
+
+    rbac = resources.files("gpushare.controllers").joinpath("rbac.yaml").read_text()
+    kubectl.run("apply", "-f", "-", stdin=rbac)
+    restricted = _kubeconfig_for(server, "gpushare-controllers", tmp_path / "ctl.kubeconfig")
+    nobody = KubeClient.from_kubeconfig(_kubeconfig_for(server, "nobody",
+                                                        tmp_path / "nobody.kubeconfig"))
+    with pytest.raises(ApiError) as refused:
+        nobody.list(PODS.collection())
+    assert refused.value.status == 403
+    nobody.close()
+
+    add_node(server.kubeconfig, "box", "1xL40S")
+    kubectl.run("apply", "-f", "-", stdin="""
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {name: team}
+spec:
+  resources:
+    gpu: {quota: 1, limit: -1, overQuotaWeight: 1}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: work
+  namespace: default
+  labels: {kai.scheduler/queue: team}
+  annotations: {gpu-fraction: "0.5"}
+spec:
+  containers: [{name: main, image: busybox}]
+""")
+    running = start_controllers(restricted)
+    try:
+        wait_for(lambda: kubectl.json("get", "pod", "work", "-n", "default")["spec"]
+                 .get("nodeName"), what="the pod bound by restricted controllers")
+        wait_for(lambda: kubectl.json("get", "queue", "team").get("status", {})
+                 .get("allocated", {}).get("nvidia.com/gpu") == "500m",
+                 what="queue status written by restricted controllers")
+    finally:
+        running.stop()
