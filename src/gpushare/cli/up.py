@@ -53,8 +53,7 @@ def controllers(
         list[str] | None,
         typer.Option(help="run only these controllers (repeatable): pod-grouper, "
                      "job-controller, replicaset-controller, deployment-controller, "
-                     "scheduler, queue-status, static-node-pods, node-lifecycle, "
-                     "garbage-collector (for API servers that do not collect dependents)"),
+                     "scheduler, queue-status, static-node-pods, node-lifecycle"),
     ] = None,
     scheduler_name: Annotated[
         list[str] | None,
@@ -68,7 +67,7 @@ def controllers(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Run all controllers in one process (pod-grouper, Job, GC, scheduler, queue status)."""
+    """Run all controllers in one process (pod-grouper, workloads, scheduler, queue status)."""
     from gpushare.controllers.manager import DEFAULT, start_controllers
     from gpushare.controllers.pod_grouper import SCHEDULER_NAMES
     from gpushare.controllers.scheduler_config import SchedulerConfigError, load_scheduler_config

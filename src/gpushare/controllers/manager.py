@@ -8,7 +8,6 @@ import threading
 from dataclasses import dataclass, field
 
 from gpushare.controllers.events import EventRecorder
-from gpushare.controllers.garbage_collector import GarbageCollector
 from gpushare.controllers.informers import InformerFactory
 from gpushare.controllers.job_controller import JobController
 from gpushare.controllers.kube import KubeClient, Stopper
@@ -21,12 +20,11 @@ from gpushare.scheduler.config import Config
 
 log = logging.getLogger(__name__)
 
+# No garbage collector: the embedded API server collects dependents of deleted (or never
+# existing) owners itself, as kube-controller-manager does on a real cluster.
 ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
-       "scheduler", "queue-status", "static-node-pods", "node-lifecycle", "garbage-collector")
-# The embedded API server collects dependents itself; the controller is for servers
-# that do not.
-DEFAULT = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
-           "scheduler", "queue-status", "static-node-pods", "node-lifecycle")
+       "scheduler", "queue-status", "static-node-pods", "node-lifecycle")
+DEFAULT = ALL
 
 
 @dataclass
@@ -82,8 +80,6 @@ def start_controllers(
         out.controllers["deployment-controller"] = DeploymentController(
             client, informers, stopper, events
         )
-    if "garbage-collector" in enabled:
-        out.controllers["garbage-collector"] = GarbageCollector(client, informers, stopper)
     if "static-node-pods" in enabled:
         out.controllers["static-node-pods"] = StaticNodePods(client, informers, stopper)
     if "scheduler" in enabled or "queue-status" in enabled:
