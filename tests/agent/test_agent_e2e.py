@@ -18,9 +18,9 @@ from typing import Any
 import psutil
 import pytest
 
-from gpushare.agent.kube import Kube, api_client_from_kubeconfig
 from gpushare.apiserver.server import ApiServer
 from gpushare.controllers import node_lifecycle
+from gpushare.kube.client import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, KubeClient
 
 NODE = "e2e-node"
 NS = "default"
@@ -32,7 +32,7 @@ class Cluster:
         self.root = root
         self.server = ApiServer(root / "api").start()
         self.kubeconfig = root / "api" / "admin.kubeconfig"
-        self.kube = Kube(api_client_from_kubeconfig(str(self.kubeconfig)))
+        self.kube = KubeClient.from_kubeconfig(str(self.kubeconfig))
         self.agent: subprocess.Popen[bytes] | None = None
 
     def start_agent(self) -> None:
@@ -44,10 +44,10 @@ class Cluster:
             stdout=open(self.root / "agent.log", "ab"),  # noqa: SIM115
             stderr=subprocess.STDOUT,
         )
-        before = log_port(self.kube.get_node(NODE))
+        before = log_port(self.kube.get(NODES.item(NODE)))
         # a restarted agent serves logs on a new port: wait for its registration, not the
         # stale Ready condition of the one before
-        wait_for(lambda: (node := self.kube.get_node(NODE)) is not None
+        wait_for(lambda: (node := self.kube.get(NODES.item(NODE))) is not None
                  and ready_status(node) == "True" and log_port(node) not in (None, before), 30)
 
     def kill_agent(self, sig: int = signal.SIGKILL) -> None:
@@ -73,10 +73,10 @@ class Cluster:
         body = {"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}},
                 "spec": spec}
-        self.kube.core.create_namespaced_pod(NS, body, _preload_content=False)
+        self.kube.create(PODS.collection(NS), body)
 
     def pod(self, name: str) -> dict[str, Any] | None:
-        return self.kube.read_pod(NS, name)
+        return self.kube.get(PODS.item(name, NS))
 
     def wait_phase(self, name: str, *phases: str, timeout: float = 20) -> dict[str, Any]:
         return wait_for(lambda: (p := self.pod(name)) is not None
@@ -136,7 +136,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def test_node_registration(cluster: Cluster) -> None:
-    node = cluster.kube.get_node(NODE)
+    node = cluster.kube.get(NODES.item(NODE))
     assert node is not None
     labels, annotations = node["metadata"]["labels"], node["metadata"]["annotations"]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
@@ -153,11 +153,10 @@ def test_node_registration(cluster: Cluster) -> None:
 
 
 def test_pod_runs_with_gpu_env_expanded_env_and_field_refs(cluster: Cluster) -> None:
-    cluster.kube.core.create_namespaced_config_map(
-        NS, {"metadata": {"name": "settings"}, "data": {"mode": "fast"}}, _preload_content=False)
-    cluster.kube.core.create_namespaced_secret(
-        NS, {"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}},
-        _preload_content=False)
+    cluster.kube.create(CONFIGMAPS.collection(NS),
+                        {"metadata": {"name": "settings"}, "data": {"mode": "fast"}})
+    cluster.kube.create(SECRETS.collection(NS),
+                        {"metadata": {"name": "creds"}, "stringData": {"token": "s3cret"}})
     script = ("echo CUDA=$CUDA_VISIBLE_DEVICES NV=$NVIDIA_VISIBLE_DEVICES "
               "PORTION=$GPU_PORTION NAME=$(POD_NAME) GREETING=$GREETING MODE=$MODE "
               "TOKEN=$TOKEN NODE=$NODE ESC='$$(POD_NAME)' PWD=$(pwd)")
@@ -182,7 +181,7 @@ def test_pod_runs_with_gpu_env_expanded_env_and_field_refs(cluster: Cluster) -> 
     logs = cluster.kubectl("logs", "env-pod")
     assert logs.returncode == 0, logs.stderr
     fields = dict(item.split("=", 1) for item in logs.stdout.split())
-    node = cluster.kube.get_node(NODE)
+    node = cluster.kube.get(NODES.item(NODE))
     uuid1 = json.loads(node["metadata"]["annotations"]["gpushare.io/gpus"])[1]["uuid"]
     assert fields["CUDA"] == "1" and fields["NV"] == uuid1 and fields["PORTION"] == "0.5"
     assert fields["NAME"] == "env-pod" and fields["GREETING"] == "hello-env-pod"
@@ -217,8 +216,7 @@ def test_exit_code_and_restart_policies(cluster: Cluster) -> None:
     assert conditions["PodScheduled"] == "True" and conditions["Initialized"] == "True"
 
     def reasons() -> set[str]:
-        events = json.loads(cluster.kube.core.list_namespaced_event(
-            NS, _preload_content=False).data)["items"]
+        events = cluster.kube.list(EVENTS.collection(NS))["items"]
         return {e["reason"] for e in events if e["involvedObject"]["name"] == "flaky"}
 
     assert wait_for(lambda: {"Started", "BackOff"} <= reasons())
@@ -320,15 +318,15 @@ def test_killed_agent_node_turns_not_ready_and_recovers(cluster: Cluster) -> Non
     stop = threading.Event()
     controller = threading.Thread(
         target=node_lifecycle.run,
-        args=(cluster.kube.api_client, stop),
+        args=(cluster.kube, stop),
         kwargs={"grace_s": 2.0, "interval_s": 0.3},
         daemon=True,
     )
     controller.start()
     try:
-        assert ready_status(cluster.kube.get_node(NODE)) == "True"
+        assert ready_status(cluster.kube.get(NODES.item(NODE))) == "True"
         cluster.kill_agent(signal.SIGKILL)
-        node = wait_for(lambda: (n := cluster.kube.get_node(NODE)) is not None
+        node = wait_for(lambda: (n := cluster.kube.get(NODES.item(NODE))) is not None
                         and ready_status(n) == "Unknown" and n, 15)
         assert any(t["key"] == "node.kubernetes.io/unreachable"
                    for t in node["spec"].get("taints") or [])
@@ -336,7 +334,7 @@ def test_killed_agent_node_turns_not_ready_and_recovers(cluster: Cluster) -> Non
         row = cluster.kubectl("get", "node", NODE, "--no-headers").stdout.split()
         assert row[1] == "NotReady"
         cluster.start_agent()
-        wait_for(lambda: not ((cluster.kube.get_node(NODE) or {}).get("spec") or {}).get(
+        wait_for(lambda: not ((cluster.kube.get(NODES.item(NODE)) or {}).get("spec") or {}).get(
             "taints"), 10)
     finally:
         stop.set()
@@ -354,7 +352,7 @@ def test_watchdog_through_the_api_with_a_fake_nvml(tmp_path: Path) -> None:
     from gpushare.agent.supervisor import SupervisorConfig
 
     server = ApiServer(tmp_path / "api").start()
-    kube = Kube(api_client_from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig")))
+    kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
     nvml = FakeNvml.with_gpus("1xH100", node="fake-gpu-node")
     inventory = probe_inventory(nvml)  # as if probed: not declared
     config = AgentConfig(node_name="fake-gpu-node", data_dir=tmp_path / "agent",
@@ -364,18 +362,18 @@ def test_watchdog_through_the_api_with_a_fake_nvml(tmp_path: Path) -> None:
                   Enforcement(("nvml-watchdog",), "nvml-watchdog"), nvml)
     agent.start()
     try:
-        node = kube.get_node("fake-gpu-node")
+        node = kube.get(NODES.item("fake-gpu-node"))
         assert node["metadata"]["annotations"]["gpushare.io/enforcement"] == "nvml-watchdog"
         assert "gpushare.io/gpus-declared" not in node["metadata"]["annotations"]
         share = {"gpushare.io/gpu-indices": "0", "gpushare.io/gpu-portion": "0.5",
                  "gpushare.io/gpu-memory-mib": "40000"}
         for name in ("tenant", "neighbour"):
-            kube.core.create_namespaced_pod(NS, {
+            kube.create(PODS.collection(NS), {
                 "metadata": {"name": name, "annotations": share},
                 "spec": {"nodeName": "fake-gpu-node", "restartPolicy": "Always",
                          "containers": [{"name": "main", "image": "x",
                                          "command": ["sh", "-c", "sleep 300 & wait"]}]},
-            }, _preload_content=False)
+            })
         wait_for(lambda: len(agent.pods()) == 2
                  and all(s.process_groups() for s in agent.pods().values()))
         pids = {}
@@ -385,25 +383,25 @@ def test_watchdog_through_the_api_with_a_fake_nvml(tmp_path: Path) -> None:
         nvml.processes[0] = [GpuProcess(pids["default/tenant"], 10_000 << 20),
                              GpuProcess(pids["default/neighbour"], 5_000 << 20)]
         assert agent.monitor_once() == []
-        usage = wait_for(lambda: (kube.read_pod(NS, "tenant") or {}).get("metadata", {})
+        usage = wait_for(lambda: (kube.get(PODS.item("tenant", NS)) or {}).get("metadata", {})
                          .get("annotations", {}).get("gpushare.io/gpu-usage"))
         assert json.loads(usage)["memoryMiB"] == 10_000
         assert json.loads(usage)["allocatedMemoryMiB"] == 40_000
-        totals = wait_for(lambda: kube.get_node("fake-gpu-node")["metadata"]["annotations"]
+        totals = wait_for(lambda: kube.get(NODES.item("fake-gpu-node"))["metadata"]["annotations"]
                           .get("gpushare.io/gpu-usage"))
         assert json.loads(totals)["gpus"][0]["memoryMiB"] == 15_000
         assert json.loads(totals)["gpus"][0]["allocatedMemoryMiB"] == 80_000
 
         nvml.processes[0][0] = GpuProcess(pids["default/tenant"], 60_000 << 20)
         assert agent.monitor_once() == ["default/tenant"]
-        pod = wait_for(lambda: (p := kube.read_pod(NS, "tenant"))
+        pod = wait_for(lambda: (p := kube.get(PODS.item("tenant", NS)))
                        and p["status"].get("phase") == "Failed" and p)
         assert pod["status"]["reason"] == "GPUMemoryExceeded"
         assert "60000 MiB" in pod["status"]["message"]
-        events = json.loads(kube.core.list_namespaced_event(NS, _preload_content=False).data)
+        events = kube.list(EVENTS.collection(NS))
         assert any(e["reason"] == "GPUMemoryExceeded"
                    and e["involvedObject"]["name"] == "tenant" for e in events["items"])
-        assert kube.read_pod(NS, "neighbour")["status"]["phase"] == "Running"
+        assert kube.get(PODS.item("neighbour", NS))["status"]["phase"] == "Running"
     finally:
         agent.stop(stop_pods=True)
         server.stop()

@@ -87,10 +87,13 @@ def test_the_taint_goes_when_the_node_is_ready_again() -> None:
 def test_run_accepts_a_holder_of_the_api_client_and_a_stopper_without_is_set() -> None:
     import threading
 
-    from gpushare.controllers import node_lifecycle
+    from kubernetes import client as k8s_client
 
-    class Holder:  # like the controllers' JSON client
-        api_client = object()
+    from gpushare.controllers import node_lifecycle
+    from gpushare.kube.client import KubeClient
+
+    class Holder:  # anything that holds the official client's ApiClient
+        api_client = k8s_client.ApiClient()
 
     class Stopper:  # like the controllers' stopper: `stopped` and `wait`
         def __init__(self) -> None:
@@ -114,5 +117,8 @@ def test_run_accepts_a_holder_of_the_api_client_and_a_stopper_without_is_set() -
         event.set()
         node_lifecycle.run(Holder(), event)
         assert len(calls) == 1  # already stopped: no pass
+        shared = KubeClient(Holder.api_client)
+        node_lifecycle.run(shared, Stopper(), interval_s=0.01)
+        assert len(calls) == 2 and calls[1].kube is shared  # the shared client as it is
     finally:
         node_lifecycle.NodeLifecycleController.reconcile_once = original

@@ -248,3 +248,26 @@ def test_secret_data_is_base64_decoded() -> None:
     encoded = base64.b64encode(b"v").decode()
     assert decode_secret({"k": encoded}) == {"k": "v"}
     assert decode_secret(None) is None
+
+
+def _resource_env(quantity: str, divisor: str | None = None) -> dict[str, str]:
+    ref: dict[str, str] = {"resource": "limits.memory"}
+    if divisor is not None:
+        ref["divisor"] = divisor
+    return plan({"name": "c", "command": ["x"], "resources": {"limits": {"memory": quantity}},
+                 "env": [{"name": "MEM", "valueFrom": {"resourceFieldRef": ref}}]}).env
+
+
+def test_resource_field_ref_divides_exactly_and_rounds_up() -> None:
+    assert _resource_env("1Gi", "1Mi")["MEM"] == "1024"
+    assert _resource_env("100m", "1m")["MEM"] == "100"  # exact: no float drift to 101
+    assert _resource_env("1500M", "1G")["MEM"] == "2"
+
+
+def test_bad_quantities_name_the_field() -> None:
+    with pytest.raises(PodSpecError, match=r"env\[0\]\.valueFrom\.resourceFieldRef: 'lots'"):
+        _resource_env("lots")
+    with pytest.raises(PodSpecError, match=r"env\[0\]\.valueFrom\.divisor: '1Zi'"):
+        _resource_env("1Gi", "1Zi")
+    with pytest.raises(PodSpecError, match=r"env\[0\]\.valueFrom\.divisor: '0' must be positive"):
+        _resource_env("1Gi", "0")

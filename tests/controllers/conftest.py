@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpushare.controllers.kube import KubeClient
+from gpushare.kube.client import KubeClient
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from gpushare.controllers.events import EventRecorder
-from gpushare.controllers.kube import EVENTS, PODS, Stopper
+from gpushare.kube.client import EVENTS, PODS, Stopper
 
 
 def wait(check, timeout=10.0):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-from gpushare.controllers.informer import Informer, WorkQueue, start_workers
-from gpushare.controllers.kube import PODS, Stopper
+from gpushare.kube.client import PODS, Stopper
+from gpushare.kube.informer import Informer, WorkQueue, start_workers
 
 
 def pod(name):

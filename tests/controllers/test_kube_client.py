@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kubernetes import client as k8s_client
 
-from gpushare.controllers.kube import JOBS, NODES, QUEUES, _throttled
+from gpushare.kube.client import JOBS, NODES, QUEUES, _throttled
 
 
 def test_refresh_hook_runs_at_most_once_per_period_and_survives_reinstalling_itself():

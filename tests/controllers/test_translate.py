@@ -6,7 +6,6 @@ from fractions import Fraction
 
 import pytest
 
-from gpushare.controllers.quantities import format_bytes, format_milli, to_int, to_milli
 from gpushare.controllers.translate import (
     TranslateError,
     cpu_memory_requests,
@@ -18,6 +17,7 @@ from gpushare.controllers.translate import (
     pod_status,
     queue_from_api,
 )
+from gpushare.kube.quantity import format_bytes, format_milli, to_int, to_milli
 from gpushare.model import PodStatus
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from e2e_support import KUBECTL, Kubectl, ServerProcess, free_port
 
-from gpushare.controllers.kube import KubeClient
+from gpushare.kube.client import KubeClient
 
 
 @pytest.fixture

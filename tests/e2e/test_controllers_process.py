@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from e2e_support import wait_for
 
-from gpushare.controllers.kube import NODES
 from gpushare.controllers.static_nodes import (
     STATIC_NODE_ANNOTATION,
     register_static_node,
     static_node,
 )
+from gpushare.kube.client import NODES
 
 LONG_AGO = "2020-01-01T00:00:00Z"
 

@@ -10,7 +10,7 @@ from importlib import resources
 import pytest
 from e2e_support import add_node, wait_for
 
-from gpushare.controllers.kube import PODS, ApiError, KubeClient
+from gpushare.kube.client import PODS, ApiError, KubeClient
 
 
 def _kubeconfig_for(server, user: str, path) -> str:

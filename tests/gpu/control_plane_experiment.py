@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpushare.agent.kube import Kube, api_client_from_kubeconfig
+from kubernetes import client as k8s_client
+
 from gpushare.apiserver.server import ApiServer
+from gpushare.kube.client import NODES, PODS, KubeClient
 
 WORKER = Path(__file__).resolve().parent / "matmul_worker.py"
 NODE = "gpu-node"
@@ -78,7 +80,8 @@ def main() -> int:
 
     server = ApiServer(args.data_dir / "api").start()
     kubeconfig = args.data_dir / "api" / "admin.kubeconfig"
-    kube = Kube(api_client_from_kubeconfig(str(kubeconfig)))
+    kube = KubeClient.from_kubeconfig(str(kubeconfig))
+    logs = k8s_client.CoreV1Api(kube.api_client)  # logs are text, not JSON
     agent_log = open(args.out / "agent.log", "wb")  # noqa: SIM115
     agent = subprocess.Popen(
         [sys.executable, "-m", "gpushare.cli.main", "agent", "--kubeconfig", str(kubeconfig),
@@ -87,7 +90,7 @@ def main() -> int:
         stdout=agent_log, stderr=subprocess.STDOUT,
     )
     try:
-        node = wait_for(lambda: (n := kube.get_node(NODE)) and any(
+        node = wait_for(lambda: (n := kube.get(NODES.item(NODE))) and any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in (n.get("status") or {}).get("conditions") or []) and n, 90)
         results["node"] = {
@@ -109,34 +112,34 @@ def main() -> int:
         pods["too-big"] = ["--alloc-gib", str(round(third / 1024 * 1.3)), "--hold-seconds", "5",
                            "--seconds", "1", "--undo-fraction"]
         for name, worker_args in pods.items():
-            kube.core.create_namespaced_pod(NS, {
+            kube.create(PODS.collection(NS), {
                 "metadata": {"name": name, "annotations": share},
                 "spec": {"nodeName": NODE, "restartPolicy": "Never",
                          "containers": [{"name": "main", "image": "none",
                                          "command": [sys.executable, str(args.worker),
                                                      *worker_args]}]},
-            }, _preload_content=False)
+            })
         peak_usage: dict[str, int] = {}
         node_usage: list[Any] = []
         final: dict[str, dict[str, Any]] = {}
         deadline = time.monotonic() + args.seconds + 150
         while time.monotonic() < deadline and len(final) < len(pods):
             for name in pods:
-                pod = kube.read_pod(NS, name) or {}
+                pod = kube.get(PODS.item(name, NS)) or {}
                 usage = (pod.get("metadata") or {}).get("annotations", {}).get(
                     "gpushare.io/gpu-usage")
                 if usage:
                     peak_usage[name] = max(peak_usage.get(name, 0), json.loads(usage)["memoryMiB"])
                 if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                     final[name] = pod["status"]
-            totals = (kube.get_node(NODE) or {}).get("metadata", {}).get("annotations", {}).get(
-                "gpushare.io/gpu-usage")
+            totals = (kube.get(NODES.item(NODE)) or {}).get("metadata", {}).get(
+                "annotations", {}).get("gpushare.io/gpu-usage")
             if totals and (not node_usage or node_usage[-1] != totals):
                 node_usage.append(totals)
             time.sleep(1)
         results["pods"] = {}
         for name in pods:
-            raw = kube.core.read_namespaced_pod_log(name, NS, _preload_content=False).data.decode()
+            raw = logs.read_namespaced_pod_log(name, NS, _preload_content=False).data.decode()
             line = next((json.loads(x) for x in reversed(raw.splitlines()) if x.startswith("{")),
                         {})
             status = final.get(name, {})
@@ -153,8 +156,8 @@ def main() -> int:
         results["sum_tflops"] = round(sum(p["tflops"] or 0 for p in results["pods"].values()), 1)
         save()
         for name in pods:
-            kube.core.delete_namespaced_pod(name, NS, _preload_content=False)
-        wait_for(lambda: all(kube.read_pod(NS, n) is None for n in pods), 60)
+            kube.delete(PODS.item(name, NS))
+        wait_for(lambda: all(kube.get(PODS.item(n, NS)) is None for n in pods), 60)
         results["deleted"] = True
         save()
         results["mps_restart"] = kill_mps_daemon_and_wait(args.out / "agent.log")

@@ -1,6 +1,7 @@
 """The agent process: registers the Node, watches the pods bound to it, runs them, enforces
 GPU shares and reports status, usage and logs. Everything it learns or says goes through the
-Kubernetes API (`kube.Kube`), except logs, which the API server fetches from its log server.
+Kubernetes API (the shared JSON client, `gpushare.kube.client`), except logs, which the API
+server fetches from its log server.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from gpushare.agent import node as nodes
 from gpushare.agent.enforcement import Enforcement
 from gpushare.agent.gpu_share import (
@@ -28,7 +27,6 @@ from gpushare.agent.gpu_share import (
     share_from_annotations,
 )
 from gpushare.agent.inventory import GpuInventory, HostResources
-from gpushare.agent.kube import Kube
 from gpushare.agent.logserver import LogServer
 from gpushare.agent.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.monitor import GpuMonitor, WatchedPod
@@ -38,6 +36,8 @@ from gpushare.agent.podspec import decode_secret
 from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig, kill_leftovers
 from gpushare.agent.timefmt import rfc3339, rfc3339_micro
 from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
+from gpushare.kube.client import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, ApiError, KubeClient
+from gpushare.kube.lease import renew_node_lease
 
 log = logging.getLogger("gpushare.agent")
 
@@ -83,14 +83,15 @@ class _StatusSink:
 
 
 class _ApiValues:
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: KubeClient) -> None:
         self._kube = kube
 
     def config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        return self._kube.config_map_data(namespace, name)
+        body = self._kube.get(CONFIGMAPS.item(name, namespace))
+        return None if body is None else dict(body.get("data") or {})
 
     def secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        body = self._kube.secret(namespace, name)
+        body = self._kube.get(SECRETS.item(name, namespace))
         if body is None:
             return None
         values = decode_secret(body.get("data") or {}) or {}
@@ -110,7 +111,7 @@ class _Running:
 class Agent:
     def __init__(
         self,
-        kube: Kube,
+        kube: KubeClient,
         config: AgentConfig,
         inventory: GpuInventory,
         host: HostResources,
@@ -221,16 +222,17 @@ class Agent:
 
     def register(self) -> None:
         body = self._node_object()
-        existing = self.kube.get_node(self.config.node_name)
+        node = NODES.item(self.config.node_name)
+        existing = self.kube.get(node)
         if existing is None:
             try:
-                self.kube.create_node(body)
-            except ApiException as exc:
-                if exc.status != 409:
+                self.kube.create(NODES.collection(), body)
+            except ApiError as exc:
+                if not exc.conflict:
                     raise
         else:
-            self.kube.patch_node(
-                self.config.node_name,
+            self.kube.merge_patch(
+                node,
                 {
                     "metadata": {
                         "labels": body["metadata"]["labels"],
@@ -239,13 +241,12 @@ class Agent:
                 },
             )
         self._ready_since = time.time()
-        self.kube.patch_node_status(self.config.node_name, {"status": body["status"]})
+        self._patch_node_status({"status": body["status"]})
 
     def heartbeat(self) -> None:
         now = time.time()
         try:
-            self.kube.patch_node_status(
-                self.config.node_name,
+            self._patch_node_status(
                 {
                     "status": {
                         "conditions": [nodes.ready_condition(now, self._ready_since)],
@@ -253,15 +254,18 @@ class Agent:
                     }
                 },
             )
-        except ApiException as exc:
-            if exc.status == 404:  # someone deleted the Node: register again
+        except ApiError as exc:
+            if exc.not_found:  # someone deleted the Node: register again
                 self.register()
             else:
                 raise
         lease_s = max(1, round(self.config.heartbeat_s * 4))
-        self.kube.renew_lease(
-            self.config.node_name, self.config.node_name, lease_s, rfc3339_micro(now)
+        renew_node_lease(
+            self.kube, self.config.node_name, self.config.node_name, lease_s, rfc3339_micro(now)
         )
+
+    def _patch_node_status(self, patch: dict[str, Any]) -> None:
+        self.kube.merge_patch(NODES.item(self.config.node_name, sub="status"), patch)
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self.config.heartbeat_s):
@@ -276,7 +280,7 @@ class Agent:
         """After a restart: pods still bound here are picked up by `_sync`, which adopts
         their recorded processes; directories of pods that are gone get their processes
         killed and are removed."""
-        pods, _ = self.kube.list_pods_on(self.config.node_name)
+        pods, _ = self._list_pods()
         live = {
             (p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p["metadata"].get(
                 "uid"
@@ -303,7 +307,7 @@ class Agent:
         while not self._stop.is_set():
             try:
                 if not resource_version:
-                    pods, resource_version = self.kube.list_pods_on(self.config.node_name)
+                    pods, resource_version = self._list_pods()
                     seen = set()
                     for pod in pods:
                         seen.add(pod["metadata"].get("uid"))
@@ -312,11 +316,15 @@ class Agent:
                         gone = [uid for uid in self._pods if uid not in seen]
                     for uid in gone:
                         self._forget(uid)
-                for kind, obj in self.kube.watch_pods_on(
-                    self.config.node_name, resource_version, self.config.watch_timeout_s
+                for event in self.kube.watch(
+                    PODS.collection(),
+                    resource_version,
+                    timeout_seconds=self.config.watch_timeout_s,
+                    field_selector=self._on_this_node,
                 ):
                     if self._stop.is_set():
                         return
+                    kind, obj = str(event.get("type")), event.get("object") or {}
                     if kind == "ERROR":
                         resource_version = ""  # 410 Gone and the like: list again
                         break
@@ -333,6 +341,16 @@ class Agent:
                 log.warning("pod watch broke (%s); listing again", exc)
                 resource_version = ""
                 self._stop.wait(0.5)
+
+    @property
+    def _on_this_node(self) -> str:
+        return f"spec.nodeName={self.config.node_name}"
+
+    def _list_pods(self) -> tuple[list[dict[str, Any]], str]:
+        """The pods bound to this node, and the list's resourceVersion to watch from."""
+        body = self.kube.list(PODS.collection(), fieldSelector=self._on_this_node)
+        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        return list(body.get("items") or []), version
 
     def _sync(self, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
@@ -444,21 +462,33 @@ class Agent:
             for attempt in range(5):
                 try:
                     if kind == "status":
-                        self.kube.patch_pod_status(namespace, name, payload)
+                        self.kube.merge_patch(
+                            PODS.item(name, namespace, "status"), {"status": payload}
+                        )
                     elif kind == "delete":
-                        self.kube.delete_pod_now(namespace, name, uid)
+                        self._delete_pod_now(namespace, name, uid)
                     elif kind == "annotations":
-                        self.kube.patch_pod_annotations(namespace, name, payload)
+                        self.kube.merge_patch(
+                            PODS.item(name, namespace), {"metadata": {"annotations": payload}}
+                        )
                     elif kind == "event":
                         self.event(*payload)
                     break
-                except ApiException as exc:
+                except ApiError as exc:
                     if exc.status in (404, 409, 422):
                         break
                     time.sleep(0.2 * (attempt + 1))
                 except Exception as exc:
                     log.warning("API write %s %s/%s failed: %s", kind, namespace, name, exc)
                     time.sleep(0.2 * (attempt + 1))
+
+    def _delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
+        """Finish a graceful deletion once the processes are gone (the kubelet's last step)."""
+        try:
+            self.kube.delete(PODS.item(name, namespace), uid=uid or None, grace_period_seconds=0)
+        except ApiError as exc:
+            if not exc.conflict:  # a newer pod of the same name: not ours to delete
+                raise
 
     def _latest_status(self, namespace: str, name: str, payload: Any) -> Any:
         pending: list[tuple[str, str, str, str, Any]] = []
@@ -503,7 +533,7 @@ class Agent:
             "reportingInstance": self.config.node_name,
         }
         try:
-            self.kube.create_event(body)
+            self.kube.create(EVENTS.collection(body["metadata"]["namespace"]), body)
         except Exception as exc:
             log.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc)
 
@@ -545,8 +575,8 @@ class Agent:
         if self._last_usage.get("") != totals:
             self._last_usage[""] = totals
             with contextlib.suppress(Exception):
-                self.kube.patch_node(
-                    self.config.node_name,
+                self.kube.merge_patch(
+                    NODES.item(self.config.node_name),
                     {"metadata": {"annotations": {nodes.ANN_GPU_USAGE: totals}}},
                 )
 

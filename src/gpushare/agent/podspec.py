@@ -12,10 +12,13 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from gpushare.agent.envexpand import expand
+from gpushare.kube import quantity
+from gpushare.kube.quantity import QuantityError
 
 
 class PodSpecError(ValueError):
@@ -192,19 +195,12 @@ def field_value(pod: Mapping[str, Any], field_path: str, path: str) -> str:
     raise PodSpecError(f"{path}: unsupported field {field_path!r}")
 
 
-_SUFFIX = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-    "P": 1e15, "E": 1e18,
-}  # fmt: skip
-_QUANTITY = re.compile(r"^([0-9.]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|)$")
-
-
-def parse_quantity(text: str, path: str) -> float:
-    match = _QUANTITY.match(str(text).strip())
-    if not match:
-        raise PodSpecError(f"{path}: {text!r} is not a quantity")
-    return float(match.group(1)) * _SUFFIX[match.group(2)]
+def _quantity(text: str, path: str) -> Decimal:
+    """A Kubernetes quantity; bad input is a `PodSpecError` naming the field at `path`."""
+    try:
+        return quantity.parse_quantity(str(text))
+    except QuantityError:
+        raise PodSpecError(f"{path}: {text!r} is not a quantity") from None
 
 
 def _resource_value(container: Mapping[str, Any], ref: Mapping[str, Any], path: str) -> str:
@@ -218,8 +214,10 @@ def _resource_value(container: Mapping[str, Any], ref: Mapping[str, Any], path: 
         raw = (resources.get("limits") or {}).get(name)
     if raw is None:
         return "0"
-    divisor = parse_quantity(str(ref.get("divisor") or "1"), f"{path}.valueFrom.divisor")
-    value = parse_quantity(str(raw), f"{path}.valueFrom.resourceFieldRef")
+    divisor = _quantity(str(ref.get("divisor") or "1"), f"{path}.valueFrom.divisor")
+    if divisor <= 0:
+        raise PodSpecError(f"{path}.valueFrom.divisor: {ref.get('divisor')!r} must be positive")
+    value = _quantity(str(raw), f"{path}.valueFrom.resourceFieldRef")
     return str(math.ceil(value / divisor))
 
 

@@ -50,10 +50,10 @@ def agent(
     from gpushare.agent.agent import Agent, AgentConfig, default_hostname
     from gpushare.agent.enforcement import EnforcementError, choose
     from gpushare.agent.inventory import declared_gpus, host_resources
-    from gpushare.agent.kube import Kube, api_client_from_kubeconfig
     from gpushare.agent.mps import MpsManager
     from gpushare.agent.nvml import NvmlUnavailable, PynvmlBackend, probe_inventory
     from gpushare.agent.supervisor import SupervisorConfig
+    from gpushare.kube.client import KubeClient
     from gpushare.model.gpu_products import GpuSpecError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
@@ -98,11 +98,11 @@ def agent(
         version=__version__,
     )
     try:
-        api_client = api_client_from_kubeconfig(str(kubeconfig))
+        kube = KubeClient.from_kubeconfig(str(kubeconfig))
     except Exception as exc:
         typer.echo(f"error: --kubeconfig {kubeconfig}: {exc}", err=True)
         raise typer.Exit(2) from None
-    runner = Agent(Kube(api_client), config, inventory, host_resources(), chosen, nvml)
+    runner = Agent(kube, config, inventory, host_resources(), chosen, nvml)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -110,7 +110,7 @@ def agent(
         runner.start()
     except Exception as exc:
         typer.echo(f"error: could not register node {name} with the API at "
-                   f"{api_client.configuration.host}: {exc}", err=True)
+                   f"{kube.host}: {exc}", err=True)
         if chosen.mps is not None:
             chosen.mps.stop_all()
         raise typer.Exit(1) from None

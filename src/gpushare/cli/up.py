@@ -112,13 +112,13 @@ def node_add(
 ) -> None:
     """Register a node with declared GPUs and no agent; it stays Ready without heartbeats."""
     from gpushare.controllers.events import now_rfc3339
-    from gpushare.controllers.kube import ApiError, KubeClient
     from gpushare.controllers.static_nodes import (
         NodeSpecError,
         parse_labels,
         register_static_node,
         static_node,
     )
+    from gpushare.kube.client import ApiError, KubeClient
 
     try:
         body = static_node(name, gpus, cpu, memory, parse_labels(label or []), now_rfc3339())
@@ -156,7 +156,7 @@ DEFAULT_QUEUE = {
 def _ensure_default_queue(kubeconfig: str) -> None:
     """Workloads without a ``kai.scheduler/queue`` label land in ``default-queue``: on a
     fresh control plane it exists (no quota, no limit), so ``kubectl create job`` runs."""
-    from gpushare.controllers.kube import QUEUES, ApiError, KubeClient
+    from gpushare.kube.client import QUEUES, ApiError, KubeClient
 
     client = KubeClient.from_kubeconfig(kubeconfig, pool_size=1)
     try:
@@ -202,7 +202,7 @@ def queue_create(
     kubeconfig: Annotated[str | None, typer.Option(help=KUBECONFIG_HELP)] = None,
 ) -> None:
     """Create (or update) a Queue: ``gpushare queue create nlp --parent ml-org --gpu 0.33:1``."""
-    from gpushare.controllers.kube import QUEUES, ApiError, KubeClient
+    from gpushare.kube.client import QUEUES, ApiError, KubeClient
 
     spec: dict = {"resources": {"gpu": parse_share("--gpu", gpu),
                                 "cpu": parse_share("--cpu", cpu),
@@ -236,7 +236,7 @@ def queue_list(
     kubeconfig: Annotated[str | None, typer.Option(help=KUBECONFIG_HELP)] = None,
 ) -> None:
     """Each queue's GPU quota, limit, fair share, allocated and requested, as a tree."""
-    from gpushare.controllers.kube import QUEUES, KubeClient
+    from gpushare.kube.client import QUEUES, KubeClient
 
     client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
     try:

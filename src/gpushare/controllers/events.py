@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpushare.controllers.kube import EVENTS, ApiError, KubeClient, Stopper
+from gpushare.kube.client import EVENTS, ApiError, KubeClient, Stopper
 
 log = logging.getLogger(__name__)
 

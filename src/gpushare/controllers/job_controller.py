@@ -16,10 +16,10 @@ from typing import Any
 
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.grouping import controller_reference
-from gpushare.controllers.informer import WorkQueue, start_workers
-from gpushare.controllers.informers import InformerFactory
 from gpushare.controllers.jobs import finished_condition, plan_job
-from gpushare.controllers.kube import JOBS, PODS, ApiError, KubeClient, Stopper
+from gpushare.kube.client import JOBS, PODS, ApiError, KubeClient, Stopper
+from gpushare.kube.informer import WorkQueue, start_workers
+from gpushare.kube.informers import InformerFactory
 
 log = logging.getLogger(__name__)
 

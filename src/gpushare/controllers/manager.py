@@ -8,14 +8,14 @@ import threading
 from dataclasses import dataclass, field
 
 from gpushare.controllers.events import EventRecorder
-from gpushare.controllers.informers import InformerFactory
 from gpushare.controllers.job_controller import JobController
-from gpushare.controllers.kube import KubeClient, Stopper
 from gpushare.controllers.pod_grouper import SCHEDULER_NAMES, PodGrouper
 from gpushare.controllers.queue_status import QueueStatusController
 from gpushare.controllers.scheduler_loop import SchedulerLoop
 from gpushare.controllers.static_node_pods import StaticNodePods
 from gpushare.controllers.workload_controllers import DeploymentController, ReplicaSetController
+from gpushare.kube.client import KubeClient, Stopper
+from gpushare.kube.informers import InformerFactory
 from gpushare.scheduler.config import Config
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ def start_controllers(
         from gpushare.controllers import node_lifecycle
 
         thread = threading.Thread(
-            target=node_lifecycle.run, args=(client.api_client, stopper.event),
+            target=node_lifecycle.run, args=(client, stopper.event),
             name="node-lifecycle", daemon=True,
         )
         thread.start()

@@ -6,7 +6,7 @@ An agent renews its Node's `Ready` condition (`lastHeartbeatTime`) and its Lease
 NoSchedule taint, so nothing new lands there; the taint goes again once the node is Ready.
 Nodes annotated `gpushare.io/static-node: "true"` have no agent and are left alone.
 
-Entry point: `run(api_client, stop_event, grace_s=40, interval_s=5)`.
+Entry point: `run(client, stop_event, grace_s=40, interval_s=5)`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any
 
 from kubernetes import client
 
-from gpushare.agent.kube import Kube
 from gpushare.agent.timefmt import parse_rfc3339, rfc3339
+from gpushare.kube.client import NODES, KubeClient
+from gpushare.kube.lease import node_lease
 
 log = logging.getLogger("gpushare.controllers.node_lifecycle")
 
@@ -109,44 +110,44 @@ def decide(
 
 
 class NodeLifecycleController:
-    def __init__(self, kube: Kube, grace_s: float = DEFAULT_GRACE_S) -> None:
+    def __init__(self, kube: KubeClient, grace_s: float = DEFAULT_GRACE_S) -> None:
         self.kube = kube
         self.grace_s = grace_s
 
     def reconcile_once(self, now: float | None = None) -> list[NodeDecision]:
         now = time.time() if now is None else now
         applied = []
-        for node in self.kube.list_nodes():
+        for node in self.kube.list(NODES.collection()).get("items") or []:
             name = (node.get("metadata") or {}).get("name", "")
             lease = None
             if (node.get("metadata") or {}).get("annotations", {}).get(STATIC_NODE) != "true":
-                lease = self.kube.get_lease(name)
+                lease = node_lease(self.kube, name)
             decision = decide(node, lease, now, self.grace_s)
             if decision is None:
                 continue
             if decision.status_patch is not None:
-                self.kube.patch_node_status(name, decision.status_patch)
+                self.kube.merge_patch(NODES.item(name, sub="status"), decision.status_patch)
                 log.warning("node %s stopped heartbeating: Ready=Unknown", name)
             if decision.spec_patch is not None:
-                self.kube.patch_node(name, decision.spec_patch)
+                self.kube.merge_patch(NODES.item(name), decision.spec_patch)
             applied.append(decision)
         return applied
 
 
 def run(
-    api_client: client.ApiClient | Any,
+    api: KubeClient | client.ApiClient | Any,
     stop_event: threading.Event | Any,
     grace_s: float = DEFAULT_GRACE_S,
     interval_s: float = 5.0,
 ) -> None:
     """Check every node every `interval_s` until `stop_event` is set.
 
-    `api_client` is the official client's `ApiClient`, or anything holding one as
-    `.api_client`; `stop_event` a `threading.Event`, or anything with `wait(seconds)` and
+    `api` is the shared JSON client, the official client's `ApiClient`, or anything holding
+    one as `.api_client`; `stop_event` a `threading.Event`, or anything with `wait(seconds)` and
     either `is_set()` or a `stopped` property.
     """
-    api = getattr(api_client, "api_client", api_client)
-    controller = NodeLifecycleController(Kube(api), grace_s)
+    kube = api if isinstance(api, KubeClient) else KubeClient(getattr(api, "api_client", api))
+    controller = NodeLifecycleController(kube, grace_s)
 
     def stopped() -> bool:
         if hasattr(stop_event, "is_set"):

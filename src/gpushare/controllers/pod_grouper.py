@@ -20,9 +20,9 @@ from gpushare.controllers.grouping import (
     skips_grouping,
     spec_differs,
 )
-from gpushare.controllers.informer import WorkQueue, start_workers
-from gpushare.controllers.informers import InformerFactory
-from gpushare.controllers.kube import BY_KIND, JOBS, PODGROUPS, PODS, ApiError, KubeClient, Stopper
+from gpushare.kube.client import BY_KIND, JOBS, PODGROUPS, PODS, ApiError, KubeClient, Stopper
+from gpushare.kube.informer import WorkQueue, start_workers
+from gpushare.kube.informers import InformerFactory
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import logging
 import threading
 from typing import Any
 
-from gpushare.controllers.informers import InformerFactory
-from gpushare.controllers.kube import QUEUES, ApiError, KubeClient, Stopper
 from gpushare.controllers.scheduler_loop import SchedulerLoop
+from gpushare.kube.client import QUEUES, ApiError, KubeClient, Stopper
+from gpushare.kube.informers import InformerFactory
 
 log = logging.getLogger(__name__)
 

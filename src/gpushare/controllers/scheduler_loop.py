@@ -21,9 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare.controllers.events import EventRecorder, now_rfc3339
-from gpushare.controllers.informer import WorkQueue, start_workers
-from gpushare.controllers.informers import InformerFactory
-from gpushare.controllers.kube import (
+from gpushare.controllers.mirror import Mirror
+from gpushare.controllers.translate import (
+    INDICES_ANNOTATION,
+    MEMORY_MIB_ANNOTATION,
+    PORTION_ANNOTATION,
+    format_portion,
+)
+from gpushare.kube.client import (
     NODES,
     PODGROUPS,
     PODS,
@@ -33,14 +38,9 @@ from gpushare.controllers.kube import (
     KubeClient,
     Stopper,
 )
-from gpushare.controllers.mirror import Mirror
-from gpushare.controllers.quantities import format_bytes, format_milli
-from gpushare.controllers.translate import (
-    INDICES_ANNOTATION,
-    MEMORY_MIB_ANNOTATION,
-    PORTION_ANNOTATION,
-    format_portion,
-)
+from gpushare.kube.informer import WorkQueue, start_workers
+from gpushare.kube.informers import InformerFactory
+from gpushare.kube.quantity import format_bytes, format_milli
 from gpushare.model import PodStatus
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.cycle import run_cycle

@@ -11,10 +11,10 @@ import logging
 import threading
 from typing import Any
 
-from gpushare.controllers.informer import WorkQueue, start_workers
-from gpushare.controllers.informers import InformerFactory
-from gpushare.controllers.kube import NODES, PODS, KubeClient, Stopper
 from gpushare.controllers.static_nodes import STATIC_NODE_ANNOTATION
+from gpushare.kube.client import NODES, PODS, KubeClient, Stopper
+from gpushare.kube.informer import WorkQueue, start_workers
+from gpushare.kube.informers import InformerFactory
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import orjson
 
 from gpushare.agent.inventory import declared_gpus
-from gpushare.controllers.kube import NODES, ApiError, KubeClient
-from gpushare.controllers.quantities import format_bytes, to_int, to_milli
+from gpushare.kube.client import NODES, ApiError, KubeClient
+from gpushare.kube.quantity import format_bytes, to_int, to_milli
 
 STATIC_NODE_ANNOTATION = "gpushare.io/static-node"
 GPUS_ANNOTATION = "gpushare.io/gpus"

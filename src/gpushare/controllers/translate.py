@@ -11,7 +11,7 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from gpushare.controllers.quantities import QuantityError, to_int, to_milli
+from gpushare.kube.quantity import QuantityError, to_int, to_milli
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.gpu_products import PRODUCTS
 from gpushare.model.pod import GpuRequest

@@ -14,10 +14,9 @@ from typing import Any
 
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.grouping import controller_reference
-from gpushare.controllers.informer import Informer, WorkQueue, start_workers
-from gpushare.controllers.informers import InformerFactory
 from gpushare.controllers.job_controller import random_suffix
-from gpushare.controllers.kube import (
+from gpushare.controllers.replicas import plan_deployment, plan_replicaset
+from gpushare.kube.client import (
     DEPLOYMENTS,
     PODS,
     REPLICASETS,
@@ -26,7 +25,8 @@ from gpushare.controllers.kube import (
     Resource,
     Stopper,
 )
-from gpushare.controllers.replicas import plan_deployment, plan_replicaset
+from gpushare.kube.informer import Informer, WorkQueue, start_workers
+from gpushare.kube.informers import InformerFactory
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,10 @@
 """A thin JSON layer over the official Kubernetes client.
 
-The controllers speak to the control plane only through the Kubernetes API, with the
-official ``kubernetes`` client doing configuration (kubeconfig, tokens, TLS) and
+The controllers and the agent speak to the control plane only through the Kubernetes API,
+with the official ``kubernetes`` client doing configuration (kubeconfig, tokens, TLS) and
 transport. They work on plain dicts rather than the generated models: the models cost
-a deserialisation pass per object, and the controllers touch only a few fields.
+a deserialisation pass per object, both sides touch only a few fields, and dicts keep
+fields they do not know (annotations, status) intact.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ PODS = Resource("v1", "pods", True)
 NODES = Resource("v1", "nodes", False)
 EVENTS = Resource("v1", "events", True)
 NAMESPACES = Resource("v1", "namespaces", False)
+CONFIGMAPS = Resource("v1", "configmaps", True)
+SECRETS = Resource("v1", "secrets", True)
+LEASES = Resource("coordination.k8s.io/v1", "leases", True)
 JOBS = Resource("batch/v1", "jobs", True)
 CRONJOBS = Resource("batch/v1", "cronjobs", True)
 DEPLOYMENTS = Resource("apps/v1", "deployments", True)
@@ -220,6 +224,7 @@ class KubeClient:
         *,
         timeout_seconds: int = 300,
         on_open: Any = None,
+        field_selector: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Yield watch events (``{"type", "object"}``) from ``resource_version`` on.
 
@@ -231,6 +236,8 @@ class KubeClient:
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", timeout_seconds),
         ]
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         response = self._send(
             "GET", path, query=query, timeout=(10.0, float(timeout_seconds) + 30.0)
         )

@@ -1,4 +1,4 @@
-"""Kubernetes quantity strings to integers and back, in the units the controllers use.
+"""Kubernetes quantity strings to integers and back, in the units gpushare uses.
 
 GPU in milli-GPUs (``330m`` is a third of a GPU), CPU in millicores, memory in bytes.
 """

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gpushare.controllers.kube import ApiError, KubeClient, Resource, Stopper, key_of
+from gpushare.kube.client import ApiError, KubeClient, Resource, Stopper, key_of
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from gpushare.controllers.informer import Informer
-from gpushare.controllers.kube import KubeClient, Resource, Stopper
+from gpushare.kube.client import KubeClient, Resource, Stopper
+from gpushare.kube.informer import Informer
 
 
 class InformerFactory:
