@@ -95,13 +95,43 @@ def queue_compare(
     return -1 if left.name < right.name else 1
 
 
+class CompareMemo:
+    """Remembered queue comparisons, keyed by the identity of the compared figures (held
+    here, so an identity is never reused while remembered) and the two requests."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, tuple[QueueShare, QueueShare, int]] = {}
+
+    def compare(
+        self, left: QueueShare, right: QueueShare, totals: Mapping[str, Fraction],
+        left_job: Quantities, right_job: Quantities,
+    ) -> int:
+        key = (
+            id(left), id(right),
+            tuple(left_job[r] for r in RESOURCES), tuple(right_job[r] for r in RESOURCES),
+        )
+        hit = self._seen.get(key)
+        if hit is not None and hit[0] is left and hit[1] is right:
+            return hit[2]
+        cmp = queue_compare(left, right, totals, left_job=left_job, right_job=right_job)
+        self._seen[key] = (left, right, cmp)
+        return cmp
+
+
 def pick_fair(
     shares: Mapping[str, QueueShare],
     totals: Mapping[str, Fraction],
     best_by_leaf: Mapping[str, Quantities],
+    compared: CompareMemo | None = None,
 ) -> str | None:
     """The leaf queue fair order serves next: walk from the roots, at each level the child
-    queue order puts first (compared with each side's best job's request)."""
+    queue order puts first (compared with each side's best job's request).
+
+    ``compared`` keeps comparisons across calls: a comparison is reused only for the very same
+    queue figures (the same objects, never changed in place) and the same requests.
+    """
     useful: dict[str | None, list[str]] = {}
     for leaf in sorted(best_by_leaf):
         current: str | None = leaf
@@ -124,10 +154,15 @@ def pick_fair(
     def choose(names: list[str]) -> str:
         best = names[0]
         for name in names[1:]:
-            cmp = queue_compare(
-                shares[best], shares[name], totals,
-                left_job=request_of(best), right_job=request_of(name),
-            )
+            if compared is None:
+                cmp = queue_compare(
+                    shares[best], shares[name], totals,
+                    left_job=request_of(best), right_job=request_of(name),
+                )
+            else:
+                cmp = compared.compare(
+                    shares[best], shares[name], totals, request_of(best), request_of(name)
+                )
             if cmp > 0:
                 best = name
         return best

@@ -33,7 +33,7 @@ from gpushare.scheduler.ordering import job_order_key
 from gpushare.scheduler.placement import place_pod, place_step
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import Statement
-from gpushare.scheduler.victims.ordering import pick_fair
+from gpushare.scheduler.victims.ordering import CompareMemo, pick_fair
 from gpushare.scheduler.victims.shares import Quantities, QueueShare
 from gpushare.scheduler.victims.victim_queue import VictimQueue, pod_quantities
 
@@ -95,25 +95,47 @@ class Search:
     _failed: set[tuple] = field(default_factory=set)
     _budget: int = 0
     _hashes: dict[str, int] = field(default_factory=dict)
+    _share_cache: dict[str, tuple[object, int, QueueShare]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ shares
     def shares(self) -> dict[str, QueueShare]:
         """The queues' figures now, frozen for the rules while one job is solved."""
+        return {name: self._share(name) for name in self.session.state.queues}
+
+    def _share(self, name: str) -> QueueShare:
+        """One queue's figures now. Quotas, limits and fair shares do not change during an
+        action, and allocations are re-read only when the queue's usage version moved (it
+        moves on every change below the queue), so repeated reads cost a lookup."""
         s = self.session
+        usage = s.state.queue_usage[name]
+        hit = self._share_cache.get(name)
+        if hit is not None and hit[0] is usage and hit[1] == usage.version:
+            return hit[2]
+        queue = s.state.queues[name]
+        fair, alloc, alloc_np = s.fair(name), s.allocated(name), s.allocated_np(name)
+        share = QueueShare(
+            name=name,
+            parent=queue.parent if queue.parent in s.state.queues else None,
+            priority=queue.priority,
+            created_at=queue.created_at,
+            deserved={r: queue.resources[r].quota for r in RESOURCES},
+            limit={r: queue.resources[r].limit for r in RESOURCES},
+            fair_share=dict(zip(RESOURCES, fair, strict=True)),
+            allocated=dict(zip(RESOURCES, alloc, strict=True)),
+            allocated_np=dict(zip(RESOURCES, alloc_np, strict=True)),
+        )
+        self._share_cache[name] = (usage, usage.version, share)
+        return share
+
+    def _branch_shares(self, leaves: Iterator[str]) -> dict[str, QueueShare]:
+        """The figures of these leaf queues and their ancestors (all fair order reads)."""
+        queues = self.session.state.queues
         out: dict[str, QueueShare] = {}
-        for name, queue in s.state.queues.items():
-            fair, alloc, alloc_np = s.fair(name), s.allocated(name), s.allocated_np(name)
-            out[name] = QueueShare(
-                name=name,
-                parent=queue.parent if queue.parent in s.state.queues else None,
-                priority=queue.priority,
-                created_at=queue.created_at,
-                deserved={r: queue.resources[r].quota for r in RESOURCES},
-                limit={r: queue.resources[r].limit for r in RESOURCES},
-                fair_share=dict(zip(RESOURCES, fair, strict=True)),
-                allocated=dict(zip(RESOURCES, alloc, strict=True)),
-                allocated_np=dict(zip(RESOURCES, alloc_np, strict=True)),
-            )
+        for leaf in leaves:
+            current: str | None = leaf
+            while current is not None and current in queues and current not in out:
+                share = out[current] = self._share(current)
+                current = share.parent
         return out
 
     def totals(self) -> dict[str, Fraction]:
@@ -382,6 +404,7 @@ class Search:
         left = dict(steps)
         totals = self.totals()
         first = next(iter(steps))  # the asking job
+        memo = CompareMemo()  # most comparisons recur between picks
         if self.preemptor_first is not None and self.preemptor_first(jobs[first]):
             del left[first]
             yield jobs[first]
@@ -398,7 +421,7 @@ class Search:
                                strict=True))
                 for leaf, j in best.items()
             }
-            leaf = pick_fair(self.shares(), totals, requests)
+            leaf = pick_fair(self._branch_shares(iter(requests)), totals, requests, memo)
             if leaf is None:
                 return
             chosen = best[leaf]
