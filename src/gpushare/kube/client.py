@@ -15,8 +15,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import orjson
+import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
@@ -101,11 +103,23 @@ BY_KIND: dict[str, Resource] = {
 
 
 class KubeClient:
-    """JSON requests through the official client's ApiClient (auth, TLS, pooling)."""
+    """JSON requests over the official client's configuration (auth, TLS) and urllib3 pool.
+
+    The official client is kept for what it does once: reading the kubeconfig, the TLS
+    context, the token and its refresh hook, and the connection pool. Each request skips
+    its generic per-call layer (parameter sanitising, header negotiation, the stdlib JSON
+    encoder, response wrapping): the body is encoded with orjson and sent straight through
+    the pool with headers built once and renewed with the token.
+    """
 
     def __init__(self, api_client: k8s_client.ApiClient) -> None:
         self.api_client = api_client
         self._auth = list(api_client.configuration.auth_settings().keys())
+        self._headers_lock = threading.Lock()
+        self._headers_at = float("-inf")
+        self._headers: dict[str, dict[str, str]] = {}
+        self._base_headers: dict[str, str] = {}
+        self._auth_query: list[tuple[str, str]] = []
 
     @classmethod
     def from_kubeconfig(cls, path: str, pool_size: int = 64) -> KubeClient:
@@ -125,6 +139,35 @@ class KubeClient:
 
     # -- raw requests -------------------------------------------------------------------
 
+    def _headers_for(self, content_type: str | None) -> dict[str, str]:
+        """The headers of a request with this body type (None: no body), token included.
+
+        Rebuilt every TOKEN_REFRESH_SECONDS, which is when the token may have changed.
+        """
+        now = time.monotonic()
+        if now - self._headers_at >= TOKEN_REFRESH_SECONDS:
+            with self._headers_lock:
+                if now - self._headers_at >= TOKEN_REFRESH_SECONDS:
+                    api = self.api_client
+                    base: dict[str, str] = {"Accept": JSON, **api.default_headers}
+                    if api.cookie:
+                        base["Cookie"] = api.cookie
+                    auth_query: list[tuple[str, str]] = []
+                    api.update_params_for_auth(base, auth_query, self._auth, "", "GET", None)
+                    self._headers = {}
+                    self._base_headers = base
+                    self._auth_query = auth_query
+                    self._headers_at = now
+        key = content_type or ""
+        headers = self._headers.get(key)
+        if headers is None:
+            headers = dict(self._base_headers)
+            if content_type:
+                headers["Content-Type"] = content_type
+            self._headers[key] = headers
+        # urllib3 may add to the dict it is given: each request gets its own copy.
+        return dict(headers)
+
     def _send(
         self,
         method: str,
@@ -135,18 +178,20 @@ class KubeClient:
         content_type: str = JSON,
         timeout: float | tuple[float, float] | None = 30.0,
     ) -> Any:
-        headers = {"Accept": JSON}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        request = self.api_client.param_serialize(
-            method,
-            path,
-            query_params=query or None,
-            header_params=headers,
-            body=body,
-            auth_settings=self._auth,
-        )
-        return self.api_client.call_api(*request, _request_timeout=timeout)
+        """Send one request; the raw urllib3 response, its body not yet read."""
+        headers = self._headers_for(content_type if body is not None else None)
+        url = self.api_client.configuration.host + path
+        params = list(query or ()) + self._auth_query
+        if params:
+            url += "?" + urlencode([(k, _query_value(v)) for k, v in params], quote_via=quote)
+        payload = orjson.dumps(body) if body is not None else None
+        try:
+            return self.api_client.rest_client.pool_manager.urlopen(
+                method, url, body=payload, headers=headers, timeout=_timeout(timeout),
+                preload_content=False,
+            )
+        except urllib3.exceptions.SSLError as error:
+            raise ApiError(0, f"{type(error).__name__}: {error}") from error
 
     def request(
         self,
@@ -161,7 +206,7 @@ class KubeClient:
         response = self._send(
             method, path, query=query, body=body, content_type=content_type, timeout=timeout
         )
-        data = response.read()
+        data = response.data
         parsed: Any = None
         if data:
             with contextlib.suppress(orjson.JSONDecodeError):
@@ -241,9 +286,9 @@ class KubeClient:
         response = self._send(
             "GET", path, query=query, timeout=(10.0, float(timeout_seconds) + 30.0)
         )
-        raw = response.response
+        raw = response
         if not 200 <= response.status <= 299:
-            data = response.read()
+            data = response.data
             body = None
             with contextlib.suppress(orjson.JSONDecodeError):
                 body = orjson.loads(data) if data else None
@@ -267,6 +312,30 @@ class KubeClient:
 
 
 TOKEN_REFRESH_SECONDS = 30.0
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+_TIMEOUTS: dict[Any, urllib3.Timeout] = {}
+
+
+def _timeout(timeout: float | tuple[float, float] | None) -> urllib3.Timeout | None:
+    """A urllib3 timeout: a number bounds the whole request, a pair (connect, read)."""
+    if not timeout:
+        return None
+    cached = _TIMEOUTS.get(timeout)
+    if cached is None:
+        if isinstance(timeout, tuple):
+            cached = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+        else:
+            cached = urllib3.Timeout(total=timeout)
+        if len(_TIMEOUTS) < 64:
+            _TIMEOUTS[timeout] = cached
+    return cached
 
 
 def _throttled(hook: Any) -> Any:
