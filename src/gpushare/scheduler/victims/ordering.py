@@ -24,7 +24,6 @@ from gpushare.scheduler.victims.shares import (
     compare,
     less_equal,
     sub,
-    zeros,
 )
 
 NO_SHARE_PENALTY = 1000
@@ -32,6 +31,19 @@ NO_SHARE_PENALTY = 1000
 
 def _over_fair_share(q: QueueShare) -> bool:
     return all(q.fair_share[r] < q.allocated[r] for r in RESOURCES)
+
+
+def _over_fair_share_of(q: QueueShare) -> bool:
+    cached = q.derived.get("over")
+    if cached is None:
+        cached = q.derived["over"] = _over_fair_share(q)
+    return cached  # type: ignore[return-value]
+
+
+def _with_job(q: QueueShare, job: Quantities | None) -> Quantities:
+    """The queue's allocation with the job's request added (the allocation itself when
+    there is no job: never changed in place by the comparison)."""
+    return q.allocated if job is None else add(q.allocated, job)
 
 
 def _dominant_share(
@@ -61,24 +73,26 @@ def queue_compare(
     right_victims: Quantities | None = None,
 ) -> int:
     """-1 when ``left`` is served first, 1 when ``right`` is."""
-    lj, rj = left_job or zeros(), right_job or zeros()
-    lv, rv = left_victims or zeros(), right_victims or zeros()
+    la_job = _with_job(left, left_job)
+    ra_job = _with_job(right, right_job)
 
-    lo, ro = _over_fair_share(left), _over_fair_share(right)
+    lo, ro = _over_fair_share_of(left), _over_fair_share_of(right)
     if lo != ro:
         return 1 if lo else -1
-    ls = less_equal(add(left.allocated, lj), left.deserved)
-    rs = less_equal(add(right.allocated, rj), right.deserved)
+    ls = less_equal(la_job, left.deserved)
+    rs = less_equal(ra_job, right.deserved)
     if ls != rs:
         return -1 if ls else 1
     if left.priority != right.priority:
         return -1 if left.priority > right.priority else 1
-    lz = _uses_unshared(left, add(left.allocated, lj))
-    rz = _uses_unshared(right, add(right.allocated, rj))
+    lz = _uses_unshared(left, la_job)
+    rz = _uses_unshared(right, ra_job)
     if lz != rz:
         return 1 if lz else -1
-    ld = _dominant_share(left, sub(add(left.allocated, lj), lv), totals)
-    rd = _dominant_share(right, sub(add(right.allocated, rj), rv), totals)
+    ld = _dominant_share(left, la_job if left_victims is None else sub(la_job, left_victims),
+                         totals)
+    rd = _dominant_share(right, ra_job if right_victims is None else sub(ra_job, right_victims),
+                         totals)
     if ld != rd:
         return -1 if ld < rd else 1
     ld = _dominant_share(left, left.allocated, totals)
@@ -96,27 +110,28 @@ def queue_compare(
 
 
 class CompareMemo:
-    """Remembered queue comparisons, keyed by the identity of the compared figures (held
-    here, so an identity is never reused while remembered) and the two requests."""
+    """Remembered queue comparisons, keyed by the identity of the compared figures and
+    requests (all held here, so an identity is never reused while remembered; callers
+    never change them in place)."""
 
     __slots__ = ("_seen",)
 
     def __init__(self) -> None:
-        self._seen: dict[tuple, tuple[QueueShare, QueueShare, int]] = {}
+        self._seen: dict[tuple, tuple[QueueShare, QueueShare, Quantities, Quantities, int]] = {}
 
     def compare(
         self, left: QueueShare, right: QueueShare, totals: Mapping[str, Fraction],
         left_job: Quantities, right_job: Quantities,
     ) -> int:
-        key = (
-            id(left), id(right),
-            tuple(left_job[r] for r in RESOURCES), tuple(right_job[r] for r in RESOURCES),
-        )
+        key = (id(left), id(right), id(left_job), id(right_job))
         hit = self._seen.get(key)
-        if hit is not None and hit[0] is left and hit[1] is right:
-            return hit[2]
+        if (
+            hit is not None and hit[0] is left and hit[1] is right
+            and hit[2] is left_job and hit[3] is right_job
+        ):
+            return hit[4]
         cmp = queue_compare(left, right, totals, left_job=left_job, right_job=right_job)
-        self._seen[key] = (left, right, cmp)
+        self._seen[key] = (left, right, left_job, right_job, cmp)
         return cmp
 
 

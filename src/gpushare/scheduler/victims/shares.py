@@ -61,9 +61,20 @@ class QueueShare:
     fair_share: Quantities = field(default_factory=zeros)
     allocated: Quantities = field(default_factory=zeros)
     allocated_np: Quantities = field(default_factory=zeros)  # of non-preemptible jobs
+    #: Figures derived from the fields above, filled on first use (the fields are never
+    #: changed once a share is read; ``replace`` starts a fresh one).
+    derived: dict[str, object] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def allocatable(self, resource: str) -> Fraction:
         """What the queue may hold before it counts as over its share."""
+        cached = self.derived.get("allocatable")
+        if cached is None:
+            cached = self.derived["allocatable"] = {r: self._allocatable(r) for r in RESOURCES}
+        return cached[resource]  # type: ignore[index]
+
+    def _allocatable(self, resource: str) -> Fraction:
         deserved = self.deserved[resource]
         limit = self.limit[resource]
         if deserved == UNLIMITED:

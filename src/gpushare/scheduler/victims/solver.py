@@ -405,6 +405,15 @@ class Search:
         totals = self.totals()
         first = next(iter(steps))  # the asking job
         memo = CompareMemo()  # most comparisons recur between picks
+        asked: dict[str, Quantities] = {}
+
+        def request_of(key: str) -> Quantities:
+            # One mapping per job, so the memo recognises an unchanged request by identity.
+            if key not in asked:
+                vec = session.step_request(left[key], session.min_gpu_memory)
+                asked[key] = dict(zip(RESOURCES, vec, strict=True))
+            return asked[key]
+
         if self.preemptor_first is not None and self.preemptor_first(jobs[first]):
             del left[first]
             yield jobs[first]
@@ -416,11 +425,7 @@ class Search:
                 leaf: min(candidates, key=lambda j: job_order_key(session, j))
                 for leaf, candidates in by_leaf.items()
             }
-            requests = {
-                leaf: dict(zip(RESOURCES, session.step_request(left[j.key], session.min_gpu_memory),
-                               strict=True))
-                for leaf, j in best.items()
-            }
+            requests = {leaf: request_of(j.key) for leaf, j in best.items()}
             leaf = pick_fair(self._branch_shares(iter(requests)), totals, requests, memo)
             if leaf is None:
                 return

@@ -59,6 +59,9 @@ class VictimQueue:
         for entries in self._by_leaf.values():
             entries.sort(key=lambda entry: entry[0])
         self._children: dict[str | None, list[str]] = {}
+        self._memo_victims: dict[str, Quantities] = {}
+        self._memo_pick: dict[str | None, str | None] = {}
+        self._memo_compare: dict[tuple, tuple[Quantities, Quantities, int]] = {}
         for leaf in sorted(self._by_leaf):
             self._link(leaf)
 
@@ -102,17 +105,16 @@ class VictimQueue:
             for pod in nxt.steps._all_active(nxt.steps.root):
                 out = add(out, pod_quantities(pod))
         else:
-            child = self._pick_child(self._children.get(name, []))
+            child = self._pick_child(name)
             out = self._victims_of(child) if child is not None else zeros()
         self._memo_victims[name] = out
         return out
 
-    def _pick_child(self, names: list[str]) -> str | None:
-        key = tuple(names)
-        if key in self._memo_pick:
-            return self._memo_pick[key]
-        worst = self._pick_child_uncached(names)
-        self._memo_pick[key] = worst
+    def _pick_child(self, parent: str | None) -> str | None:
+        if parent in self._memo_pick:
+            return self._memo_pick[parent]
+        worst = self._pick_child_uncached(self._children.get(parent, []))
+        self._memo_pick[parent] = worst
         return worst
 
     def _pick_child_uncached(self, names: list[str]) -> str | None:
@@ -122,22 +124,41 @@ class VictimQueue:
         worst = live[0]
         for name in live[1:]:
             # The victim queue takes from the queue that queue order would serve last.
-            cmp = queue_compare(
-                self.shares[worst], self.shares[name], self.totals,
-                left_victims=self._victims_of(worst),
-                right_victims=self._victims_of(name),
-            )
-            if cmp < 0:
+            if self._compare(worst, name) < 0:
                 worst = name
         return worst
 
+    def _compare(self, left: str, right: str) -> int:
+        """Queue order of two queues with their victims. Remembered across pops: a queue's
+        figures are frozen here and its victims are a new mapping whenever they change
+        (the mappings are held in the memo, so an identity is never reused)."""
+        lv, rv = self._victims_of(left), self._victims_of(right)
+        key = (left, right, id(lv), id(rv))
+        hit = self._memo_compare.get(key)
+        if hit is not None and hit[0] is lv and hit[1] is rv:
+            return hit[2]
+        cmp = queue_compare(
+            self.shares[left], self.shares[right], self.totals,
+            left_victims=lv, right_victims=rv,
+        )
+        self._memo_compare[key] = (lv, rv, cmp)
+        return cmp
+
+    def _forget(self, leaf: str) -> None:
+        """Only the queue just taken from (and its ancestors) has new figures."""
+        current: str | None = leaf
+        while current is not None:
+            self._memo_victims.pop(current, None)
+            parent = self.shares[current].parent if current in self.shares else None
+            if parent is not None and parent not in self.shares:
+                parent = None
+            self._memo_pick.pop(parent, None)
+            current = parent
+
     def _pick_leaf(self) -> str | None:
-        # Nothing changes while one leaf is picked: remember each queue's figures.
-        self._memo_victims: dict[str, Quantities] = {}
-        self._memo_pick: dict[tuple[str, ...], str | None] = {}
-        name = self._pick_child(self._children.get(None, []))
+        name = self._pick_child(None)
         while name is not None and name not in self._by_leaf:
-            name = self._pick_child(self._children.get(name, []))
+            name = self._pick_child(name)
         return name
 
     def pop(self) -> tuple[Job, list[Pod]] | None:
@@ -147,6 +168,7 @@ class VictimQueue:
             if leaf is None:
                 return None
             entries = self._by_leaf[leaf]
+            self._forget(leaf)
             _, candidate = entries.pop()
             if self._protected_core is not None and self._protected_core(candidate.job):
                 pods = candidate.steps.surplus_only()
