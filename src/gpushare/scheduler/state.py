@@ -135,6 +135,9 @@ class ClusterState:
         self.job_version: dict[str, int] = {}  # bumped on every change to a job's pods
         self.dirty_nodes: set[str] = set()  # nodes changed since the node index last looked
         self.node_version: int = 0  # bumped when nodes are added, changed or removed
+        #: Jobs the stale-gang pass must look at: added or changed, or with a pod changed,
+        #: since it last looked (the pass keeps the ones it finds stale).
+        self.stale_watch: set[str] = set()
 
     # ----------------------------------------------------------------- nodes
     def upsert_node(self, node: Node) -> None:
@@ -221,6 +224,7 @@ class ClusterState:
     def upsert_job(self, job: Job) -> None:
         if job.queue not in self.queues:
             raise StateError(f"job {job.key}: unknown queue {job.queue!r}")
+        self.stale_watch.add(job.key)
         old = self.jobs.get(job.key)
         if old is not None:
             pods = [self.pods[k] for k in old.pods]
@@ -289,6 +293,7 @@ class ClusterState:
     # ------------------------------------------------------ running totals
     def _attach(self, pod: Pod) -> None:
         self.job_version[pod.job] = self.job_version.get(pod.job, 0) + 1
+        self.stale_watch.add(pod.job)
         if pod.node is not None:
             self._attach_node(pod)
         self._attach_queue(pod)
@@ -297,6 +302,7 @@ class ClusterState:
 
     def _detach(self, pod: Pod) -> None:
         self.job_version[pod.job] = self.job_version.get(pod.job, 0) + 1
+        self.stale_watch.add(pod.job)
         if pod.node is not None and pod.node in self.usage:
             self._node_delta(pod, -1)
         self._detach_queue(pod)

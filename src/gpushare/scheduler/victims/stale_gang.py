@@ -32,12 +32,19 @@ def grace_of(session: Session, job: Job) -> float:
 
 
 def evict_stale_gangs(session: Session) -> None:
+    """Looks only at jobs that changed since the last pass or were stale then (or when
+    the cycle began): any other job was found not stale and nothing about it moved."""
     state = session.state
-    for key in sorted(state.jobs):
-        job = state.jobs[key]
+    watch = state.stale_watch | session.stale_at_open
+    state.stale_watch = set()  # what changes from here on is the next pass's
+    for key in sorted(watch):
+        job = state.jobs.get(key)
+        if job is None:
+            continue
         if not is_stale(session, job):
             job.stale_since = None
             continue
+        state.stale_watch.add(key)  # still stale: look again next time
         if job.stale_since is None:
             job.stale_since = session.now
         grace = grace_of(session, job)
