@@ -12,6 +12,7 @@ last.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 
 from gpushare.model import RESOURCES
@@ -63,42 +64,49 @@ def _uses_unshared(q: QueueShare, allocated: Quantities) -> bool:
     return any(q.allocatable(r) == 0 and allocated[r] > 0 for r in RESOURCES)
 
 
-def queue_compare(
-    left: QueueShare,
-    right: QueueShare,
-    totals: Mapping[str, Fraction],
-    left_job: Quantities | None = None,
-    right_job: Quantities | None = None,
-    left_victims: Quantities | None = None,
-    right_victims: Quantities | None = None,
-) -> int:
-    """-1 when ``left`` is served first, 1 when ``right`` is."""
-    la_job = _with_job(left, left_job)
-    ra_job = _with_job(right, right_job)
+@dataclass(frozen=True, slots=True)
+class QueueSide:
+    """One side of a queue comparison: what queue order reads of a queue with a job's
+    request added and victims removed. Pure in its inputs, so it can be kept."""
 
-    lo, ro = _over_fair_share_of(left), _over_fair_share_of(right)
-    if lo != ro:
-        return 1 if lo else -1
-    ls = less_equal(la_job, left.deserved)
-    rs = less_equal(ra_job, right.deserved)
-    if ls != rs:
-        return -1 if ls else 1
+    over: bool  # over its fair share in every resource
+    within: bool  # within its deserved quota with the job
+    unshared: bool  # uses a resource it has no share of, with the job
+    dominant: Fraction  # dominant share with the job, without the victims
+    dominant_now: Fraction  # dominant share as it is
+
+
+def queue_side(
+    q: QueueShare,
+    totals: Mapping[str, Fraction],
+    job: Quantities | None = None,
+    victims: Quantities | None = None,
+) -> QueueSide:
+    with_job = _with_job(q, job)
+    return QueueSide(
+        over=_over_fair_share_of(q),
+        within=less_equal(with_job, q.deserved),
+        unshared=_uses_unshared(q, with_job),
+        dominant=_dominant_share(q, with_job if victims is None else sub(with_job, victims),
+                                 totals),
+        dominant_now=_dominant_now(q, totals),
+    )
+
+
+def compare_sides(left: QueueShare, ls: QueueSide, right: QueueShare, rs: QueueSide) -> int:
+    """-1 when ``left`` is served first, 1 when ``right`` is (criteria in order)."""
+    if ls.over != rs.over:
+        return 1 if ls.over else -1
+    if ls.within != rs.within:
+        return -1 if ls.within else 1
     if left.priority != right.priority:
         return -1 if left.priority > right.priority else 1
-    lz = _uses_unshared(left, la_job)
-    rz = _uses_unshared(right, ra_job)
-    if lz != rz:
-        return 1 if lz else -1
-    ld = _dominant_share(left, la_job if left_victims is None else sub(la_job, left_victims),
-                         totals)
-    rd = _dominant_share(right, ra_job if right_victims is None else sub(ra_job, right_victims),
-                         totals)
-    if ld != rd:
-        return -1 if ld < rd else 1
-    ld = _dominant_share(left, left.allocated, totals)
-    rd = _dominant_share(right, right.allocated, totals)
-    if ld != rd:
-        return -1 if ld < rd else 1
+    if ls.unshared != rs.unshared:
+        return 1 if ls.unshared else -1
+    if ls.dominant != rs.dominant:
+        return -1 if ls.dominant < rs.dominant else 1
+    if ls.dominant_now != rs.dominant_now:
+        return -1 if ls.dominant_now < rs.dominant_now else 1
     la, ra = left.allocatable_share(), right.allocatable_share()
     l_smaller = less_equal(la, ra) and any(compare(la[r], ra[r]) < 0 for r in RESOURCES)
     r_smaller = less_equal(ra, la) and any(compare(ra[r], la[r]) < 0 for r in RESOURCES)
@@ -109,14 +117,40 @@ def queue_compare(
     return -1 if left.name < right.name else 1
 
 
+def queue_compare(
+    left: QueueShare,
+    right: QueueShare,
+    totals: Mapping[str, Fraction],
+    left_job: Quantities | None = None,
+    right_job: Quantities | None = None,
+    left_victims: Quantities | None = None,
+    right_victims: Quantities | None = None,
+) -> int:
+    """-1 when ``left`` is served first, 1 when ``right`` is."""
+    return compare_sides(
+        left, queue_side(left, totals, left_job, left_victims),
+        right, queue_side(right, totals, right_job, right_victims),
+    )
+
+
+def _dominant_now(q: QueueShare, totals: Mapping[str, Fraction]) -> Fraction:
+    cached = q.derived.get("dominant_now")
+    if cached is not None and cached[0] is totals:  # type: ignore[index]
+        return cached[1]  # type: ignore[index]
+    value = _dominant_share(q, q.allocated, totals)
+    q.derived["dominant_now"] = (totals, value)
+    return value
+
+
 class CompareMemo:
     """Remembered queue comparisons, keyed by the identity of the compared figures and
     requests (all held here, so an identity is never reused while remembered; callers
     never change them in place)."""
 
-    __slots__ = ("_seen",)
+    __slots__ = ("_seen", "_sides")
 
     def __init__(self) -> None:
+        self._sides: dict[tuple[int, int], tuple[QueueShare, Quantities, QueueSide]] = {}
         self._seen: dict[tuple, tuple[QueueShare, QueueShare, Quantities, Quantities, int]] = {}
 
     def compare(
@@ -130,9 +164,23 @@ class CompareMemo:
             and hit[2] is left_job and hit[3] is right_job
         ):
             return hit[4]
-        cmp = queue_compare(left, right, totals, left_job=left_job, right_job=right_job)
+        cmp = compare_sides(
+            left, self._side(left, totals, left_job), right, self._side(right, totals, right_job)
+        )
         self._seen[key] = (left, right, left_job, right_job, cmp)
         return cmp
+
+
+    def _side(
+        self, q: QueueShare, totals: Mapping[str, Fraction], job: Quantities
+    ) -> QueueSide:
+        key = (id(q), id(job))
+        hit = self._sides.get(key)
+        if hit is not None and hit[0] is q and hit[1] is job:
+            return hit[2]
+        side = queue_side(q, totals, job)
+        self._sides[key] = (q, job, side)
+        return side
 
 
 def pick_fair(

@@ -406,6 +406,14 @@ class Search:
         first = next(iter(steps))  # the asking job
         memo = CompareMemo()  # most comparisons recur between picks
         asked: dict[str, Quantities] = {}
+        keys: dict[str, tuple] = {}
+
+        def order_key(j: Job) -> tuple:
+            # A job's order key changes only when its own pods do, and a job leaves the
+            # order as soon as its pods are placed.
+            if j.key not in keys:
+                keys[j.key] = job_order_key(session, j)
+            return keys[j.key]
 
         def request_of(key: str) -> Quantities:
             # One mapping per job, so the memo recognises an unchanged request by identity.
@@ -421,10 +429,7 @@ class Search:
             by_leaf: dict[str, list[Job]] = {}
             for key in left:
                 by_leaf.setdefault(jobs[key].queue, []).append(jobs[key])
-            best = {
-                leaf: min(candidates, key=lambda j: job_order_key(session, j))
-                for leaf, candidates in by_leaf.items()
-            }
+            best = {leaf: min(candidates, key=order_key) for leaf, candidates in by_leaf.items()}
             requests = {leaf: request_of(j.key) for leaf, j in best.items()}
             leaf = pick_fair(self._branch_shares(iter(requests)), totals, requests, memo)
             if leaf is None:

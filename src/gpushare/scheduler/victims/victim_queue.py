@@ -8,7 +8,7 @@ from fractions import Fraction
 
 from gpushare.model import Job, Pod, PodStatus
 from gpushare.model.quantities import res_natural
-from gpushare.scheduler.victims.ordering import queue_compare
+from gpushare.scheduler.victims.ordering import QueueSide, compare_sides, queue_side
 from gpushare.scheduler.victims.shares import Quantities, QueueShare, add, zeros
 from gpushare.scheduler.victims.steps import VictimSteps
 
@@ -62,6 +62,7 @@ class VictimQueue:
         self._memo_victims: dict[str, Quantities] = {}
         self._memo_pick: dict[str | None, str | None] = {}
         self._memo_compare: dict[tuple, tuple[Quantities, Quantities, int]] = {}
+        self._memo_side: dict[str, tuple[Quantities, QueueSide]] = {}
         for leaf in sorted(self._by_leaf):
             self._link(leaf)
 
@@ -137,12 +138,19 @@ class VictimQueue:
         hit = self._memo_compare.get(key)
         if hit is not None and hit[0] is lv and hit[1] is rv:
             return hit[2]
-        cmp = queue_compare(
-            self.shares[left], self.shares[right], self.totals,
-            left_victims=lv, right_victims=rv,
+        cmp = compare_sides(
+            self.shares[left], self._side(left, lv), self.shares[right], self._side(right, rv)
         )
         self._memo_compare[key] = (lv, rv, cmp)
         return cmp
+
+    def _side(self, name: str, victims: Quantities) -> QueueSide:
+        hit = self._memo_side.get(name)
+        if hit is not None and hit[0] is victims:
+            return hit[1]
+        side = queue_side(self.shares[name], self.totals, victims=victims)
+        self._memo_side[name] = (victims, side)
+        return side
 
     def _forget(self, leaf: str) -> None:
         """Only the queue just taken from (and its ancestors) has new figures."""
