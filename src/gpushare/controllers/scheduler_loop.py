@@ -250,6 +250,10 @@ class SchedulerLoop:
                     self.mirror.evict_failed(str(obj["key"]))
                 else:
                     handlers[kind](event, obj)
+                    if kind == "podgroup" and event == "DELETED":
+                        # A PodGroup made again under this name starts with no phase.
+                        meta = obj.get("metadata") or {}
+                        self._phases.pop(f"{meta.get('namespace')}/{meta.get('name')}", None)
             except Exception:
                 log.exception("applying a %s %s failed", kind, event)
         self.stats.apply_seconds += time.perf_counter() - started
@@ -471,8 +475,6 @@ class SchedulerLoop:
                 self._phases[job_key] = phase
                 self._phase_queue.add(job_key)
         mirror.dirty_jobs.clear()
-        for job_key in [k for k in self._phases if k not in mirror.raw_podgroups]:
-            del self._phases[job_key]
 
     def _write_phase(self, job_key: str) -> None:
         """Write a PodGroup's phase; binds in flight go first."""
