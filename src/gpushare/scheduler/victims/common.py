@@ -146,6 +146,17 @@ def elastic_victims_keep_gang(
     return True
 
 
+def jobs_by_queue(session: Session) -> dict[str, list[Job]]:
+    """Every job per leaf queue, in name order: built once per action (jobs are neither
+    added nor removed during a cycle), so a search reads only the queues it may take from.
+    """
+    out: dict[str, list[Job]] = {}
+    for name in sorted(session.state.jobs):
+        job = session.state.jobs[name]
+        out.setdefault(job.queue, []).append(job)
+    return out
+
+
 def pending_candidates(session: Session) -> list[Job]:
     """Jobs with a formable next step, in existing leaf queues."""
     return eligible_jobs(session)

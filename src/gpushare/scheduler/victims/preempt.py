@@ -17,6 +17,7 @@ from gpushare.scheduler.victims.common import (
     elastic_victims_keep_gang,
     has_active,
     in_preemption_delay,
+    jobs_by_queue,
     non_preemptible_within_quota,
     pending_candidates,
     run_action,
@@ -38,11 +39,12 @@ def preempt(session: Session) -> None:
     elastic = elastic_memo(session)
     kai = session.config.kai
 
+    by_queue = jobs_by_queue(session)
+
     def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
         out: list[tuple[Job, list[Pod]]] = []
-        for name in sorted(session.state.jobs):
-            victim = session.state.jobs[name]
-            if victim.key == job.key or victim.queue != job.queue or not victim.preemptible:
+        for victim in by_queue.get(job.queue, ()):
+            if victim.key == job.key or not victim.preemptible:
                 continue
             if victim.priority >= job.priority or not has_active(session, victim):
                 continue

@@ -28,6 +28,7 @@ from gpushare.scheduler.victims.common import (
     elastic_victims_keep_gang,
     has_active,
     in_preemption_delay,
+    jobs_by_queue,
     pending_candidates,
     run_action,
     running_seconds,
@@ -88,34 +89,37 @@ def reclaim(session: Session) -> None:
         )
         return fair, on_steady
 
+    by_queue = jobs_by_queue(session)
+
     def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
         shares = search.snapshot
         reclaimer = reclaimer_of(session, job, partial)
         fair, on_steady = paths(shares, job, reclaimer)
-        allowed: dict[str, bool] = {}
         out: list[tuple[Job, list[Pod]]] = []
-        for name in sorted(session.state.jobs):
-            victim = session.state.jobs[name]
-            if victim.queue == job.queue or not victim.preemptible or victim.key == job.key:
+        # The order does not matter: the victim queue orders candidates by itself.
+        for queue_name, jobs in by_queue.items():
+            if queue_name == job.queue or queue_name not in shares:
                 continue
-            if victim.queue not in shares:
+            allowed = fair and victim_queue_allowed(shares, reclaimer, queue_name)
+            if not allowed and not on_steady:
                 continue
-            if victim.queue not in allowed:
-                allowed[victim.queue] = fair and victim_queue_allowed(
-                    shares, reclaimer, victim.queue
-                )
-            if not has_active(session, victim):
-                continue
-            if not elastic(victim) and protected(job, victim):
-                continue
-            if not allowed[victim.queue] and not (
-                on_steady and steady is not None and steady_rules.victim_branch_allowed(
-                    steady, shares, job.queue, victim.queue, _first_step_gpus(session, victim)
-                )
-            ):
-                continue
-            out.append((victim, session.state.job_pods(victim)))
+            for victim in jobs:
+                if _eligible(job, victim, allowed, shares, on_steady):
+                    out.append((victim, session.state.job_pods(victim)))
         return out
+
+    def _eligible(
+        job: Job, victim: Job, allowed: bool, shares: Shares, on_steady: bool
+    ) -> bool:
+        if not victim.preemptible or not has_active(session, victim):
+            return False
+        if not elastic(victim) and protected(job, victim):
+            return False
+        return allowed or (
+            on_steady and steady is not None and steady_rules.victim_branch_allowed(
+                steady, shares, job.queue, victim.queue, _first_step_gpus(session, victim)
+            )
+        )
 
     def steady_first(job: Job) -> bool:
         """A reclaimer below what it may keep gets what it frees before the victims' jobs
