@@ -72,6 +72,7 @@ class SearchStats:
     filtered: int = 0
     simulations: int = 0
     deduplicated: int = 0
+    prechecked: int = 0  # jobs skipped because no victims could make room
 
 
 @dataclass(slots=True)
@@ -149,6 +150,9 @@ class Search:
         self._budget = self.max_simulations
         shares = self.snapshot = self.shares()
         totals = self.totals()
+        if self._cannot_make_room(job, step):
+            self.stats.prechecked += 1
+            return None
         start = stmt.checkpoint()
         recorded: list[Pod] = []
         outcome: Outcome | None = None
@@ -161,6 +165,28 @@ class Search:
                 return None
             recorded = list(outcome.victim_order)
         return outcome
+
+    def _cannot_make_room(self, job: Job, step: list[Pod]) -> bool:
+        """Whether no scenario could pass the capacity filter, so the search would end
+        without a simulation: even every candidate victim together (plus what is free)
+        does not make room for the first round's pods, or for the whole step. Exact:
+        what victims free only grows with more victims, the first round has no earlier
+        victims, and later rounds start from victims of earlier rounds' candidates."""
+        sizes = _round_sizes(len(step))
+        every: dict[str, Pod] = {}
+        for k in sizes:
+            pods = [
+                p for _, job_pods in self.candidates(job, step[:k]) for p in job_pods
+                if p.status in ACTIVE_ALLOCATED
+            ]
+            if not pods and k == sizes[0]:
+                return True  # nothing to evict: the first round has no scenario at all
+            if k == sizes[0] and len(sizes) > 1 and not _Capacity(
+                self.session, step[:k]
+            ).fits(pods):
+                return True
+            every.update((p.key, p) for p in pods)
+        return not _Capacity(self.session, step).fits(list(every.values()))
 
     def _solve_partial(
         self, stmt: Statement, job: Job, partial: list[Pod], recorded: list[Pod],
