@@ -149,6 +149,9 @@ class CompareMemo:
 
     __slots__ = ("_seen", "_sides")
 
+    def __len__(self) -> int:
+        return len(self._seen) + len(self._sides)
+
     def __init__(self) -> None:
         self._sides: dict[tuple[int, int], tuple[QueueShare, Quantities, QueueSide]] = {}
         self._seen: dict[tuple, tuple[QueueShare, QueueShare, Quantities, Quantities, int]] = {}

@@ -42,6 +42,10 @@ DEFAULT_MAX_SIMULATIONS = 256
 #: Victim steps the node-local generator still tries once all victims so far would make
 #: room in total (a step that needs several nodes is the next generator's).
 NODE_LOCAL_PATIENCE = 32
+#: Entries kept by the per-action memos before they start afresh (memory only: the
+#: memos never change a result).
+_SHARE_CACHE_LIMIT = 50_000
+_COMPARE_MEMO_LIMIT = 500_000
 
 
 @dataclass(slots=True)
@@ -96,7 +100,10 @@ class Search:
     _failed: set[tuple] = field(default_factory=set)
     _budget: int = 0
     _hashes: dict[str, int] = field(default_factory=dict)
-    _share_cache: dict[str, tuple[object, int, QueueShare]] = field(default_factory=dict)
+    _share_cache: dict[tuple, QueueShare] = field(default_factory=dict)
+    _compared: CompareMemo = field(default_factory=CompareMemo)
+    _totals: dict[str, Fraction] | None = None
+    _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ shares
     def shares(self) -> dict[str, QueueShare]:
@@ -105,13 +112,15 @@ class Search:
 
     def _share(self, name: str) -> QueueShare:
         """One queue's figures now. Quotas, limits and fair shares do not change during an
-        action, and allocations are re-read only when the queue's usage version moved (it
-        moves on every change below the queue), so repeated reads cost a lookup."""
+        action, so a queue's figures follow from its allocations alone: the same
+        allocations give back the very same object (a simulation that puts victims back
+        where they were meets the figures, and the comparisons, it already knows)."""
         s = self.session
         usage = s.state.queue_usage[name]
-        hit = self._share_cache.get(name)
-        if hit is not None and hit[0] is usage and hit[1] == usage.version:
-            return hit[2]
+        key = (name, usage.allocated, usage.allocated_np)
+        hit = self._share_cache.get(key)
+        if hit is not None:
+            return hit
         queue = s.state.queues[name]
         fair, alloc, alloc_np = s.fair(name), s.allocated(name), s.allocated_np(name)
         share = QueueShare(
@@ -125,7 +134,9 @@ class Search:
             allocated=dict(zip(RESOURCES, alloc, strict=True)),
             allocated_np=dict(zip(RESOURCES, alloc_np, strict=True)),
         )
-        self._share_cache[name] = (usage, usage.version, share)
+        if len(self._share_cache) >= _SHARE_CACHE_LIMIT:
+            self._share_cache.clear()  # bounded memory; the figures are recomputed alike
+        self._share_cache[key] = share
         return share
 
     def _branch_shares(self, leaves: Iterator[str]) -> dict[str, QueueShare]:
@@ -140,7 +151,10 @@ class Search:
         return out
 
     def totals(self) -> dict[str, Fraction]:
-        return dict(zip(RESOURCES, self.session.capacity, strict=True))
+        """The cluster's capacity (fixed for the session: one mapping, read-only)."""
+        if self._totals is None:
+            self._totals = dict(zip(RESOURCES, self.session.capacity, strict=True))
+        return self._totals
 
     # ------------------------------------------------------------------- solve
     def solve(self, stmt: Statement, job: Job, step: list[Pod]) -> Outcome | None:
@@ -430,8 +444,10 @@ class Search:
         left = dict(steps)
         totals = self.totals()
         first = next(iter(steps))  # the asking job
-        memo = CompareMemo()  # most comparisons recur between picks
-        asked: dict[str, Quantities] = {}
+        # Most comparisons recur between picks and between simulations of one search.
+        if len(self._compared) >= _COMPARE_MEMO_LIMIT:
+            self._compared = CompareMemo()
+        memo = self._compared
         keys: dict[str, tuple] = {}
 
         def order_key(j: Job) -> tuple:
@@ -443,10 +459,15 @@ class Search:
 
         def request_of(key: str) -> Quantities:
             # One mapping per job, so the memo recognises an unchanged request by identity.
-            if key not in asked:
-                vec = session.step_request(left[key], session.min_gpu_memory)
-                asked[key] = dict(zip(RESOURCES, vec, strict=True))
-            return asked[key]
+            pods = left[key]
+            step_key = tuple(p.key for p in pods)
+            asked = self._requests.get(step_key)
+            if asked is None:
+                if len(self._requests) >= _SHARE_CACHE_LIMIT:
+                    self._requests.clear()
+                vec = session.step_request(pods, session.min_gpu_memory)
+                asked = self._requests[step_key] = dict(zip(RESOURCES, vec, strict=True))
+            return asked
 
         if self.preemptor_first is not None and self.preemptor_first(jobs[first]):
             del left[first]
