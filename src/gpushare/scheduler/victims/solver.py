@@ -472,17 +472,24 @@ class Search:
         if self.preemptor_first is not None and self.preemptor_first(jobs[first]):
             del left[first]
             yield jobs[first]
+        by_leaf: dict[str, list[Job]] = {}
+        for key in left:
+            by_leaf.setdefault(jobs[key].queue, []).append(jobs[key])
+        # Only the leaf a job was taken from gets a new best job.
+        best = {leaf: min(candidates, key=order_key) for leaf, candidates in by_leaf.items()}
         while left:
-            by_leaf: dict[str, list[Job]] = {}
-            for key in left:
-                by_leaf.setdefault(jobs[key].queue, []).append(jobs[key])
-            best = {leaf: min(candidates, key=order_key) for leaf, candidates in by_leaf.items()}
             requests = {leaf: request_of(j.key) for leaf, j in best.items()}
             leaf = pick_fair(self._branch_shares(iter(requests)), totals, requests, memo)
             if leaf is None:
                 return
             chosen = best[leaf]
             del left[chosen.key]
+            rest = by_leaf[leaf]
+            rest.remove(chosen)
+            if rest:
+                best[leaf] = min(rest, key=order_key)
+            else:
+                del best[leaf]
             yield chosen
 
 
