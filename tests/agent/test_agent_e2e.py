@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 import pytest
+from process_probes import gone, processes_named
 
 from gpushare.apiserver.server import ApiServer
 from gpushare.controllers import node_lifecycle
@@ -93,26 +94,6 @@ def ready_status(node: dict[str, Any] | None) -> str | None:
         if condition.get("type") == "Ready":
             return condition.get("status")
     return None
-
-
-def gone(pid: int) -> bool:
-    """The process has exited (a zombie awaiting its parent counts as gone)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def processes_named(name: str, pgid: int) -> list[int]:
-    """PIDs of processes called `name` in process group `pgid` (others may come and go)."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.name() == name and os.getpgid(p.pid) == pgid:
-                found.append(p.pid)
-        except (psutil.Error, ProcessLookupError, PermissionError):
-            continue
-    return found
 
 
 def wait_for(check, timeout: float = 20.0):

@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 from fake_nvml import FakeNvml
+from process_probes import gone, processes_named
 
 from gpushare.agent.enforcement import EnforcementError, choose
 from gpushare.agent.gpu_share import share_from_annotations
@@ -88,26 +89,6 @@ def wait_for(check, timeout: float = 10.0):
             return value
         time.sleep(0.05)
     raise AssertionError("condition not reached in time")
-
-
-def gone(pid: int) -> bool:
-    """The process has exited (a zombie awaiting its parent counts as gone)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def processes_named(name: str, pgid: int) -> list[int]:
-    """PIDs of processes called `name` in process group `pgid` (others may come and go)."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.name() == name and os.getpgid(p.pid) == pgid:
-                found.append(p.pid)
-        except (psutil.Error, ProcessLookupError, PermissionError):
-            continue
-    return found
 
 
 def main_state(recorder: Recorder) -> dict:
