@@ -223,45 +223,34 @@ def _safe_duration(text: str | None) -> float:
 # ------------------------------------------------------------------------------ pods
 
 
+def _annotation_value(
+    annotations: Obj, key: str, pod_name: str, parse: Any, valid: Any, expected: str
+) -> Any:
+    """One GPU request annotation, parsed and checked, or a TranslateError naming it."""
+    try:
+        value = parse(annotations[key])
+    except ValueError:
+        value = None
+    if value is None or not valid(value):
+        raise TranslateError(f"pod {pod_name}: annotation {key} must be {expected}")
+    return value
+
+
 def gpu_request(pod: Obj) -> GpuRequest:
     """What the pod asks of GPUs, from its annotations and container limits."""
     annotations = _meta(pod).get("annotations") or {}
     name = _meta(pod).get("name", "")
     devices = 1
     if annotations.get(DEVICES_ANNOTATION):
-        try:
-            devices = int(annotations[DEVICES_ANNOTATION])
-        except ValueError:
-            raise TranslateError(
-                f"pod {name}: annotation {DEVICES_ANNOTATION} must be a positive integer"
-            ) from None
-        if devices < 1:
-            raise TranslateError(
-                f"pod {name}: annotation {DEVICES_ANNOTATION} must be a positive integer"
-            )
+        devices = _annotation_value(annotations, DEVICES_ANNOTATION, name, int,
+                                    lambda n: n >= 1, "a positive integer")
     if annotations.get(FRACTION_ANNOTATION):
-        try:
-            fraction = to_fraction(annotations[FRACTION_ANNOTATION])
-        except ValueError:
-            raise TranslateError(
-                f"pod {name}: annotation {FRACTION_ANNOTATION} must be a number in (0, 1)"
-            ) from None
-        if not 0 < fraction < 1:
-            raise TranslateError(
-                f"pod {name}: annotation {FRACTION_ANNOTATION} must be a number in (0, 1)"
-            )
+        fraction = _annotation_value(annotations, FRACTION_ANNOTATION, name, to_fraction,
+                                     lambda f: 0 < f < 1, "a number in (0, 1)")
         return GpuRequest(portion=max(round(fraction * 1000), 1), devices=devices)
     if annotations.get(MEMORY_ANNOTATION):
-        try:
-            mib = int(annotations[MEMORY_ANNOTATION])
-        except ValueError:
-            raise TranslateError(
-                f"pod {name}: annotation {MEMORY_ANNOTATION} must be a positive integer (MiB)"
-            ) from None
-        if mib < 1:
-            raise TranslateError(
-                f"pod {name}: annotation {MEMORY_ANNOTATION} must be a positive integer (MiB)"
-            )
+        mib = _annotation_value(annotations, MEMORY_ANNOTATION, name, int,
+                                lambda n: n >= 1, "a positive integer (MiB)")
         return GpuRequest(memory_mib=mib, devices=devices)
     whole = 0
     for container in (pod.get("spec") or {}).get("containers") or []:
