@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import time
 
+from polling import wait
+
 from gpushare.controllers.events import EventRecorder
 from gpushare.kube.client import EVENTS, PODS, Stopper
-
-
-def wait(check, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_repeated_event_is_written_once_and_a_new_message_again(api):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+from polling import wait
+
 from gpushare.kube.client import PODS, Stopper
 from gpushare.kube.informer import Informer, WorkQueue, start_workers
 
@@ -13,15 +15,6 @@ from gpushare.kube.informer import Informer, WorkQueue, start_workers
 def pod(name):
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
             "spec": {"containers": [{"name": "c", "image": "x"}]}}
-
-
-def wait(check, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def recorder(informer):
