@@ -8,9 +8,9 @@ from gpushare.model import CPU, GPU, MEMORY
 from gpushare.scheduler.victims.shares import QueueShare
 from gpushare.scheduler.victims.steady import (
     SteadyShares,
+    branch_surplus,
     may_reclaim,
     reclaimable,
-    victim_branch_allowed,
 )
 
 
@@ -39,9 +39,10 @@ def test_only_a_queue_below_what_it_keeps_may_reclaim_gpus():
 
 
 def test_victims_only_from_a_branch_above_what_it_keeps_and_within_its_surplus():
-    assert victim_branch_allowed(STEADY, shares(180, 90), "c", "a", F(8))
-    assert not victim_branch_allowed(STEADY, shares(100, 90), "c", "a", F(1))
-    assert not victim_branch_allowed(STEADY, shares(104, 90), "c", "a", F(8))
+    # a keeps 100: at 180 it has 80 to spare, at 104 only 4 (an 8-GPU step is too big).
+    assert branch_surplus(STEADY, shares(180, 90), "c", "a") == 80
+    assert branch_surplus(STEADY, shares(100, 90), "c", "a") == 0
+    assert branch_surplus(STEADY, shares(104, 90), "c", "a") == 4
 
 
 def test_the_victim_is_never_taken_below_what_it_keeps():
@@ -58,7 +59,7 @@ def test_overshoot_only_while_less_saturated_than_the_victim():
 def test_unlimited_quota_is_never_above_what_it_keeps():
     steady = SteadyShares(steady={"a": F(100), "c": F(100)}, keep={"a": None, "c": F(100)})
     s = {"a": q("a", 200), "c": q("c", 0)}
-    assert not victim_branch_allowed(steady, s, "c", "a", F(1))
+    assert branch_surplus(steady, s, "c", "a") == 0
 
 
 def test_steady_share_counts_idle_weighted_queues_and_caps_by_limit():

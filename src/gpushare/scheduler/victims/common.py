@@ -146,13 +146,15 @@ def elastic_victims_keep_gang(
     return True
 
 
-def jobs_by_queue(session: Session) -> dict[str, list[Job]]:
-    """Every job per leaf queue, in name order: built once per action (jobs are neither
-    added nor removed during a cycle), so a search reads only the queues it may take from.
-    """
+def jobs_by_queue(session: Session, preemptible_only: bool = False) -> dict[str, list[Job]]:
+    """Every job (or every preemptible one) per leaf queue, in name order: built once per
+    action (jobs are neither added nor removed during a cycle), so a search reads only the
+    queues it may take from."""
     out: dict[str, list[Job]] = {}
     for name in sorted(session.state.jobs):
         job = session.state.jobs[name]
+        if preemptible_only and not job.preemptible:
+            continue
         out.setdefault(job.queue, []).append(job)
     return out
 

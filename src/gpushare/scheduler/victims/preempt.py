@@ -39,7 +39,7 @@ def preempt(session: Session) -> None:
     elastic = elastic_memo(session)
     kai = session.config.kai
 
-    by_queue = jobs_by_queue(session)
+    by_queue = jobs_by_queue(session, preemptible_only=True)
 
     def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
         out: list[tuple[Job, list[Pod]]] = []

@@ -45,6 +45,7 @@ from gpushare.scheduler.victims.shares import Quantities, Shares
 from gpushare.scheduler.victims.solver import Outcome, Search, victim_units
 from gpushare.scheduler.victims.steady import SteadyShares
 from gpushare.scheduler.victims.steps import VictimSteps
+from gpushare.scheduler.victims.victim_queue import pod_quantities
 
 ACTION = "reclaim"
 
@@ -89,7 +90,19 @@ def reclaim(session: Session) -> None:
         )
         return fair, on_steady
 
-    by_queue = jobs_by_queue(session)
+    by_queue = jobs_by_queue(session, preemptible_only=True)
+    # Per victim job, at its pod-set version: whether it holds anything, and the GPUs of
+    # the first step it would give up (read by the steady path).
+    job_facts: dict[str, tuple[int, bool, Fraction | None]] = {}
+
+    def facts(victim: Job, need_gpus: bool) -> tuple[bool, Fraction | None]:
+        version = session.state.job_version.get(victim.key, 0)
+        known = job_facts.get(victim.key)
+        if known is None or known[0] != version or (need_gpus and known[2] is None):
+            active = has_active(session, victim)
+            gpus = _first_step_gpus(session, victim) if need_gpus and active else None
+            known = job_facts[victim.key] = (version, active, gpus)
+        return known[1], known[2]
 
     def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
         shares = search.snapshot
@@ -100,26 +113,23 @@ def reclaim(session: Session) -> None:
         for queue_name, jobs in by_queue.items():
             if queue_name == job.queue or queue_name not in shares:
                 continue
-            allowed = fair and victim_queue_allowed(shares, reclaimer, queue_name)
-            if not allowed and not on_steady:
-                continue
+            surplus: Fraction | None = None  # set when only the steady path may take
+            if not (fair and victim_queue_allowed(shares, reclaimer, queue_name)):
+                if not on_steady or steady is None:
+                    continue
+                surplus = steady_rules.branch_surplus(steady, shares, job.queue, queue_name)
+                if surplus <= 0:
+                    continue
             for victim in jobs:
-                if _eligible(job, victim, allowed, shares, on_steady):
-                    out.append((victim, session.state.job_pods(victim)))
+                active, first_gpus = facts(victim, surplus is not None)
+                if not active:
+                    continue
+                if not elastic(victim) and protected(job, victim):
+                    continue
+                if surplus is not None and (first_gpus is None or first_gpus > surplus):
+                    continue
+                out.append((victim, session.state.job_pods(victim)))
         return out
-
-    def _eligible(
-        job: Job, victim: Job, allowed: bool, shares: Shares, on_steady: bool
-    ) -> bool:
-        if not victim.preemptible or not has_active(session, victim):
-            return False
-        if not elastic(victim) and protected(job, victim):
-            return False
-        return allowed or (
-            on_steady and steady is not None and steady_rules.victim_branch_allowed(
-                steady, shares, job.queue, victim.queue, _first_step_gpus(session, victim)
-            )
-        )
 
     def steady_first(job: Job) -> bool:
         """A reclaimer below what it may keep gets what it frees before the victims' jobs
@@ -153,6 +163,22 @@ def reclaim(session: Session) -> None:
             outcome, reclaimer, options.max_disruption_ratio
         )
 
+    def admissible(job: Job, partial: list[Pod], victim: Job, pods: list[Pod]) -> bool:
+        """The rules' verdict on taking this one victim step alone (as a core unit)."""
+        shares = search.snapshot
+        reclaimer = reclaimer_of(session, job, partial)
+        unit: Quantities = {r: Fraction(0) for r in RESOURCES}
+        for pod in pods:
+            for r, q in pod_quantities(pod).items():
+                unit[r] += q
+        units = {victim.queue: [unit]}
+        fair, on_steady = paths(shares, job, reclaimer)
+        if fair and reclaimable(shares, reclaimer, units, options.saturation_multiplier):
+            return True
+        return bool(on_steady and steady is not None and steady_rules.reclaimable(
+            steady, shares, job.queue, reclaimer.request, units, options.saturation_multiplier
+        ))
+
     search = Search(
         session=session,
         action=ACTION,
@@ -162,6 +188,7 @@ def reclaim(session: Session) -> None:
         protected_core=None if kai else protected_core,
         max_simulations=options.max_simulations,
         preemptor_first=None if steady is None else steady_first,
+        admissible=admissible,
     )
 
     def may_try(job: Job, step: list[Pod]) -> bool:

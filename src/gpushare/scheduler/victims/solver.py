@@ -34,6 +34,7 @@ from gpushare.scheduler.placement import place_pod, place_step
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import Statement
 from gpushare.scheduler.victims.ordering import CompareMemo, pick_fair
+from gpushare.scheduler.victims.relevance import helpful
 from gpushare.scheduler.victims.shares import Quantities, QueueShare
 from gpushare.scheduler.victims.victim_queue import VictimQueue, pod_quantities
 
@@ -77,6 +78,7 @@ class SearchStats:
     simulations: int = 0
     deduplicated: int = 0
     prechecked: int = 0  # jobs skipped because no victims could make room
+    inadmissible: int = 0  # victim steps the rules forbid on their own, not added
 
 
 @dataclass(slots=True)
@@ -94,6 +96,10 @@ class Search:
     #: Whether the asking job is placed before the victims' jobs in the simulation
     #: (steady fair-share reclaim: what is freed must reach the reclaimer).
     preemptor_first: Callable[[Job], bool] | None = None
+    #: Whether one victim step could be taken for the asking job's step on its own
+    #: (outside ``compat: kai``): a step the action's rules forbid alone is not added to
+    #: the scenarios, so it cannot hold back every scenario after it.
+    admissible: Callable[[Job, list[Pod], Job, list[Pod]], bool] | None = None
     stats: SearchStats = field(default_factory=SearchStats)
     #: The queues' figures when the current job's search began (what the rules read).
     snapshot: dict[str, QueueShare] = field(default_factory=dict)
@@ -104,6 +110,9 @@ class Search:
     _compared: CompareMemo = field(default_factory=CompareMemo)
     _totals: dict[str, Fraction] | None = None
     _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
+    _candidate_memo: dict[tuple[str, ...], list[tuple[Job, list[Pod]]]] = field(
+        default_factory=dict
+    )
 
     # ------------------------------------------------------------------ shares
     def shares(self) -> dict[str, QueueShare]:
@@ -162,6 +171,8 @@ class Search:
         holds the evictions and placements, on failure it is as it was."""
         self.stats.jobs += 1
         self._budget = self.max_simulations
+        # Every round and generator starts from the state the search began with.
+        self._candidate_memo = {}
         shares = self.snapshot = self.shares()
         totals = self.totals()
         if self._cannot_make_room(job, step):
@@ -190,7 +201,7 @@ class Search:
         every: dict[str, Pod] = {}
         for k in sizes:
             pods = [
-                p for _, job_pods in self.candidates(job, step[:k]) for p in job_pods
+                p for _, job_pods in self._candidates(job, step[:k]) for p in job_pods
                 if p.status in ACTIVE_ALLOCATED
             ]
             if not pods and k == sizes[0]:
@@ -201,6 +212,19 @@ class Search:
                 return True
             every.update((p.key, p) for p in pods)
         return not _Capacity(self.session, step).fits(list(every.values()))
+
+    def _candidates(self, job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
+        """The action's candidate victims; outside ``compat: kai`` only those that could
+        free something the step lacks where they run (:mod:`.relevance`)."""
+        key = tuple(p.key for p in partial)
+        found = self._candidate_memo.get(key)
+        if found is None:
+            found = self.candidates(job, partial)
+            # A queue limit that blocks the step is freed by victims on any node.
+            if not self.session.config.kai and self.session.check_capacity(job, partial).ok:
+                found = helpful(self.session.state, partial, found)
+            self._candidate_memo[key] = found
+        return found
 
     def _solve_partial(
         self, stmt: Statement, job: Job, partial: list[Pod], recorded: list[Pod],
@@ -220,12 +244,13 @@ class Search:
         self, stmt: Statement, job: Job, partial: list[Pod], recorded: list[Pod],
         shares: dict[str, QueueShare], totals: dict[str, Fraction], node_local: bool,
     ) -> Outcome | None:
-        candidates = self.candidates(job, partial)
+        candidates = self._candidates(job, partial)
         protected = None
         if self.protected_core is not None:
             guard = self.protected_core
             protected = lambda victim: guard(job, victim)  # noqa: E731
         queue = VictimQueue(candidates, shares, totals, {p.key for p in recorded}, protected)
+        admissible = None if self.session.config.kai else self.admissible
         capacity = _Capacity(self.session, partial)
         base = capacity.accumulate(recorded)  # recorded + accumulated, kept up to date
         accumulated: list[Pod] = []
@@ -276,7 +301,11 @@ class Search:
             nxt = queue.pop()
             if nxt is None:
                 return None
-            victim_job, latest = nxt
+            victim_job, offered = nxt
+            if admissible is not None and not admissible(job, partial, victim_job, offered):
+                self.stats.inadmissible += 1
+                continue
+            latest = offered
             if (
                 self.max_victim_jobs is not None
                 and victim_job.key not in victim_jobs
@@ -344,22 +373,29 @@ class Search:
             if key != job.key:
                 steps[key] = self._replacement_step(session.state.jobs[key], pods, victim_keys)
         placed_preemptor = False
+        kai = session.config.kai
+        handled: set[str] = set()
         for nxt in self._fair_order(steps):
+            handled.add(nxt.key)
             step = steps[nxt.key]
             if nxt.key == job.key:
                 if not session.check_capacity(job, step).ok:
                     break
                 # KAI pipelines every pod of the step; gpushare binds the step when all of
                 # it fits on free capacity (place_step pipelines it all otherwise).
-                pipeline_only = session.config.kai
-                if not place_step(session, stmt, job, step, pipeline_only=pipeline_only).ok:
+                if not place_step(session, stmt, job, step, pipeline_only=kai).ok:
                     break
                 placed_preemptor = True
+                if not kai:
+                    break
             else:
                 self._place_again(stmt, nxt, step, before)
         if not placed_preemptor:
             stmt.rollback(cp)
             return None
+        if not kai:
+            self._settle_victims(stmt, {k: v for k, v in steps.items() if k not in handled},
+                                 before)
         evicted = [p for p in victims if p.status not in ACTIVE_ALLOCATED]
         moved = [p for p in victims if p.status is PodStatus.PIPELINED]
         if any(p.status is PodStatus.BINDING for p in partial) and (
@@ -377,21 +413,82 @@ class Search:
             return None
         return outcome
 
+    def _settle_victims(
+        self, stmt: Statement, rest: dict[str, list[Pod]],
+        before: Mapping[str, tuple[PodStatus, str | None, tuple[int, ...], int]],
+    ) -> None:
+        """The victims left once the asking job is placed: every victim step that still
+        fits where it runs stays there, whole; the others are placed again in fair order.
+
+        Putting unneeded victims back first means a victim moved for another one never
+        displaces a victim that could have stayed, and most victims of a wide scenario
+        cost one check instead of a placement search."""
+        if not rest:
+            return
+        session = self.session
+        jobs = session.state.jobs
+        elsewhere: dict[str, list[Pod]] = {}
+        for key, step in rest.items():
+            if not step or not session.check_capacity(jobs[key], step).ok:
+                continue  # it cannot come back at all (as in _place_again)
+            cp = stmt.checkpoint()
+            if all(self._back_home(pod, before[pod.key]) for pod in step):
+                continue
+            stmt.rollback(cp)
+            elsewhere[key] = step
+        if not elsewhere:
+            return
+        for nxt in self._fair_order(elsewhere, asking=False):
+            self._place_again(stmt, nxt, elsewhere[nxt.key], before, home_first=True)
+
     def _place_again(
         self, stmt: Statement, job: Job, step: list[Pod],
         before: Mapping[str, tuple[PodStatus, str | None, tuple[int, ...], int]],
+        home_first: bool = False,
     ) -> bool:
         """Place a victim job's step again, all or nothing, pod by pod (so that a pod
-        that lands back home keeps its old place before the next one is placed)."""
+        that lands back home keeps its old place before the next one is placed).
+
+        Once the asking job is placed, a victim that still fits where it runs stays there
+        (outside ``compat: kai``); before that, it is placed like any pod, so that it can
+        make way for the asking job (consolidation)."""
         session = self.session
         if not step or not session.check_capacity(job, step).ok:
             return False
         cp = stmt.checkpoint()
+        home_first = home_first and not session.config.kai
         for pod in step:
+            if home_first and self._back_home(pod, before[pod.key]):
+                continue
             if place_pod(session, stmt, pod, pipeline_only=True) is None:
                 stmt.rollback(cp)
                 return False
             self._stay_if_back_home(pod, before[pod.key])
+        return True
+
+    def _back_home(
+        self, pod: Pod, was: tuple[PodStatus, str | None, tuple[int, ...], int]
+    ) -> bool:
+        """Put a victim back exactly where it runs when that still has room for it, so
+        it keeps running (KAI places victims again like any pod, which may move one that
+        did not have to move)."""
+        status, node, gpu_indices, portion = was
+        if node is None or status not in _ON_NODE:
+            return False
+        state = self.session.state
+        usage = state.usage.get(node)
+        if usage is None or not usage.node.ready:
+            return False
+        if (
+            usage.pods_free_future() < 1
+            or pod.cpu_millis > usage.cpu_free_future()
+            or pod.memory_bytes > usage.mem_free_future()
+        ):
+            return False
+        need = MILLI if pod.gpu.whole else portion if pod.gpu.is_shared else 0
+        if any(usage.gpu_free_future(i) < need for i in gpu_indices):
+            return False
+        state.set_pod(pod, status, node, gpu_indices, portion)
         return True
 
     def _stay_if_back_home(
@@ -436,7 +533,7 @@ class Search:
         real = [by_key[p.key] for p in step if p.key in by_key]
         return real if len(real) == len(step) else []
 
-    def _fair_order(self, steps: dict[str, list[Pod]]) -> Iterator[Job]:
+    def _fair_order(self, steps: dict[str, list[Pod]], asking: bool = True) -> Iterator[Job]:
         """The preemptor and the victim jobs in fair order, re-evaluated after each one
         (each side compared with the step it would place)."""
         session = self.session
@@ -469,7 +566,7 @@ class Search:
                 asked = self._requests[step_key] = dict(zip(RESOURCES, vec, strict=True))
             return asked
 
-        if self.preemptor_first is not None and self.preemptor_first(jobs[first]):
+        if asking and self.preemptor_first is not None and self.preemptor_first(jobs[first]):
             del left[first]
             yield jobs[first]
         by_leaf: dict[str, list[Job]] = {}

@@ -97,16 +97,17 @@ def may_reclaim(steady: SteadyShares, shares: Shares, queue: str, request: Quant
     return gpus > 0 and steady.below(queue, shares[queue].allocated[GPU])
 
 
-def victim_branch_allowed(
-    steady: SteadyShares, shares: Shares, reclaimer_queue: str, victim_queue: str,
-    first_step_gpus: Fraction,
-) -> bool:
-    """Rules 1-3 as a filter on one victim job (its first step's GPUs)."""
+def branch_surplus(
+    steady: SteadyShares, shares: Shares, reclaimer_queue: str, victim_queue: str
+) -> Fraction:
+    """Rules 1-2 for a victim queue: the GPUs its branch holds above what it may keep,
+    where the reclaimer's branch is below what it may keep (else zero: nothing to take).
+    Rule 3 then admits a victim job whose first step's GPUs fit within this surplus."""
     mine, theirs = leveled(shares, reclaimer_queue, victim_queue)
     if not steady.below(mine.name, mine.allocated[GPU]):
-        return False
+        return ZERO
     surplus = steady.surplus(theirs.name, theirs.allocated[GPU])
-    return surplus > 0 and first_step_gpus <= surplus
+    return surplus if surplus > 0 else ZERO
 
 
 def reclaimable(
