@@ -447,8 +447,7 @@ def test_simulation_bound_is_honoured():
     jobs = state.jobs
     search = Search(
         session=session, action="preempt", reason="test",
-        candidates=lambda j, step: [(v, state.job_pods(v)) for k, v in sorted(jobs.items())
-                                    if k != j.key],
+        candidates=lambda j, step: {"q0": lambda v: v.key != j.key},
         validator=lambda outcome: False,
         max_simulations=3,
     )

@@ -23,9 +23,9 @@ def _solve(data: dict[str, Any], victims: list[str], asking: str = "p"):
     jobs = state.jobs
     search = Search(
         session=session, action="preempt", reason="test",
-        candidates=lambda j, step: [
-            (jobs[f"default/{v}"], state.job_pods(jobs[f"default/{v}"])) for v in victims
-        ],
+        candidates=lambda j, step: {
+            queue: (lambda v: v.name in victims) for queue in state.queues
+        },
         validator=lambda outcome: True,
     )
     asking_job = jobs[f"default/{asking}"]

@@ -10,6 +10,7 @@ from gpushare.model.quantities import RESOURCES
 from gpushare.scheduler.actions.allocate import eligible_jobs
 from gpushare.scheduler.ordering import JobQueue
 from gpushare.scheduler.session import Session
+from gpushare.scheduler.victims.candidates import victim_lists
 from gpushare.scheduler.victims.options import VictimOptions
 from gpushare.scheduler.victims.signatures import FailedJobs
 from gpushare.scheduler.victims.solver import Outcome, Search
@@ -18,10 +19,6 @@ from gpushare.scheduler.victims.steps import VictimSteps
 
 def active_pods(session: Session, job: Job) -> list[Pod]:
     return [p for p in session.state.job_pods(job) if p.status in ACTIVE_ALLOCATED]
-
-
-def has_active(session: Session, job: Job) -> bool:
-    return any(p.status in ACTIVE_ALLOCATED for p in session.state.job_pods(job))
 
 
 def in_preemption_delay(session: Session, job: Job) -> bool:
@@ -119,6 +116,9 @@ def run_action(
             bucket.add(shape, step)
             continue
         stmt.commit()
+        victim_lists(session).note_placed(
+            sorted({p.node for p in [*outcome.placed, *outcome.moved] if p.node is not None})
+        )
         done += 1
         session.clear_reason(job)
         if after_success is not None:
@@ -144,19 +144,6 @@ def elastic_victims_keep_gang(
         if not steps.satisfied():
             return False
     return True
-
-
-def jobs_by_queue(session: Session, preemptible_only: bool = False) -> dict[str, list[Job]]:
-    """Every job (or every preemptible one) per leaf queue, in name order: built once per
-    action (jobs are neither added nor removed during a cycle), so a search reads only the
-    queues it may take from."""
-    out: dict[str, list[Job]] = {}
-    for name in sorted(session.state.jobs):
-        job = session.state.jobs[name]
-        if preemptible_only and not job.preemptible:
-            continue
-        out.setdefault(job.queue, []).append(job)
-    return out
 
 
 def pending_candidates(session: Session) -> list[Job]:

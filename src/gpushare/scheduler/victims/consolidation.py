@@ -11,8 +11,8 @@ from __future__ import annotations
 from gpushare.model import Job, Pod
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.session import Session
+from gpushare.scheduler.victims.candidates import LeafFilters, victim_lists
 from gpushare.scheduler.victims.common import (
-    has_active,
     in_preemption_delay,
     pending_candidates,
     run_action,
@@ -46,14 +46,13 @@ def consolidation(session: Session) -> None:
         return
     options = VictimOptions.of(session.config)
 
-    def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
-        out: list[tuple[Job, list[Pod]]] = []
-        for name in sorted(session.state.jobs):
-            victim = session.state.jobs[name]
-            if victim.key == job.key or not victim.preemptible or not has_active(session, victim):
-                continue
-            out.append((victim, session.state.job_pods(victim)))
-        return out
+    lists = victim_lists(session)
+
+    def candidates(job: Job, partial: list[Pod]) -> LeafFilters:
+        def qualifies(victim: Job) -> bool:
+            return victim.key != job.key
+
+        return {queue: qualifies for queue in lists.queues()}
 
     def validator(outcome: Outcome) -> bool:
         return not outcome.evicted

@@ -12,12 +12,11 @@ from __future__ import annotations
 from gpushare.model import Job, Pod
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims import minruntime
+from gpushare.scheduler.victims.candidates import LeafFilters
 from gpushare.scheduler.victims.common import (
     elastic_memo,
     elastic_victims_keep_gang,
-    has_active,
     in_preemption_delay,
-    jobs_by_queue,
     non_preemptible_within_quota,
     pending_candidates,
     run_action,
@@ -39,19 +38,13 @@ def preempt(session: Session) -> None:
     elastic = elastic_memo(session)
     kai = session.config.kai
 
-    by_queue = jobs_by_queue(session, preemptible_only=True)
+    def candidates(job: Job, partial: list[Pod]) -> LeafFilters:
+        def qualifies(victim: Job) -> bool:
+            if victim.key == job.key or victim.priority >= job.priority:
+                return False
+            return elastic(victim) or not _protected(session, victim)
 
-    def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
-        out: list[tuple[Job, list[Pod]]] = []
-        for victim in by_queue.get(job.queue, ()):
-            if victim.key == job.key or not victim.preemptible:
-                continue
-            if victim.priority >= job.priority or not has_active(session, victim):
-                continue
-            if not elastic(victim) and _protected(session, victim):
-                continue
-            out.append((victim, session.state.job_pods(victim)))
-        return out
+        return {job.queue: qualifies}
 
     def validator(outcome: Outcome) -> bool:
         if kai:
@@ -70,6 +63,7 @@ def preempt(session: Session) -> None:
             lambda job, victim: elastic(victim) and _protected(session, victim)
         ),
         max_simulations=options.max_simulations,
+        stay_before_asking=not kai,
     )
 
     def may_try(job: Job, step: list[Pod]) -> bool:

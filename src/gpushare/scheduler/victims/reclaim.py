@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
@@ -23,12 +24,11 @@ from gpushare.model.quantities import MILLI, RESOURCES
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims import minruntime
 from gpushare.scheduler.victims import steady as steady_rules
+from gpushare.scheduler.victims.candidates import LeafFilters, victim_lists
 from gpushare.scheduler.victims.common import (
     elastic_memo,
     elastic_victims_keep_gang,
-    has_active,
     in_preemption_delay,
-    jobs_by_queue,
     pending_candidates,
     run_action,
     running_seconds,
@@ -90,46 +90,40 @@ def reclaim(session: Session) -> None:
         )
         return fair, on_steady
 
-    by_queue = jobs_by_queue(session, preemptible_only=True)
-    # Per victim job, at its pod-set version: whether it holds anything, and the GPUs of
-    # the first step it would give up (read by the steady path).
-    job_facts: dict[str, tuple[int, bool, Fraction | None]] = {}
+    lists = victim_lists(session)
+    # Per victim job, at its pod-set version: the GPUs of the first step it would give up
+    # (read by the steady path).
+    first_gpus: dict[str, tuple[int, Fraction]] = {}
 
-    def facts(victim: Job, need_gpus: bool) -> tuple[bool, Fraction | None]:
+    def first_step_gpus(victim: Job) -> Fraction:
         version = session.state.job_version.get(victim.key, 0)
-        known = job_facts.get(victim.key)
-        if known is None or known[0] != version or (need_gpus and known[2] is None):
-            active = has_active(session, victim)
-            gpus = _first_step_gpus(session, victim) if need_gpus and active else None
-            known = job_facts[victim.key] = (version, active, gpus)
-        return known[1], known[2]
+        known = first_gpus.get(victim.key)
+        if known is None or known[0] != version:
+            known = first_gpus[victim.key] = (version, _first_step_gpus(session, victim))
+        return known[1]
 
-    def candidates(job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
+    def candidates(job: Job, partial: list[Pod]) -> LeafFilters:
         shares = search.snapshot
         reclaimer = reclaimer_of(session, job, partial)
         fair, on_steady = paths(shares, job, reclaimer)
-        out: list[tuple[Job, list[Pod]]] = []
-        # The order does not matter: the victim queue orders candidates by itself.
-        for queue_name, jobs in by_queue.items():
+        out: dict[str, Callable[[Job], bool]] = {}
+        for queue_name in lists.queues():
             if queue_name == job.queue or queue_name not in shares:
                 continue
-            surplus: Fraction | None = None  # set when only the steady path may take
-            if not (fair and victim_queue_allowed(shares, reclaimer, queue_name)):
-                if not on_steady or steady is None:
-                    continue
-                surplus = steady_rules.branch_surplus(steady, shares, job.queue, queue_name)
-                if surplus <= 0:
-                    continue
-            for victim in jobs:
-                active, first_gpus = facts(victim, surplus is not None)
-                if not active:
-                    continue
-                if not elastic(victim) and protected(job, victim):
-                    continue
-                if surplus is not None and (first_gpus is None or first_gpus > surplus):
-                    continue
-                out.append((victim, session.state.job_pods(victim)))
+            if fair and victim_queue_allowed(shares, reclaimer, queue_name):
+                out[queue_name] = lambda victim, job=job: _not_protected(job, victim)
+                continue
+            if not on_steady or steady is None:
+                continue
+            surplus = steady_rules.branch_surplus(steady, shares, job.queue, queue_name)
+            if surplus > 0:
+                out[queue_name] = lambda victim, job=job, surplus=surplus: (
+                    first_step_gpus(victim) <= surplus and _not_protected(job, victim)
+                )
         return out
+
+    def _not_protected(job: Job, victim: Job) -> bool:
+        return elastic(victim) or not protected(job, victim)
 
     def steady_first(job: Job) -> bool:
         """A reclaimer below what it may keep gets what it frees before the victims' jobs
@@ -187,6 +181,7 @@ def reclaim(session: Session) -> None:
         validator=validator,
         protected_core=None if kai else protected_core,
         max_simulations=options.max_simulations,
+        stay_before_asking=not kai,
         preemptor_first=None if steady is None else steady_first,
         admissible=admissible,
     )
@@ -218,19 +213,26 @@ def _elastic_min_runtime_ok(session: Session, job: Job, outcome: Outcome) -> boo
 
 def _disruption_ok(outcome: Outcome, reclaimer: Reclaimer, ratio: Fraction) -> bool:
     """Consolidating reclaim (victims moved, not only evicted) may disrupt at most
-    ``ratio`` times what the reclaimer asks for, per resource it asks for (GPUs always).
+    ``ratio`` times what the reclaimer asks for: GPUs for a reclaimer that asks for GPUs,
+    otherwise each resource it asks for.
 
     A reclaim that only evicts is bounded by the fair-share rules already; moving pods
-    is what lets an over-served queue restart many times what it needs.
+    is what lets an over-served queue restart many times what it needs. The bound reads
+    the scarce resource only: GPU pods differ widely in the CPU and memory that come with
+    a GPU, and that must not decide whether a GPU reclaim may go ahead.
     """
     if not outcome.moved:
         return True
-    disrupted = {r: Fraction(0) for r in RESOURCES}
-    for pod in outcome.victim_order:
-        for r in RESOURCES:
-            disrupted[r] += outcome.victim_quantities[pod.key].get(r, Fraction(0))
-    for r in RESOURCES:
-        asked = reclaimer.request.get(r, Fraction(0))
-        if (asked > 0 or r == "gpu") and disrupted[r] > ratio * asked:
+    asked_gpu = reclaimer.request.get("gpu", Fraction(0))
+    bounded = ["gpu"] if asked_gpu > 0 else [
+        r for r in RESOURCES if reclaimer.request.get(r, Fraction(0)) > 0
+    ]
+    for r in bounded:
+        disrupted = sum(
+            (outcome.victim_quantities[pod.key].get(r, Fraction(0))
+             for pod in outcome.victim_order),
+            Fraction(0),
+        )
+        if disrupted > ratio * reclaimer.request.get(r, Fraction(0)):
             return False
     return True

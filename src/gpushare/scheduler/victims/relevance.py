@@ -15,9 +15,9 @@ a victim that might help some pod of the step is kept.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
+from gpushare.model import ACTIVE_ALLOCATED, Pod
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.state import ClusterState, NodeUsage
 
@@ -96,10 +96,3 @@ class StepNeeds:
             or (lacks & _MEM and held.mem > 0)
         )
 
-
-def helpful(
-    state: ClusterState, step: Sequence[Pod], candidates: Iterable[tuple[Job, list[Pod]]]
-) -> list[tuple[Job, list[Pod]]]:
-    """The candidate victim jobs with at least one pod that could help the step."""
-    needs = StepNeeds(state, step)
-    return [(job, pods) for job, pods in candidates if any(needs.helps(p) for p in pods)]

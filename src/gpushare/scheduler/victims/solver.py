@@ -33,10 +33,11 @@ from gpushare.scheduler.ordering import job_order_key
 from gpushare.scheduler.placement import place_pod, place_step
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import Statement
+from gpushare.scheduler.victims.candidates import LeafFilters, victim_lists
 from gpushare.scheduler.victims.ordering import CompareMemo, pick_fair
-from gpushare.scheduler.victims.relevance import helpful
+from gpushare.scheduler.victims.relevance import StepNeeds
 from gpushare.scheduler.victims.shares import Quantities, QueueShare
-from gpushare.scheduler.victims.victim_queue import VictimQueue, pod_quantities
+from gpushare.scheduler.victims.victim_queue import Entry, VictimQueue, pod_quantities
 
 #: Simulations per generator in each round of a job's search before it gives up.
 DEFAULT_MAX_SIMULATIONS = 256
@@ -88,7 +89,9 @@ class Search:
     session: Session
     action: str
     reason: str
-    candidates: Callable[[Job, list[Pod]], list[tuple[Job, list[Pod]]]]
+    #: Per leaf queue the action may take from, which of its candidate jobs qualify
+    #: (preemptible jobs holding something; :mod:`.candidates`).
+    candidates: Callable[[Job, list[Pod]], LeafFilters]
     validator: Validator
     max_victim_jobs: int | None = None  # consolidation's preemptee cap
     protected_core: Callable[[Job, Job], bool] | None = None
@@ -100,6 +103,9 @@ class Search:
     #: (outside ``compat: kai``): a step the action's rules forbid alone is not added to
     #: the scenarios, so it cannot hold back every scenario after it.
     admissible: Callable[[Job, list[Pod], Job, list[Pod]], bool] | None = None
+    #: Whether a victim placed again before the asking job first tries where it runs
+    #: (outside ``compat: kai``; not for consolidation, whose victims must make way).
+    stay_before_asking: bool = False
     stats: SearchStats = field(default_factory=SearchStats)
     #: The queues' figures when the current job's search began (what the rules read).
     snapshot: dict[str, QueueShare] = field(default_factory=dict)
@@ -110,9 +116,9 @@ class Search:
     _compared: CompareMemo = field(default_factory=CompareMemo)
     _totals: dict[str, Fraction] | None = None
     _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
-    _candidate_memo: dict[tuple[str, ...], list[tuple[Job, list[Pod]]]] = field(
-        default_factory=dict
-    )
+    _candidate_memo: dict[
+        tuple[str, ...], dict[str, tuple[list[list[Entry]], Callable[[Job], bool]]]
+    ] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ shares
     def shares(self) -> dict[str, QueueShare]:
@@ -196,35 +202,74 @@ class Search:
         without a simulation: even every candidate victim together (plus what is free)
         does not make room for the first round's pods, or for the whole step. Exact:
         what victims free only grows with more victims, the first round has no earlier
-        victims, and later rounds start from victims of earlier rounds' candidates."""
+        victims, and later rounds start from victims of earlier rounds' candidates.
+        Candidates are read only until they would make room."""
         sizes = _round_sizes(len(step))
-        every: dict[str, Pod] = {}
+        whole = _Capacity(self.session, step).accumulate([])
+        first = _Capacity(self.session, step[: sizes[0]]).accumulate([])
+        seen: set[str] = set()
         for k in sizes:
-            pods = [
-                p for _, job_pods in self._candidates(job, step[:k]) for p in job_pods
-                if p.status in ACTIVE_ALLOCATED
-            ]
-            if not pods and k == sizes[0]:
-                return True  # nothing to evict: the first round has no scenario at all
-            if k == sizes[0] and len(sizes) > 1 and not _Capacity(
-                self.session, step[:k]
-            ).fits(pods):
-                return True
-            every.update((p.key, p) for p in pods)
-        return not _Capacity(self.session, step).fits(list(every.values()))
+            any_pods = False
+            for candidate in self._candidate_jobs(job, step[:k]):
+                pods = [
+                    p for p in self.session.state.job_pods(candidate)
+                    if p.status in ACTIVE_ALLOCATED and p.key not in seen
+                ]
+                any_pods = any_pods or bool(pods)
+                seen.update(p.key for p in pods)
+                whole.add(pods)
+                if k == sizes[0]:
+                    first.add(pods)
+                    if whole.ok() and first.ok():
+                        return False
+                elif whole.ok():
+                    return False
+            if k == sizes[0]:
+                if not any_pods:
+                    return True  # nothing to evict: the first round has no scenario at all
+                if len(sizes) > 1 and not first.ok():
+                    return True
+        return not whole.ok()
 
-    def _candidates(self, job: Job, partial: list[Pod]) -> list[tuple[Job, list[Pod]]]:
-        """The action's candidate victims; outside ``compat: kai`` only those that could
-        free something the step lacks where they run (:mod:`.relevance`)."""
+    def _sources(
+        self, job: Job, partial: list[Pod]
+    ) -> dict[str, tuple[list[list[Entry]], Callable[[Job], bool]]]:
+        """Per leaf queue, the shared candidate lists and this search's filter on them:
+        the action's, and outside ``compat: kai`` only jobs that could free something the
+        step lacks where they run (:mod:`.relevance`)."""
         key = tuple(p.key for p in partial)
         found = self._candidate_memo.get(key)
-        if found is None:
-            found = self.candidates(job, partial)
-            # A queue limit that blocks the step is freed by victims on any node.
-            if not self.session.config.kai and self.session.check_capacity(job, partial).ok:
-                found = helpful(self.session.state, partial, found)
-            self._candidate_memo[key] = found
+        if found is not None:
+            return found
+        session = self.session
+        lists = victim_lists(session)
+        filters = self.candidates(job, partial)
+        # A queue limit that blocks the step is freed by victims on any node.
+        relevant = not session.config.kai and session.check_capacity(job, partial).ok
+        needs = StepNeeds(session.state, partial) if relevant else None
+        with_other = not relevant or lists.non_gpu_room_short(
+            sum(p.cpu_millis for p in partial), sum(p.memory_bytes for p in partial),
+            len(partial),
+        )
+        found = {}
+        for leaf_name in sorted(filters):
+            leaf = lists.leaf(leaf_name)
+            if leaf is None:
+                continue
+            accept = filters[leaf_name]
+            if needs is not None:
+                accept = _both(accept, needs, session)
+            found[leaf_name] = ([leaf.gpu, leaf.other] if with_other else [leaf.gpu], accept)
+        self._candidate_memo[key] = found
         return found
+
+    def _candidate_jobs(self, job: Job, partial: list[Pod]) -> Iterator[Job]:
+        """Every candidate job of the search (list order, not victim order)."""
+        for lists, accept in self._sources(job, partial).values():
+            for entries in lists:
+                for _, candidate in reversed(entries):
+                    if accept(candidate):
+                        yield candidate
 
     def _solve_partial(
         self, stmt: Statement, job: Job, partial: list[Pod], recorded: list[Pod],
@@ -244,12 +289,14 @@ class Search:
         self, stmt: Statement, job: Job, partial: list[Pod], recorded: list[Pod],
         shares: dict[str, QueueShare], totals: dict[str, Fraction], node_local: bool,
     ) -> Outcome | None:
-        candidates = self._candidates(job, partial)
+        sources = self._sources(job, partial)
         protected = None
         if self.protected_core is not None:
             guard = self.protected_core
             protected = lambda victim: guard(job, victim)  # noqa: E731
-        queue = VictimQueue(candidates, shares, totals, {p.key for p in recorded}, protected)
+        state = self.session.state
+        queue = VictimQueue(sources, state.job_pods, shares, totals, recorded, state.jobs,
+                            protected)
         admissible = None if self.session.config.kai else self.admissible
         capacity = _Capacity(self.session, partial)
         base = capacity.accumulate(recorded)  # recorded + accumulated, kept up to date
@@ -389,7 +436,7 @@ class Search:
                 if not kai:
                     break
             else:
-                self._place_again(stmt, nxt, step, before)
+                self._place_again(stmt, nxt, step, before, home_first=self.stay_before_asking)
         if not placed_preemptor:
             stmt.rollback(cp)
             return None
@@ -590,6 +637,17 @@ class Search:
             yield chosen
 
 
+def _both(
+    accept: Callable[[Job], bool], needs: StepNeeds, session: Session
+) -> Callable[[Job], bool]:
+    state = session.state
+
+    def both(job: Job) -> bool:
+        return accept(job) and any(needs.helps(p) for p in state.job_pods(job))
+
+    return both
+
+
 def _moved_this_cycle(session: Session) -> bool:
     """Whether an earlier search of this cycle moved a running pod to another node."""
     state = session.state
@@ -667,6 +725,7 @@ class _Capacity:
     def __init__(self, session: Session, partial: list[Pod]) -> None:
         need = [0, 0, 0]
         self.max_whole = 0
+        self.max_portion = 0  # the largest share must find one GPU with that much room
         big_memory = session.max_gpu_memory or 0
         for pod in partial:
             g = pod.gpu
@@ -674,13 +733,19 @@ class _Capacity:
                 need[0] += g.whole * MILLI
                 self.max_whole = max(self.max_whole, g.whole)
             elif g.is_shared:
-                need[0] += min(g.portion_on(big_memory), MILLI) * g.devices
+                portion = min(g.portion_on(big_memory), MILLI)
+                need[0] += portion * g.devices
+                self.max_portion = max(self.max_portion, portion)
             need[1] += pod.cpu_millis
             need[2] += pod.memory_bytes
         self.need = need
+        self.need_whole = sum(pod.gpu.whole for pod in partial)  # GPUs entirely free
         free = [0, 0, 0]
         self.gpu_free: dict[str, list[int]] = {}
         self.best_whole = 0
+        self.best_gpu = 0  # the most room on any one GPU
+        self.whole_free: dict[str, int] = {}  # entirely free GPUs per node
+        self.whole_total = 0
         for name, usage in session.state.usage.items():
             if not usage.node.ready:
                 continue
@@ -689,8 +754,22 @@ class _Capacity:
             free[0] += sum(per_gpu)
             free[1] += usage.cpu_free_future()
             free[2] += usage.mem_free_future()
-            self.best_whole = max(self.best_whole, sum(1 for f in per_gpu if f >= MILLI))
+            whole = sum(1 for f in per_gpu if f >= MILLI)
+            self.whole_free[name] = whole
+            self.whole_total += whole
+            self.best_whole = max(self.best_whole, whole)
+            self.best_gpu = max(self.best_gpu, max(per_gpu, default=0))
         self.free = free
+
+    def per_gpu_ok(self, best_whole: int, best_gpu: int, whole_total: int) -> bool:
+        """The GPU-level necessary conditions: the largest whole-GPU pod finds a node with
+        that many entirely free GPUs, the largest share one GPU with that much room, and
+        the step's whole GPUs are entirely free somewhere in total."""
+        return (
+            self.max_whole <= best_whole
+            and self.max_portion <= best_gpu
+            and self.need_whole <= whole_total
+        )
 
     def accumulate(self, victims: Sequence[Pod]) -> _Accumulated:
         acc = _Accumulated(self)
@@ -714,14 +793,17 @@ class _Capacity:
                     per_gpu[i] = per_gpu.get(i, 0) + share
         if any(n > f for n, f in zip(self.need, free, strict=True)):
             return False
-        if self.max_whole <= self.best_whole:
-            return True
+        best_whole, best_gpu, whole_total = self.best_whole, self.best_gpu, self.whole_total
         for name, extra in freed.items():
-            base = self.gpu_free[name]
-            whole = sum(1 for i, f in enumerate(base) if f + extra.get(i, 0) >= MILLI)
-            if whole >= self.max_whole:
+            if self.per_gpu_ok(best_whole, best_gpu, whole_total):
                 return True
-        return False
+            base = self.gpu_free[name]
+            after = [f + extra.get(i, 0) for i, f in enumerate(base)]
+            whole = sum(1 for f in after if f >= MILLI)
+            whole_total += whole - self.whole_free[name]
+            best_whole = max(best_whole, whole)
+            best_gpu = max(best_gpu, max(after, default=0))
+        return self.per_gpu_ok(best_whole, best_gpu, whole_total)
 
 
 class _Accumulated:
@@ -732,6 +814,9 @@ class _Accumulated:
         self.free = list(capacity.free)
         self.freed: dict[str, dict[int, int]] = {}
         self.best_whole = capacity.best_whole
+        self.best_gpu = capacity.best_gpu
+        self.whole: dict[str, int] = {}  # entirely free GPUs on the nodes victims touch
+        self.whole_total = capacity.whole_total
 
     def add(self, victims: Sequence[Pod]) -> None:
         cap = self.capacity
@@ -751,13 +836,15 @@ class _Accumulated:
                 touched.add(pod.node)
         for name in touched:
             extra = self.freed[name]
-            whole = sum(
-                1 for i, f in enumerate(cap.gpu_free[name]) if f + extra.get(i, 0) >= MILLI
-            )
+            after = [f + extra.get(i, 0) for i, f in enumerate(cap.gpu_free[name])]
+            whole = sum(1 for f in after if f >= MILLI)
+            self.whole_total += whole - self.whole.get(name, cap.whole_free[name])
+            self.whole[name] = whole
             self.best_whole = max(self.best_whole, whole)
+            self.best_gpu = max(self.best_gpu, max(after, default=0))
 
     def ok(self) -> bool:
         cap = self.capacity
         if any(n > f for n, f in zip(cap.need, self.free, strict=True)):
             return False
-        return cap.max_whole <= self.best_whole
+        return cap.per_gpu_ok(self.best_whole, self.best_gpu, self.whole_total)

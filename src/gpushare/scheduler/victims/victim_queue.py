@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 
 from gpushare.model import Job, Pod, PodStatus
 from gpushare.model.quantities import res_natural
+from gpushare.scheduler.victims.candidates import VictimKey, victim_key
 from gpushare.scheduler.victims.ordering import QueueSide, compare_sides, queue_side
 from gpushare.scheduler.victims.shares import Quantities, QueueShare, add, zeros
 from gpushare.scheduler.victims.steps import VictimSteps
@@ -28,41 +29,121 @@ class _Candidate:
         """0 below its gang size, 1 exactly at it, 2 above it (job order: 0 first)."""
         return self.steps.elastic_state()
 
-    def victim_key(self) -> tuple:
-        """Larger is taken first: the reverse of job order."""
-        job = self.job
-        return (-job.priority, self.elastic_state(), job.created_at, job.key)
+    def victim_key(self) -> VictimKey:
+        return victim_key(self.job, self.elastic_state())
+
+
+Entry = tuple[VictimKey, Job]
+
+
+class _Leaf:
+    """One leaf queue's candidates for one search: the shared lists (each ascending, next
+    victim last) read from the end through the search's filter, merged with this search's
+    own entries (jobs taken from before, re-keyed)."""
+
+    __slots__ = ("_accept", "_cursors", "_extra", "_lists", "_make", "_top")
+
+    def __init__(
+        self, lists: list[list[Entry]], accept: Callable[[Job], bool],
+        make: Callable[[Job], _Candidate],
+    ) -> None:
+        self._lists = lists
+        self._cursors = [len(entries) for entries in lists]
+        self._accept = accept
+        self._make = make
+        self._extra: list[tuple[VictimKey, _Candidate]] = []
+        self._top: tuple[int, _Candidate] | None = None
+
+    def push(self, candidate: _Candidate) -> None:
+        bisect.insort(self._extra, (candidate.victim_key(), candidate),
+                      key=lambda entry: entry[0])
+        self._top = None
+
+    def peek(self) -> _Candidate | None:
+        if self._top is not None:
+            return self._top[1]
+        best: VictimKey | None = None
+        source = -1
+        for i, entries in enumerate(self._lists):
+            at = self._cursors[i]
+            while at > 0 and not self._accept(entries[at - 1][1]):
+                at -= 1
+            self._cursors[i] = at
+            if at > 0 and (best is None or entries[at - 1][0] > best):
+                best, source = entries[at - 1][0], i
+        if self._extra and (best is None or self._extra[-1][0] > best):
+            self._top = (-1, self._extra[-1][1])
+        elif best is not None:
+            entries = self._lists[source]
+            self._top = (source, self._make(entries[self._cursors[source] - 1][1]))
+        else:
+            return None
+        return self._top[1]
+
+    def pop(self) -> _Candidate | None:
+        candidate = self.peek()
+        if candidate is None or self._top is None:
+            return None
+        source = self._top[0]
+        self._top = None
+        if source < 0:
+            self._extra.pop()
+        else:
+            self._cursors[source] -= 1
+        return candidate
 
 
 class VictimQueue:
-    """Victim jobs grouped by leaf queue; each pop yields the next victim step."""
+    """Victim jobs grouped by leaf queue; each pop yields the next victim step.
+
+    ``sources`` gives, per allowed leaf queue, the shared candidate lists and the search's
+    filter on them; ``pods_of`` a job's pods. Pods in ``taken`` were already taken by the
+    search: their jobs offer only their other pods, in the order that leaves them.
+    """
 
     def __init__(
         self,
-        jobs: Iterable[tuple[Job, Sequence[Pod]]],
+        sources: Mapping[str, tuple[list[list[Entry]], Callable[[Job], bool]]],
+        pods_of: Callable[[Job], Sequence[Pod]],
         shares: Mapping[str, QueueShare],
         totals: Mapping[str, Fraction],
-        taken: set[str] | None = None,
+        taken: Sequence[Pod] = (),
+        jobs: Mapping[str, Job] | None = None,
         protected_core: Callable[[Job], bool] | None = None,
     ):
         self.shares = shares
         self.totals = totals
-        self.taken: set[str] = set(taken or ())
+        self.taken: set[str] = {p.key for p in taken}
         self._protected_core = protected_core
-        # Per leaf queue, candidates sorted by victim key (the next victim is the last);
-        # only the candidate just taken from changes its key.
-        self._by_leaf: dict[str, list[tuple[tuple, _Candidate]]] = {}
+        self._pods_of = pods_of
+        taken_jobs = {p.job for p in taken}
+
+        def make(job: Job) -> _Candidate:
+            return _Candidate(job, VictimSteps(job, pods_of(job), self._is_active))
+
+        self._by_leaf: dict[str, _Leaf] = {}
+        for leaf, (lists, accept) in sources.items():
+            if taken_jobs:
+                def fresh(job: Job, accept: Callable[[Job], bool] = accept) -> bool:
+                    return job.key not in taken_jobs and accept(job)
+                view = _Leaf(lists, fresh, make)
+            else:
+                view = _Leaf(lists, accept, make)
+            self._by_leaf[leaf] = view
+        for key in sorted(taken_jobs):
+            job = jobs.get(key) if jobs is not None else None
+            if job is None or job.queue not in sources or not sources[job.queue][1](job):
+                continue
+            candidate = make(job)
+            if candidate.steps.active_count():
+                self._by_leaf[job.queue].push(candidate)
         self._popped: dict[str, Quantities] = {}
-        for job, pods in jobs:
-            candidate = _Candidate(job, VictimSteps(job, pods, self._is_active))
-            self._by_leaf.setdefault(job.queue, []).append((candidate.victim_key(), candidate))
-        for entries in self._by_leaf.values():
-            entries.sort(key=lambda entry: entry[0])
         self._children: dict[str | None, list[str]] = {}
         self._memo_victims: dict[str, Quantities] = {}
         self._memo_pick: dict[str | None, str | None] = {}
         self._memo_compare: dict[tuple, tuple[Quantities, Quantities, int]] = {}
         self._memo_side: dict[str, tuple[Quantities, QueueSide]] = {}
+        self._live: dict[str, bool] = {}
         for leaf in sorted(self._by_leaf):
             self._link(leaf)
 
@@ -87,12 +168,20 @@ class VictimQueue:
             current = parent
 
     def _has_candidates(self, name: str) -> bool:
-        if self._by_leaf.get(name):
-            return True
-        return any(self._has_candidates(k) for k in self._children.get(name, ()))
+        view = self._by_leaf.get(name)
+        if view is not None:
+            return view.peek() is not None
+        live = self._live.get(name)
+        if live is None:
+            live = self._live[name] = any(
+                self._has_candidates(k) for k in self._children.get(name, ())
+            )
+        return live
 
     def _next_candidate(self, leaf: str) -> _Candidate:
-        return self._by_leaf[leaf][-1][1]
+        candidate = self._by_leaf[leaf].peek()
+        assert candidate is not None
+        return candidate
 
     def _victims_of(self, name: str) -> Quantities:
         """What a queue would have given up: its popped victims plus its next candidate
@@ -157,6 +246,7 @@ class VictimQueue:
         current: str | None = leaf
         while current is not None:
             self._memo_victims.pop(current, None)
+            self._live.pop(current, None)
             parent = self.shares[current].parent if current in self.shares else None
             if parent is not None and parent not in self.shares:
                 parent = None
@@ -175,9 +265,11 @@ class VictimQueue:
             leaf = self._pick_leaf()
             if leaf is None:
                 return None
-            entries = self._by_leaf[leaf]
+            view = self._by_leaf[leaf]
             self._forget(leaf)
-            _, candidate = entries.pop()
+            candidate = view.pop()
+            if candidate is None:
+                continue
             if self._protected_core is not None and self._protected_core(candidate.job):
                 pods = candidate.steps.surplus_only()
             else:
@@ -187,9 +279,5 @@ class VictimQueue:
                     self.taken.add(pod.key)
                     self._popped[leaf] = add(self._popped.get(leaf, zeros()), pod_quantities(pod))
                 if candidate.steps.active_count():
-                    bisect.insort(entries, (candidate.victim_key(), candidate),
-                                  key=lambda entry: entry[0])
-            if not entries:
-                del self._by_leaf[leaf]
-            if pods:
+                    view.push(candidate)
                 return candidate.job, pods

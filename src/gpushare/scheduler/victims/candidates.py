@@ -1,0 +1,135 @@
+"""Candidate victims per leaf queue, kept in victim order and shared by every search.
+
+A search reads victims one at a time, most likely victim first, and usually stops after a
+few; handing it every candidate job of the cluster (and filtering them all) would cost
+each pending job O(jobs). Instead each leaf queue's preemptible jobs that hold something
+are kept sorted by victim key, per cycle, and rebuilt only when the queue's pods change
+(its usage version; a rolled-back simulation counts as a change, which costs one leaf).
+A search walks these lists lazily through its own filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from gpushare.model import Job, PodStatus
+from gpushare.scheduler.session import Session
+from gpushare.scheduler.victims.steps import VictimSteps
+
+#: Per allowed leaf queue, which of its candidate jobs qualify for one search.
+LeafFilters = Mapping[str, Callable[[Job], bool]]
+
+VictimKey = tuple[int, int, float, str]
+
+
+def victim_key(job: Job, elastic_state: int) -> VictimKey:
+    """Larger is taken first: the reverse of job order (lowest priority, then a job below
+    or at its gang size before one above it, then the newest)."""
+    return (-job.priority, elastic_state, job.created_at, job.key)
+
+
+def _is_active(pod) -> bool:  # type: ignore[no-untyped-def]
+    status = pod.status  # identity tests: hashing enum members is slow on hot paths
+    return (
+        status is PodStatus.RUNNING or status is PodStatus.BINDING
+        or status is PodStatus.PIPELINED
+    )
+
+
+class LeafVictims:
+    """One leaf queue's candidate jobs in ascending victim key (the next victim last),
+    split into jobs holding GPUs and jobs holding none."""
+
+    __slots__ = ("gpu", "other", "version")
+
+    def __init__(self, session: Session, jobs: list[Job], version: int) -> None:
+        self.version = version
+        gpu: list[tuple[VictimKey, Job]] = []
+        other: list[tuple[VictimKey, Job]] = []
+        state = session.state
+        for job in jobs:
+            pods = state.job_pods(job)
+            active = [p for p in pods if _is_active(p)]
+            if not active:
+                continue
+            if job.subgroups:
+                elastic = VictimSteps(job, pods, _is_active).elastic_state()
+            elif len(active) < job.min_member:
+                elastic = 0
+            else:
+                elastic = 2 if len(active) > job.min_member else 1
+            entry = (victim_key(job, elastic), job)
+            holds_gpu = any(p.gpu_indices for p in active)
+            (gpu if holds_gpu else other).append(entry)
+        gpu.sort(key=lambda entry: entry[0])
+        other.sort(key=lambda entry: entry[0])
+        self.gpu = gpu
+        self.other = other
+
+
+class VictimLists:
+    """The per-leaf lists of one cycle (kept on the session, shared by the actions)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        by_queue: dict[str, list[Job]] = {}
+        for name in sorted(session.state.jobs):
+            job = session.state.jobs[name]
+            if job.preemptible:
+                by_queue.setdefault(job.queue, []).append(job)
+        self._jobs = by_queue
+        self._leaves: dict[str, LeafVictims] = {}
+        # The least CPU, memory and pod room on any ready node (lowered as placements are
+        # committed; evictions are ignored, which only keeps more candidates).
+        self.least_free = [0, 0, 0]
+        first = True
+        for usage in session.state.usage.values():
+            if usage.node.ready:
+                self._lower(usage, first)
+                first = False
+
+    def _lower(self, usage, first: bool = False) -> None:  # type: ignore[no-untyped-def]
+        room = (usage.cpu_free_future(), usage.mem_free_future(), usage.pods_free_future())
+        least = self.least_free
+        for i, value in enumerate(room):
+            if first or value < least[i]:
+                least[i] = value
+
+    def note_placed(self, nodes: Iterator[str] | list[str]) -> None:
+        """Nodes that took pods in a committed decision."""
+        usage = self.session.state.usage
+        for name in nodes:
+            if name in usage and usage[name].node.ready:
+                self._lower(usage[name])
+
+    def non_gpu_room_short(self, cpu: int, memory: int, slots: int) -> bool:
+        """Whether some node may lack CPU, memory or pod room for a step needing this much
+        (if not, victims that hold no GPU free nothing the step lacks)."""
+        least = self.least_free
+        return cpu > least[0] or memory > least[1] or slots > least[2]
+
+    def queues(self) -> Iterator[str]:
+        """Leaf queues with preemptible jobs."""
+        return iter(self._jobs)
+
+    def leaf(self, name: str) -> LeafVictims | None:
+        jobs = self._jobs.get(name)
+        if not jobs:
+            return None
+        usage = self.session.state.queue_usage.get(name)
+        version = usage.version if usage is not None else -1
+        found = self._leaves.get(name)
+        if found is None or found.version != version:
+            found = self._leaves[name] = LeafVictims(self.session, jobs, version)
+        return found
+
+
+def victim_lists(session: Session) -> VictimLists:
+    """The session's lists, made on first use (jobs are neither added nor removed during
+    a cycle)."""
+    lists = getattr(session, "_victim_lists", None)
+    if lists is None:
+        lists = VictimLists(session)
+        session._victim_lists = lists  # type: ignore[attr-defined]
+    return lists
+
