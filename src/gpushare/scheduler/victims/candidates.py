@@ -40,18 +40,25 @@ class LeafVictims:
     """One leaf queue's candidate jobs in ascending victim key (the next victim last),
     split into jobs holding GPUs and jobs holding none."""
 
-    __slots__ = ("gpu", "other", "version")
+    __slots__ = ("gpu", "other", "smallest", "version")
 
     def __init__(self, session: Session, jobs: list[Job], version: int) -> None:
         self.version = version
         gpu: list[tuple[VictimKey, Job]] = []
         other: list[tuple[VictimKey, Job]] = []
+        #: Per job, a lower bound on any victim step it offers: the least GPU, CPU and
+        #: memory any one of its active pods holds.
+        self.smallest: dict[str, tuple[int, int, int]] = {}
         state = session.state
         for job in jobs:
             pods = state.job_pods(job)
             active = [p for p in pods if _is_active(p)]
             if not active:
                 continue
+            held = [p.held() for p in active]
+            self.smallest[job.key] = (
+                min(h.gpu for h in held), min(h.cpu for h in held), min(h.mem for h in held)
+            )
             if job.subgroups:
                 elastic = VictimSteps(job, pods, _is_active).elastic_state()
             elif len(active) < job.min_member:

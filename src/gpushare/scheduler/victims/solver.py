@@ -37,7 +37,7 @@ from gpushare.scheduler.victims.candidates import LeafFilters, victim_lists
 from gpushare.scheduler.victims.ordering import CompareMemo, pick_fair
 from gpushare.scheduler.victims.relevance import StepNeeds
 from gpushare.scheduler.victims.shares import Quantities, QueueShare
-from gpushare.scheduler.victims.victim_queue import Entry, VictimQueue, pod_quantities
+from gpushare.scheduler.victims.victim_queue import Source, VictimQueue, pod_quantities
 
 #: Simulations per generator in each round of a job's search before it gives up.
 DEFAULT_MAX_SIMULATIONS = 256
@@ -116,9 +116,7 @@ class Search:
     _compared: CompareMemo = field(default_factory=CompareMemo)
     _totals: dict[str, Fraction] | None = None
     _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
-    _candidate_memo: dict[
-        tuple[str, ...], dict[str, tuple[list[list[Entry]], Callable[[Job], bool]]]
-    ] = field(default_factory=dict)
+    _candidate_memo: dict[tuple[str, ...], dict[str, Source]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ shares
     def shares(self) -> dict[str, QueueShare]:
@@ -233,7 +231,7 @@ class Search:
 
     def _sources(
         self, job: Job, partial: list[Pod]
-    ) -> dict[str, tuple[list[list[Entry]], Callable[[Job], bool]]]:
+    ) -> dict[str, Source]:
         """Per leaf queue, the shared candidate lists and this search's filter on them:
         the action's, and outside ``compat: kai`` only jobs that could free something the
         step lacks where they run (:mod:`.relevance`)."""
@@ -259,13 +257,15 @@ class Search:
             accept = filters[leaf_name]
             if needs is not None:
                 accept = _both(accept, needs, session)
-            found[leaf_name] = ([leaf.gpu, leaf.other] if with_other else [leaf.gpu], accept)
+            found[leaf_name] = (
+                [leaf.gpu, leaf.other] if with_other else [leaf.gpu], accept, leaf.smallest
+            )
         self._candidate_memo[key] = found
         return found
 
     def _candidate_jobs(self, job: Job, partial: list[Pod]) -> Iterator[Job]:
         """Every candidate job of the search (list order, not victim order)."""
-        for lists, accept in self._sources(job, partial).values():
+        for lists, accept, _ in self._sources(job, partial).values():
             for entries in lists:
                 for _, candidate in reversed(entries):
                     if accept(candidate):
@@ -351,6 +351,7 @@ class Search:
             victim_job, offered = nxt
             if admissible is not None and not admissible(job, partial, victim_job, offered):
                 self.stats.inadmissible += 1
+                queue.refuse(victim_job.queue, offered)
                 continue
             latest = offered
             if (

@@ -34,6 +34,9 @@ class _Candidate:
 
 
 Entry = tuple[VictimKey, Job]
+#: One leaf queue's shared lists, the search's filter on them, and each job's smallest
+#: step (a lower bound, per resource).
+Source = tuple[list[list[Entry]], Callable[[Job], bool], Mapping[str, tuple[int, int, int]]]
 
 
 class _Leaf:
@@ -41,18 +44,39 @@ class _Leaf:
     victim last) read from the end through the search's filter, merged with this search's
     own entries (jobs taken from before, re-keyed)."""
 
-    __slots__ = ("_accept", "_cursors", "_extra", "_lists", "_make", "_top")
+    __slots__ = ("_accept", "_caps", "_cursors", "_extra", "_lists", "_make", "_smallest",
+                 "_top")
 
     def __init__(
         self, lists: list[list[Entry]], accept: Callable[[Job], bool],
         make: Callable[[Job], _Candidate],
+        smallest: Mapping[str, tuple[int, int, int]] | None = None,
     ) -> None:
         self._lists = lists
         self._cursors = [len(entries) for entries in lists]
         self._accept = accept
         self._make = make
+        self._smallest = smallest or {}
+        self._caps: list[tuple[int, int, int]] = []
         self._extra: list[tuple[VictimKey, _Candidate]] = []
         self._top: tuple[int, _Candidate] | None = None
+
+    def refuse_from(self, unit: tuple[int, int, int]) -> None:
+        """Skip from now on the jobs whose every step holds at least ``unit``."""
+        self._caps.append(unit)
+        if self._top is not None and self._top[0] >= 0 and self._capped(self._top[1].job):
+            self._top = None
+
+    def _capped(self, job: Job) -> bool:
+        low = self._smallest.get(job.key)
+        if low is None:
+            return False
+        return any(
+            low[0] >= cap[0] and low[1] >= cap[1] and low[2] >= cap[2] for cap in self._caps
+        )
+
+    def _takes(self, job: Job) -> bool:
+        return self._accept(job) and not (self._caps and self._capped(job))
 
     def push(self, candidate: _Candidate) -> None:
         bisect.insort(self._extra, (candidate.victim_key(), candidate),
@@ -66,7 +90,7 @@ class _Leaf:
         source = -1
         for i, entries in enumerate(self._lists):
             at = self._cursors[i]
-            while at > 0 and not self._accept(entries[at - 1][1]):
+            while at > 0 and not self._takes(entries[at - 1][1]):
                 at -= 1
             self._cursors[i] = at
             if at > 0 and (best is None or entries[at - 1][0] > best):
@@ -103,7 +127,7 @@ class VictimQueue:
 
     def __init__(
         self,
-        sources: Mapping[str, tuple[list[list[Entry]], Callable[[Job], bool]]],
+        sources: Mapping[str, Source],
         pods_of: Callable[[Job], Sequence[Pod]],
         shares: Mapping[str, QueueShare],
         totals: Mapping[str, Fraction],
@@ -122,13 +146,13 @@ class VictimQueue:
             return _Candidate(job, VictimSteps(job, pods_of(job), self._is_active))
 
         self._by_leaf: dict[str, _Leaf] = {}
-        for leaf, (lists, accept) in sources.items():
+        for leaf, (lists, accept, smallest) in sources.items():
             if taken_jobs:
                 def fresh(job: Job, accept: Callable[[Job], bool] = accept) -> bool:
                     return job.key not in taken_jobs and accept(job)
-                view = _Leaf(lists, fresh, make)
+                view = _Leaf(lists, fresh, make, smallest)
             else:
-                view = _Leaf(lists, accept, make)
+                view = _Leaf(lists, accept, make, smallest)
             self._by_leaf[leaf] = view
         for key in sorted(taken_jobs):
             job = jobs.get(key) if jobs is not None else None
@@ -258,6 +282,17 @@ class VictimQueue:
         while name is not None and name not in self._by_leaf:
             name = self._pick_child(name)
         return name
+
+    def refuse(self, leaf: str, pods: Sequence[Pod]) -> None:
+        """The rules refused this step from ``leaf`` on its own: a step at least as large
+        (GPU, CPU and memory) from the same queue would be refused too, so skip those."""
+        view = self._by_leaf.get(leaf)
+        if view is None:
+            return
+        held = [p.held() for p in pods]
+        view.refuse_from((sum(h.gpu for h in held), sum(h.cpu for h in held),
+                          sum(h.mem for h in held)))
+        self._forget(leaf)
 
     def pop(self) -> tuple[Job, list[Pod]] | None:
         """The next victim step, or None when no candidate is left."""
