@@ -40,7 +40,7 @@ class LeafVictims:
     """One leaf queue's candidate jobs in ascending victim key (the next victim last),
     split into jobs holding GPUs and jobs holding none."""
 
-    __slots__ = ("gpu", "other", "smallest", "version")
+    __slots__ = ("gpu", "least", "other", "smallest", "version")
 
     def __init__(self, session: Session, jobs: list[Job], version: int) -> None:
         self.version = version
@@ -68,6 +68,14 @@ class LeafVictims:
             entry = (victim_key(job, elastic), job)
             holds_gpu = any(p.gpu_indices for p in active)
             (gpu if holds_gpu else other).append(entry)
+        #: A lower bound on any victim step of the queue (least GPU, CPU and memory).
+        self.least: tuple[int, int, int] | None = None
+        if self.smallest:
+            lows = self.smallest.values()
+            self.least = (
+                min(low[0] for low in lows), min(low[1] for low in lows),
+                min(low[2] for low in lows),
+            )
         gpu.sort(key=lambda entry: entry[0])
         other.sort(key=lambda entry: entry[0])
         self.gpu = gpu

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
-from gpushare.model.quantities import MILLI, RESOURCES
+from gpushare.model.quantities import MILLI, RESOURCES, Res, res_natural
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims import minruntime
 from gpushare.scheduler.victims import steady as steady_rules
@@ -41,7 +41,7 @@ from gpushare.scheduler.victims.reclaim_rules import (
     victim_queue_allowed,
     within_quota_if_non_preemptible,
 )
-from gpushare.scheduler.victims.shares import Quantities, Shares
+from gpushare.scheduler.victims.shares import Quantities, Shares, leveled
 from gpushare.scheduler.victims.solver import Outcome, Search, victim_units
 from gpushare.scheduler.victims.steady import SteadyShares
 from gpushare.scheduler.victims.steps import VictimSteps
@@ -107,8 +107,11 @@ def reclaim(session: Session) -> None:
         reclaimer = reclaimer_of(session, job, partial)
         fair, on_steady = paths(shares, job, reclaimer)
         out: dict[str, Callable[[Job], bool]] = {}
+        verdicts: dict[tuple, bool] = {}
         for queue_name in lists.queues():
             if queue_name == job.queue or queue_name not in shares:
+                continue
+            if not kai and not _some_step_admissible(job, reclaimer, queue_name, verdicts):
                 continue
             if fair and victim_queue_allowed(shares, reclaimer, queue_name):
                 out[queue_name] = lambda victim, job=job: _not_protected(job, victim)
@@ -157,21 +160,44 @@ def reclaim(session: Session) -> None:
             outcome, reclaimer, options.max_disruption_ratio
         )
 
-    def admissible(job: Job, partial: list[Pod], victim: Job, pods: list[Pod]) -> bool:
-        """The rules' verdict on taking this one victim step alone (as a core unit)."""
+    def unit_admissible(job: Job, reclaimer: Reclaimer, victim_queue: str,
+                        unit: Quantities) -> bool:
+        """The rules' verdict on taking one victim unit alone from ``victim_queue``."""
         shares = search.snapshot
-        reclaimer = reclaimer_of(session, job, partial)
-        unit: Quantities = {r: Fraction(0) for r in RESOURCES}
-        for pod in pods:
-            for r, q in pod_quantities(pod).items():
-                unit[r] += q
-        units = {victim.queue: [unit]}
+        units = {victim_queue: [unit]}
         fair, on_steady = paths(shares, job, reclaimer)
         if fair and reclaimable(shares, reclaimer, units, options.saturation_multiplier):
             return True
         return bool(on_steady and steady is not None and steady_rules.reclaimable(
             steady, shares, job.queue, reclaimer.request, units, options.saturation_multiplier
         ))
+
+    def _some_step_admissible(
+        job: Job, reclaimer: Reclaimer, victim_queue: str, verdicts: dict[tuple, bool]
+    ) -> bool:
+        """Whether the queue's smallest conceivable victim step (the least GPU, CPU and
+        memory of any of its pods) may be taken alone: the verdict only gets worse for a
+        larger step, so a refusal rules the whole queue out. For one unit the rules read
+        only the victim's branch where it meets the reclaimer's, so queues of one branch
+        with the same least step share the verdict."""
+        leaf = lists.leaf(victim_queue)
+        if leaf is None or leaf.least is None:
+            return False
+        _, theirs = leveled(search.snapshot, job.queue, victim_queue)
+        key = (theirs.name, leaf.least)
+        verdict = verdicts.get(key)
+        if verdict is None:
+            unit = res_natural(Res(*leaf.least))
+            verdict = verdicts[key] = unit_admissible(job, reclaimer, victim_queue, unit)
+        return verdict
+
+    def admissible(job: Job, partial: list[Pod], victim: Job, pods: list[Pod]) -> bool:
+        """The rules' verdict on taking this one victim step alone (as a core unit)."""
+        unit: Quantities = {r: Fraction(0) for r in RESOURCES}
+        for pod in pods:
+            for r, q in pod_quantities(pod).items():
+                unit[r] += q
+        return unit_admissible(job, reclaimer_of(session, job, partial), victim.queue, unit)
 
     search = Search(
         session=session,
