@@ -15,9 +15,9 @@ a victim that might help some pod of the step is kept.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from gpushare.model import ACTIVE_ALLOCATED, Pod
+from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.state import ClusterState, NodeUsage
 
@@ -27,11 +27,21 @@ _GPU, _CPU, _MEM, _SLOT = 1, 2, 4, 8
 class StepNeeds:
     """The step's total demand, and per node (computed on first use) what it lacks."""
 
-    def __init__(self, state: ClusterState, step: Sequence[Pod]) -> None:
+    def __init__(
+        self, state: ClusterState, step: Sequence[Pod],
+        may_take: Callable[[Job], bool] | None = None,
+    ) -> None:
         self._state = state
         self._step = step
         self._whole = sum(p.gpu.whole for p in step)
         self._shared = [p for p in step if not p.gpu.whole and p.gpu.is_shared]
+        # The smallest share the step asks for, on the roomiest GPUs (a lower bound).
+        big_memory = state.gpu_memory_range()[1] or 0
+        self._least_share = min(
+            (min(p.gpu.portion_on(big_memory), MILLI) for p in self._shared), default=0
+        )
+        self._may_take = may_take
+        self._gpu_room: dict[tuple[str, int], int] = {}
         self._cpu = sum(p.cpu_millis for p in step)
         self._mem = sum(p.memory_bytes for p in step)
         self._slots = len(step)
@@ -91,8 +101,38 @@ class StepNeeds:
             return True
         held = pod.held()
         return bool(
-            (lacks & _GPU and held.gpu > 0)
+            (lacks & _GPU and held.gpu > 0 and self._gpus_can_serve(pod))
             or (lacks & _CPU and held.cpu > 0)
             or (lacks & _MEM and held.mem > 0)
         )
+
+    def _gpus_can_serve(self, pod: Pod) -> bool:
+        """Whether one of the shared GPUs the pod holds could ever give the step what it
+        asks of a GPU: entirely free for a whole-GPU pod (every pod on it may be taken),
+        or room for its smallest share. A GPU that a pod outside the candidates keeps
+        can never be whole again, so its other pods are no use to a whole-GPU step."""
+        if self._may_take is None or not pod.gpu.is_shared or pod.node is None:
+            return True
+        return any(self._room(pod.node, i) >= self._needed_room() for i in pod.gpu_indices)
+
+    def _needed_room(self) -> int:
+        return MILLI if self._whole else self._least_share
+
+    def _room(self, node: str, index: int) -> int:
+        """What GPU ``index`` of ``node`` would have free with every candidate on it gone."""
+        key = (node, index)
+        room = self._gpu_room.get(key)
+        if room is None:
+            usage = self._state.usage[node]
+            room = usage.gpu_free_future(index)
+            jobs = self._state.jobs
+            may_take = self._may_take
+            for other in self._state.pods_on(node):
+                if index not in other.gpu_indices or other.status not in ACTIVE_ALLOCATED:
+                    continue
+                job = jobs.get(other.job)
+                if job is not None and may_take is not None and may_take(job):
+                    room += MILLI if other.gpu.whole else other.portion
+            self._gpu_room[key] = room
+        return room
 

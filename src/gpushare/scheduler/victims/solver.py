@@ -244,7 +244,13 @@ class Search:
         filters = self.candidates(job, partial)
         # A queue limit that blocks the step is freed by victims on any node.
         relevant = not session.config.kai and session.check_capacity(job, partial).ok
-        needs = StepNeeds(session.state, partial) if relevant else None
+        needs = None
+        if relevant:
+            def may_take(victim: Job) -> bool:
+                take = filters.get(victim.queue)
+                return victim.preemptible and take is not None and take(victim)
+
+            needs = StepNeeds(session.state, partial, may_take)
         with_other = not relevant or lists.non_gpu_room_short(
             sum(p.cpu_millis for p in partial), sum(p.memory_bytes for p in partial),
             len(partial),
