@@ -69,13 +69,23 @@ def reclaim(session: Session) -> None:
     elastic = elastic_memo(session)
     kai = session.config.kai
 
-    protection: dict[tuple[str, str], bool] = {}  # (reclaimer queue, victim job) -> protected
+    limits: dict[tuple[str, str], float] = {}  # (reclaimer queue, victim queue) -> minimum
+    ran: dict[str, tuple[int, float]] = {}  # victim job -> (pod-set version, seconds run)
 
     def protected(job: Job, victim: Job) -> bool:
-        key = (job.queue, victim.key)
-        if key not in protection:
-            protection[key] = _protected(session, job, victim)
-        return protection[key]
+        pair = (job.queue, victim.queue)
+        limit = limits.get(pair)
+        if limit is None:
+            limit = limits[pair] = minruntime.reclaim_min_runtime(
+                session.state.queues, job.queue, victim.queue
+            )
+        if limit <= 0:
+            return False
+        version = session.state.job_version.get(victim.key, 0)
+        known = ran.get(victim.key)
+        if known is None or known[0] != version:
+            known = ran[victim.key] = (version, running_seconds(session, victim))
+        return minruntime.is_protected(known[1], limit)
 
     # The second path for queues below their weighted share (see .steady); off under KAI.
     steady = SteadyShares.of(session) if options.steady_fair_share_reclaim else None

@@ -117,6 +117,7 @@ class Search:
     _totals: dict[str, Fraction] | None = None
     _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
     _candidate_memo: dict[tuple[str, ...], dict[str, Source]] = field(default_factory=dict)
+    _room: _Room | None = None
 
     # ------------------------------------------------------------------ shares
     def shares(self) -> dict[str, QueueShare]:
@@ -177,6 +178,7 @@ class Search:
         self._budget = self.max_simulations
         # Every round and generator starts from the state the search began with.
         self._candidate_memo = {}
+        self._room = _Room(self.session)
         shares = self.snapshot = self.shares()
         totals = self.totals()
         if self._cannot_make_room(job, step):
@@ -203,8 +205,8 @@ class Search:
         victims, and later rounds start from victims of earlier rounds' candidates.
         Candidates are read only until they would make room."""
         sizes = _round_sizes(len(step))
-        whole = _Capacity(self.session, step).accumulate([])
-        first = _Capacity(self.session, step[: sizes[0]]).accumulate([])
+        whole = _Capacity(self.session, step, self._room).accumulate([])
+        first = _Capacity(self.session, step[: sizes[0]], self._room).accumulate([])
         seen: set[str] = set()
         for k in sizes:
             any_pods = False
@@ -304,7 +306,7 @@ class Search:
         queue = VictimQueue(sources, state.job_pods, shares, totals, recorded, state.jobs,
                             protected)
         admissible = None if self.session.config.kai else self.admissible
-        capacity = _Capacity(self.session, partial)
+        capacity = _Capacity(self.session, partial, self._room)
         base = capacity.accumulate(recorded)  # recorded + accumulated, kept up to date
         accumulated: list[Pod] = []
         by_job: dict[str, list[Pod]] = {}  # accumulated victims per job
@@ -725,28 +727,11 @@ def _split_core(job: Job, pods: Sequence[Pod]) -> tuple[list[Pod], list[Pod]]:
     return core, elastic
 
 
-class _Capacity:
-    """The capacity filter of one job's search: what the step needs against what is free
-    (now or after releases) plus what the victims would free, in O(victims) per check."""
+class _Room:
+    """What is free on the ready nodes (now or after releases) when a search starts: the
+    same for every round and generator of the search, so taken once."""
 
-    def __init__(self, session: Session, partial: list[Pod]) -> None:
-        need = [0, 0, 0]
-        self.max_whole = 0
-        self.max_portion = 0  # the largest share must find one GPU with that much room
-        big_memory = session.max_gpu_memory or 0
-        for pod in partial:
-            g = pod.gpu
-            if g.whole:
-                need[0] += g.whole * MILLI
-                self.max_whole = max(self.max_whole, g.whole)
-            elif g.is_shared:
-                portion = min(g.portion_on(big_memory), MILLI)
-                need[0] += portion * g.devices
-                self.max_portion = max(self.max_portion, portion)
-            need[1] += pod.cpu_millis
-            need[2] += pod.memory_bytes
-        self.need = need
-        self.need_whole = sum(pod.gpu.whole for pod in partial)  # GPUs entirely free
+    def __init__(self, session: Session) -> None:
         free = [0, 0, 0]
         self.gpu_free: dict[str, list[int]] = {}
         self.best_whole = 0
@@ -767,6 +752,37 @@ class _Capacity:
             self.best_whole = max(self.best_whole, whole)
             self.best_gpu = max(self.best_gpu, max(per_gpu, default=0))
         self.free = free
+
+
+class _Capacity:
+    """The capacity filter of one job's search: what the step needs against what is free
+    (now or after releases) plus what the victims would free, in O(victims) per check."""
+
+    def __init__(self, session: Session, partial: list[Pod], room: _Room | None = None) -> None:
+        need = [0, 0, 0]
+        self.max_whole = 0
+        self.max_portion = 0  # the largest share must find one GPU with that much room
+        big_memory = session.max_gpu_memory or 0
+        for pod in partial:
+            g = pod.gpu
+            if g.whole:
+                need[0] += g.whole * MILLI
+                self.max_whole = max(self.max_whole, g.whole)
+            elif g.is_shared:
+                portion = min(g.portion_on(big_memory), MILLI)
+                need[0] += portion * g.devices
+                self.max_portion = max(self.max_portion, portion)
+            need[1] += pod.cpu_millis
+            need[2] += pod.memory_bytes
+        self.need = need
+        self.need_whole = sum(pod.gpu.whole for pod in partial)  # GPUs entirely free
+        room = room if room is not None else _Room(session)
+        self.gpu_free = room.gpu_free
+        self.best_whole = room.best_whole
+        self.best_gpu = room.best_gpu
+        self.whole_free = room.whole_free
+        self.whole_total = room.whole_total
+        self.free = room.free
 
     def per_gpu_ok(self, best_whole: int, best_gpu: int, whole_total: int) -> bool:
         """The GPU-level necessary conditions: the largest whole-GPU pod finds a node with
