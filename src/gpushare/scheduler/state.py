@@ -49,6 +49,7 @@ class NodeUsage:
     gpu_shared: list[int] = field(default_factory=list)  # shared (fractional) pods per GPU
     gpu_names: dict[int, str] = field(default_factory=dict)  # shared-GPU group names, for reports
     pods: dict[str, None] = field(default_factory=dict)  # keys of pods on the node, ordered
+    version: int = 0  # bumped on every change, so that derived figures can be cached
 
     @staticmethod
     def _now(cap: int, used: int, rel: int, pipe: int) -> int:
@@ -318,6 +319,7 @@ class ClusterState:
             return
         u = self.usage[pod.node]  # type: ignore[index]
         self.dirty_nodes.add(u.node.name)
+        u.version += 1
         pods_key = pod.key
         if sign > 0:
             u.pods[pods_key] = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 from gpushare.model import Job, PodStatus
+from gpushare.model.quantities import MILLI
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims.steps import VictimSteps
 
@@ -94,6 +95,7 @@ class VictimLists:
                 by_queue.setdefault(job.queue, []).append(job)
         self._jobs = by_queue
         self._leaves: dict[str, LeafVictims] = {}
+        self._holders: dict[str, tuple[int, dict[int, list[tuple[str, int]]]]] = {}
         # The least CPU, memory and pod room on any ready node (lowered as placements are
         # committed; evictions are ignored, which only keeps more candidates).
         self.least_free = [0, 0, 0]
@@ -122,6 +124,23 @@ class VictimLists:
         (if not, victims that hold no GPU free nothing the step lacks)."""
         least = self.least_free
         return cpu > least[0] or memory > least[1] or slots > least[2]
+
+    def gpu_holders(self, node: str) -> dict[int, list[tuple[str, int]]]:
+        """Per GPU index of the node, the jobs of the active pods on it and the milli-GPU
+        each holds there (remembered until the node's pods change)."""
+        usage = self.session.state.usage[node]
+        known = self._holders.get(node)
+        if known is not None and known[0] == usage.version:
+            return known[1]
+        holders: dict[int, list[tuple[str, int]]] = {}
+        for pod in self.session.state.pods_on(node):
+            if not pod.gpu_indices or not _is_active(pod):
+                continue
+            share = MILLI if pod.gpu.whole else pod.portion
+            for i in pod.gpu_indices:
+                holders.setdefault(i, []).append((pod.job, share))
+        self._holders[node] = (usage.version, holders)
+        return holders
 
     def queues(self) -> Iterator[str]:
         """Leaf queues with preemptible jobs."""

@@ -30,7 +30,9 @@ class StepNeeds:
     def __init__(
         self, state: ClusterState, step: Sequence[Pod],
         may_take: Callable[[Job], bool] | None = None,
+        gpu_holders: Callable[[str], dict[int, list[tuple[str, int]]]] | None = None,
     ) -> None:
+        self._holders = gpu_holders
         self._state = state
         self._step = step
         self._whole = sum(p.gpu.whole for p in step)
@@ -123,16 +125,21 @@ class StepNeeds:
         key = (node, index)
         room = self._gpu_room.get(key)
         if room is None:
-            usage = self._state.usage[node]
-            room = usage.gpu_free_future(index)
+            room = self._state.usage[node].gpu_free_future(index)
             jobs = self._state.jobs
             may_take = self._may_take
-            for other in self._state.pods_on(node):
-                if index not in other.gpu_indices or other.status not in ACTIVE_ALLOCATED:
-                    continue
-                job = jobs.get(other.job)
+            if self._holders is not None:
+                held = self._holders(node).get(index, ())
+            else:
+                held = [
+                    (other.job, MILLI if other.gpu.whole else other.portion)
+                    for other in self._state.pods_on(node)
+                    if index in other.gpu_indices and other.status in ACTIVE_ALLOCATED
+                ]
+            for job_key, share in held:
+                job = jobs.get(job_key)
                 if job is not None and may_take is not None and may_take(job):
-                    room += MILLI if other.gpu.whole else other.portion
+                    room += share
             self._gpu_room[key] = room
         return room
 

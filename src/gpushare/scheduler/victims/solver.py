@@ -252,7 +252,7 @@ class Search:
                 take = filters.get(victim.queue)
                 return victim.preemptible and take is not None and take(victim)
 
-            needs = StepNeeds(session.state, partial, may_take)
+            needs = StepNeeds(session.state, partial, may_take, lists.gpu_holders)
         with_other = not relevant or lists.non_gpu_room_short(
             sum(p.cpu_millis for p in partial), sum(p.memory_bytes for p in partial),
             len(partial),
