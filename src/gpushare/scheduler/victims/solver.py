@@ -304,7 +304,7 @@ class Search:
             protected = lambda victim: guard(job, victim)  # noqa: E731
         state = self.session.state
         queue = VictimQueue(sources, state.job_pods, shares, totals, recorded, state.jobs,
-                            protected)
+                            protected, lookahead=self.session.config.kai)
         admissible = None if self.session.config.kai else self.admissible
         capacity = _Capacity(self.session, partial, self._room)
         base = capacity.accumulate(recorded)  # recorded + accumulated, kept up to date

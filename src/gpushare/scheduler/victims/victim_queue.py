@@ -134,8 +134,15 @@ class VictimQueue:
         taken: Sequence[Pod] = (),
         jobs: Mapping[str, Job] | None = None,
         protected_core: Callable[[Job], bool] | None = None,
+        lookahead: bool = True,
     ):
         self.shares = shares
+        # KAI compares queues as if their next victim were already gone, which means
+        # reading every queue's next candidate before each pick; without look-ahead a
+        # queue is compared as it stands (less what was taken from it), and only the
+        # queue picked has its candidates read.
+        self._lookahead = lookahead
+        self._dead: set[str] = set()
         self.totals = totals
         self.taken: set[str] = {p.key for p in taken}
         self._protected_core = protected_core
@@ -194,6 +201,8 @@ class VictimQueue:
     def _has_candidates(self, name: str) -> bool:
         view = self._by_leaf.get(name)
         if view is not None:
+            if not self._lookahead:
+                return name not in self._dead
             return view.peek() is not None
         live = self._live.get(name)
         if live is None:
@@ -214,7 +223,13 @@ class VictimQueue:
         if cached is not None:
             return cached
         if name in self._by_leaf:
-            out = dict(self._popped.get(name, zeros()))
+            popped = self._popped.get(name)
+            if popped is None:
+                popped = self._popped[name] = zeros()
+            if not self._lookahead:
+                self._memo_victims[name] = popped
+                return popped
+            out = dict(popped)
             nxt = self._next_candidate(name)
             for pod in nxt.steps._all_active(nxt.steps.root):
                 out = add(out, pod_quantities(pod))
@@ -304,6 +319,7 @@ class VictimQueue:
             self._forget(leaf)
             candidate = view.pop()
             if candidate is None:
+                self._dead.add(leaf)  # found out only now without look-ahead
                 continue
             if self._protected_core is not None and self._protected_core(candidate.job):
                 pods = candidate.steps.surplus_only()
