@@ -41,7 +41,7 @@ from gpushare.scheduler.victims.reclaim_rules import (
     victim_queue_allowed,
     within_quota_if_non_preemptible,
 )
-from gpushare.scheduler.victims.shares import Quantities, Shares, leveled
+from gpushare.scheduler.victims.shares import Quantities, Shares, path_to
 from gpushare.scheduler.victims.solver import Outcome, Search, victim_units
 from gpushare.scheduler.victims.steady import SteadyShares
 from gpushare.scheduler.victims.steps import VictimSteps
@@ -118,18 +118,31 @@ def reclaim(session: Session) -> None:
         fair, on_steady = paths(shares, job, reclaimer)
         out: dict[str, Callable[[Job], bool]] = {}
         verdicts: dict[tuple, bool] = {}
+        # The queue-level rules read the victim's branch where it meets the reclaimer's:
+        # decided once per branch.
+        mine = {q.name for q in path_to(shares, job.queue)}
+        branches: dict[str, tuple[bool, Fraction]] = {}
         for queue_name in lists.queues():
             if queue_name == job.queue or queue_name not in shares:
                 continue
-            if not kai and not _some_step_admissible(job, reclaimer, queue_name, verdicts):
+            theirs = _branch_of(shares, mine, queue_name)
+            branch = branches.get(theirs)
+            if branch is None:
+                allowed = fair and victim_queue_allowed(shares, reclaimer, queue_name)
+                surplus = Fraction(0)
+                if not allowed and on_steady and steady is not None:
+                    surplus = steady_rules.branch_surplus(steady, shares, job.queue, queue_name)
+                branch = branches[theirs] = (allowed, surplus)
+            allowed, surplus = branch
+            if not allowed and surplus <= 0:
                 continue
-            if fair and victim_queue_allowed(shares, reclaimer, queue_name):
+            if not kai and not _some_step_admissible(
+                job, reclaimer, queue_name, theirs, verdicts
+            ):
+                continue
+            if allowed:
                 out[queue_name] = lambda victim, job=job: _not_protected(job, victim)
-                continue
-            if not on_steady or steady is None:
-                continue
-            surplus = steady_rules.branch_surplus(steady, shares, job.queue, queue_name)
-            if surplus > 0:
+            else:
                 out[queue_name] = lambda victim, job=job, surplus=surplus: (
                     first_step_gpus(victim) <= surplus and _not_protected(job, victim)
                 )
@@ -183,7 +196,8 @@ def reclaim(session: Session) -> None:
         ))
 
     def _some_step_admissible(
-        job: Job, reclaimer: Reclaimer, victim_queue: str, verdicts: dict[tuple, bool]
+        job: Job, reclaimer: Reclaimer, victim_queue: str, theirs: str,
+        verdicts: dict[tuple, bool],
     ) -> bool:
         """Whether the queue's smallest conceivable victim step (the least GPU, CPU and
         memory of any of its pods) may be taken alone: the verdict only gets worse for a
@@ -193,8 +207,7 @@ def reclaim(session: Session) -> None:
         leaf = lists.leaf(victim_queue)
         if leaf is None or leaf.least is None:
             return False
-        _, theirs = leveled(search.snapshot, job.queue, victim_queue)
-        key = (theirs.name, leaf.least)
+        key = (theirs, leaf.least)
         verdict = verdicts.get(key)
         if verdict is None:
             unit = res_natural(Res(*leaf.least))
@@ -230,6 +243,17 @@ def reclaim(session: Session) -> None:
     run_action(
         session, name=ACTION, jobs=pending_candidates(session), search=search, may_try=may_try
     )
+
+
+def _branch_of(shares: Shares, mine: set[str], victim_queue: str) -> str:
+    """The victim's branch where it meets the reclaimer's (``mine``: the reclaimer's queue
+    and its ancestors): the victim-side queue that :func:`leveled` pairs."""
+    current = victim_queue
+    while True:
+        parent = shares[current].parent
+        if parent is None or parent not in shares or parent in mine:
+            return current
+        current = parent
 
 
 def _first_step_gpus(session: Session, victim: Job) -> Fraction:
