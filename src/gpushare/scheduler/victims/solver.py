@@ -118,6 +118,9 @@ class Search:
     _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
     _candidate_memo: dict[tuple[str, ...], dict[str, Source]] = field(default_factory=dict)
     _room: _Room | None = None
+    _untaken: dict[tuple[int, int], tuple[QueueShare, QueueShare, int]] = field(
+        default_factory=dict
+    )
 
     # ------------------------------------------------------------------ shares
     def shares(self) -> dict[str, QueueShare]:
@@ -304,7 +307,8 @@ class Search:
             protected = lambda victim: guard(job, victim)  # noqa: E731
         state = self.session.state
         queue = VictimQueue(sources, state.job_pods, shares, totals, recorded, state.jobs,
-                            protected, lookahead=self.session.config.kai)
+                            protected, lookahead=self.session.config.kai,
+                            untaken=self._untaken)
         admissible = None if self.session.config.kai else self.admissible
         capacity = _Capacity(self.session, partial, self._room)
         base = capacity.accumulate(recorded)  # recorded + accumulated, kept up to date
@@ -598,6 +602,8 @@ class Search:
         totals = self.totals()
         first = next(iter(steps))  # the asking job
         # Most comparisons recur between picks and between simulations of one search.
+        if len(self._untaken) >= _COMPARE_MEMO_LIMIT:
+            self._untaken.clear()
         if len(self._compared) >= _COMPARE_MEMO_LIMIT:
             self._compared = CompareMemo()
         memo = self._compared

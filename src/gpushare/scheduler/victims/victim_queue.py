@@ -18,6 +18,10 @@ def pod_quantities(pod: Pod) -> Quantities:
     return dict(res_natural(pod.held()))
 
 
+#: The victims of a queue nothing was taken from (shared; never changed in place).
+_NOTHING: Quantities = zeros()
+
+
 class _Candidate:
     __slots__ = ("job", "steps")
 
@@ -135,7 +139,11 @@ class VictimQueue:
         jobs: Mapping[str, Job] | None = None,
         protected_core: Callable[[Job], bool] | None = None,
         lookahead: bool = True,
+        untaken: dict[tuple[int, int], tuple[QueueShare, QueueShare, int]] | None = None,
     ):
+        # Comparisons of queues nothing was taken from, shared by the searches of an
+        # action (keyed by the identity of the figures, which the entries hold).
+        self._untaken = untaken
         self.shares = shares
         # KAI compares queues as if their next victim were already gone, which means
         # reading every queue's next candidate before each pick; without look-ahead a
@@ -223,9 +231,7 @@ class VictimQueue:
         if cached is not None:
             return cached
         if name in self._by_leaf:
-            popped = self._popped.get(name)
-            if popped is None:
-                popped = self._popped[name] = zeros()
+            popped = self._popped.get(name, _NOTHING)
             if not self._lookahead:
                 self._memo_victims[name] = popped
                 return popped
@@ -262,6 +268,15 @@ class VictimQueue:
         figures are frozen here and its victims are a new mapping whenever they change
         (the mappings are held in the memo, so an identity is never reused)."""
         lv, rv = self._victims_of(left), self._victims_of(right)
+        if lv is _NOTHING and rv is _NOTHING and self._untaken is not None:
+            sl, sr = self.shares[left], self.shares[right]
+            pair = (id(sl), id(sr))
+            known = self._untaken.get(pair)
+            if known is not None and known[0] is sl and known[1] is sr:
+                return known[2]
+            cmp = compare_sides(sl, self._side(left, lv), sr, self._side(right, rv))
+            self._untaken[pair] = (sl, sr, cmp)
+            return cmp
         key = (left, right, id(lv), id(rv))
         hit = self._memo_compare.get(key)
         if hit is not None and hit[0] is lv and hit[1] is rv:
@@ -273,6 +288,16 @@ class VictimQueue:
         return cmp
 
     def _side(self, name: str, victims: Quantities) -> QueueSide:
+        if victims is _NOTHING:
+            # Nothing taken yet: the side is the queue's own, kept with its figures for
+            # every search that meets the same figures.
+            share = self.shares[name]
+            kept = share.derived.get("untaken_side")
+            if kept is not None and kept[0] is self.totals:  # type: ignore[index]
+                return kept[1]  # type: ignore[index]
+            side = queue_side(share, self.totals)
+            share.derived["untaken_side"] = (self.totals, side)
+            return side
         hit = self._memo_side.get(name)
         if hit is not None and hit[0] is victims:
             return hit[1]
