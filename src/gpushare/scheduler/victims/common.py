@@ -116,6 +116,7 @@ def run_action(
             bucket.add(shape, step)
             continue
         stmt.commit()
+        search.note_commit()
         victim_lists(session).note_placed(
             sorted({p.node for p in [*outcome.placed, *outcome.moved] if p.node is not None})
         )

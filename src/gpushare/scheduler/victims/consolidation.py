@@ -23,8 +23,13 @@ from gpushare.scheduler.victims.solver import Outcome, Search
 ACTION = "consolidation"
 
 
-def _enough_gpus(session: Session, step: list[Pod]) -> bool:
-    """Idle plus releasing GPUs in the cluster cover the step's GPUs."""
+def _free_gpus(session: Session) -> int:
+    """Idle plus releasing milli-GPUs on the ready nodes."""
+    return sum(u.gpus_free_future_milli() for u in session.state.usage.values() if u.node.ready)
+
+
+def _enough_gpus(session: Session, step: list[Pod], free: int) -> bool:
+    """Idle plus releasing GPUs in the cluster (``free``) cover the step's GPUs."""
     need = 0
     big = session.max_gpu_memory or 0
     for pod in step:
@@ -33,10 +38,7 @@ def _enough_gpus(session: Session, step: list[Pod]) -> bool:
             need += g.whole * MILLI
         elif g.is_shared:
             need += min(g.portion_on(big), MILLI) * g.devices
-    if need == 0:
-        return True
-    free = sum(u.gpus_free_future_milli() for u in session.state.usage.values() if u.node.ready)
-    return free >= need
+    return need == 0 or free >= need
 
 
 def consolidation(session: Session) -> None:
@@ -67,10 +69,14 @@ def consolidation(session: Session) -> None:
         max_simulations=options.max_simulations,
     )
 
+    free: list[int] = []  # [commits seen, free milli-GPUs] (only commits change it)
+
     def may_try(job: Job, step: list[Pod]) -> bool:
         if not job.preemptible or in_preemption_delay(session, job):
             return False
-        return _enough_gpus(session, step)
+        if not free or free[0] != search.commits:
+            free[:] = [search.commits, _free_gpus(session)]
+        return _enough_gpus(session, step, free[1])
 
     run_action(
         session,

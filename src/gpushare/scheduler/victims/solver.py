@@ -118,6 +118,9 @@ class Search:
     _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
     _candidate_memo: dict[tuple[str, ...], dict[str, Source]] = field(default_factory=dict)
     _room: _Room | None = None
+    #: Searches committed by the action so far (see :meth:`note_commit`).
+    commits: int = 0
+    _seen_commits: int = -1
     _untaken: dict[tuple[int, int], tuple[QueueShare, QueueShare, int]] = field(
         default_factory=dict
     )
@@ -174,15 +177,23 @@ class Search:
         return self._totals
 
     # ------------------------------------------------------------------- solve
+    def note_commit(self) -> None:
+        """The action committed a search's outcome: the state has changed."""
+        self.commits += 1
+
     def solve(self, stmt: Statement, job: Job, step: list[Pod]) -> Outcome | None:
         """Find victims for ``step`` (the job's next gang step); on success the statement
         holds the evictions and placements, on failure it is as it was."""
         self.stats.jobs += 1
         self._budget = self.max_simulations
-        # Every round and generator starts from the state the search began with.
+        # Every round and generator starts from the state the search began with, which
+        # only a committed search changes (a failed one is rolled back).
         self._candidate_memo = {}
-        self._room = _Room(self.session)
-        shares = self.snapshot = self.shares()
+        if self._room is None or self._seen_commits != self.commits:
+            self._room = _Room(self.session)
+            self.snapshot = self.shares()
+            self._seen_commits = self.commits
+        shares = self.snapshot
         totals = self.totals()
         if self._cannot_make_room(job, step):
             self.stats.prechecked += 1
