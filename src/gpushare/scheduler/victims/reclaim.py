@@ -238,7 +238,7 @@ def reclaim(session: Session) -> None:
     def may_try(job: Job, step: list[Pod]) -> bool:
         if in_preemption_delay(session, job):
             return False
-        return any(paths(search.shares(), job, reclaimer_of(session, job, step)))
+        return any(paths(search.current_shares(), job, reclaimer_of(session, job, step)))
 
     run_action(
         session, name=ACTION, jobs=pending_candidates(session), search=search, may_try=may_try

@@ -121,6 +121,7 @@ class Search:
     #: Searches committed by the action so far (see :meth:`note_commit`).
     commits: int = 0
     _seen_commits: int = -1
+    _room_commits: int = -1
     _untaken: dict[tuple[int, int], tuple[QueueShare, QueueShare, int]] = field(
         default_factory=dict
     )
@@ -177,6 +178,14 @@ class Search:
         return self._totals
 
     # ------------------------------------------------------------------- solve
+    def current_shares(self) -> dict[str, QueueShare]:
+        """The queues' figures now (outside a search), kept as :attr:`snapshot` until the
+        next commit."""
+        if self._seen_commits != self.commits:
+            self.snapshot = self.shares()
+            self._seen_commits = self.commits
+        return self.snapshot
+
     def note_commit(self) -> None:
         """The action committed a search's outcome: the state has changed."""
         self.commits += 1
@@ -189,11 +198,10 @@ class Search:
         # Every round and generator starts from the state the search began with, which
         # only a committed search changes (a failed one is rolled back).
         self._candidate_memo = {}
-        if self._room is None or self._seen_commits != self.commits:
+        shares = self.current_shares()
+        if self._room is None or self._room_commits != self.commits:
             self._room = _Room(self.session)
-            self.snapshot = self.shares()
-            self._seen_commits = self.commits
-        shares = self.snapshot
+            self._room_commits = self.commits
         totals = self.totals()
         if self._cannot_make_room(job, step):
             self.stats.prechecked += 1
