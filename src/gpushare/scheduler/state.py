@@ -50,6 +50,9 @@ class NodeUsage:
     gpu_names: dict[int, str] = field(default_factory=dict)  # shared-GPU group names, for reports
     pods: dict[str, None] = field(default_factory=dict)  # keys of pods on the node, ordered
     version: int = 0  # bumped on every change, so that derived figures can be cached
+    #: Bumped on every change that stays: outside a statement, or in a committed one
+    #: (changes a statement rolls back do not count), for caches that outlive a search.
+    settled: int = 0
 
     @staticmethod
     def _now(cap: int, used: int, rel: int, pipe: int) -> int:
@@ -107,6 +110,9 @@ class QueueUsage:
     pending: Res = ZERO  # Pending pods' requests (memory-sized GPU requests apart)
     pending_gpu_memory_mib: int = 0  # Pending pods' gpu-memory requests x devices, MiB
     version: int = 0  # bumped on every change, so that derived figures can be cached
+    #: Bumped on every change that stays: outside a statement, or in a committed one
+    #: (changes a statement rolls back do not count), for caches that outlive a search.
+    settled: int = 0
 
 
 @dataclass(slots=True)
@@ -139,6 +145,9 @@ class ClusterState:
         #: Jobs the stale-gang pass must look at: added or changed, or with a pod changed,
         #: since it last looked (the pass keeps the ones it finds stale).
         self.stale_watch: set[str] = set()
+        # Nodes and leaf queues the open statement changed (settled when it commits).
+        self._statement_nodes: set[str] = set()
+        self._statement_queues: set[str] = set()
 
     # ----------------------------------------------------------------- nodes
     def upsert_node(self, node: Node) -> None:
@@ -320,6 +329,10 @@ class ClusterState:
         u = self.usage[pod.node]  # type: ignore[index]
         self.dirty_nodes.add(u.node.name)
         u.version += 1
+        if self._log is None:
+            u.settled += 1
+        else:
+            self._statement_nodes.add(u.node.name)
         pods_key = pod.key
         if sign > 0:
             u.pods[pods_key] = None
@@ -358,6 +371,7 @@ class ClusterState:
             held = pod.held()
             if sign < 0:
                 held = ZERO - held
+            self._settle_queue(job.queue)
             for name in self.ancestors(job.queue):
                 qu = self.queue_usage[name]
                 qu.version += 1
@@ -369,11 +383,21 @@ class ClusterState:
             gpu = g.whole * MILLI if g.whole else g.portion * g.devices
             req = Res(gpu * sign, pod.cpu_millis * sign, pod.memory_bytes * sign)
             mem_mib = g.memory_mib * g.devices * sign
+            self._settle_queue(job.queue)
             for name in self.ancestors(job.queue):
                 qu = self.queue_usage[name]
                 qu.version += 1
                 qu.pending = qu.pending + req
                 qu.pending_gpu_memory_mib += mem_mib
+
+    def _settle_queue(self, leaf: str) -> None:
+        """Count a change of the leaf queue's pods as settled now, or at commit."""
+        if self._log is None:
+            usage = self.queue_usage.get(leaf)
+            if usage is not None:
+                usage.settled += 1
+        else:
+            self._statement_queues.add(leaf)
 
     def _attach_queue(self, pod: Pod) -> None:
         self._queue_delta(pod, +1)
@@ -486,13 +510,25 @@ class Statement:
 
     def commit(self) -> None:
         self._log  # noqa: B018 - raises when closed
-        self.state._log = None
+        state = self.state
+        state._log = None
         self._open = False
+        for name in state._statement_nodes:
+            if name in state.usage:
+                state.usage[name].settled += 1
+        for name in state._statement_queues:
+            if name in state.queue_usage:
+                state.queue_usage[name].settled += 1
+        state._statement_nodes.clear()
+        state._statement_queues.clear()
 
     def discard(self) -> None:
         self.rollback(0)
-        self.state._log = None
+        state = self.state
+        state._log = None
         self._open = False
+        state._statement_nodes.clear()
+        state._statement_queues.clear()
 
     def __enter__(self) -> Statement:
         return self

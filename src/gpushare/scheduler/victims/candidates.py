@@ -4,7 +4,7 @@ A search reads victims one at a time, most likely victim first, and usually stop
 few; handing it every candidate job of the cluster (and filtering them all) would cost
 each pending job O(jobs). Instead each leaf queue's preemptible jobs that hold something
 are kept sorted by victim key, per cycle, and rebuilt only when the queue's pods change
-(its usage version; a rolled-back simulation counts as a change, which costs one leaf).
+for good (its settled version: a simulation that is rolled back changes nothing).
 A search walks these lists lazily through its own filter.
 """
 
@@ -130,7 +130,7 @@ class VictimLists:
         each holds there (remembered until the node's pods change)."""
         usage = self.session.state.usage[node]
         known = self._holders.get(node)
-        if known is not None and known[0] == usage.version:
+        if known is not None and known[0] == usage.settled:
             return known[1]
         holders: dict[int, list[tuple[str, int]]] = {}
         for pod in self.session.state.pods_on(node):
@@ -139,7 +139,7 @@ class VictimLists:
             share = MILLI if pod.gpu.whole else pod.portion
             for i in pod.gpu_indices:
                 holders.setdefault(i, []).append((pod.job, share))
-        self._holders[node] = (usage.version, holders)
+        self._holders[node] = (usage.settled, holders)
         return holders
 
     def queues(self) -> Iterator[str]:
@@ -151,7 +151,7 @@ class VictimLists:
         if not jobs:
             return None
         usage = self.session.state.queue_usage.get(name)
-        version = usage.version if usage is not None else -1
+        version = usage.settled if usage is not None else -1
         found = self._leaves.get(name)
         if found is None or found.version != version:
             found = self._leaves[name] = LeafVictims(self.session, jobs, version)

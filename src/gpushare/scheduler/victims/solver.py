@@ -199,9 +199,11 @@ class Search:
         # only a committed search changes (a failed one is rolled back).
         self._candidate_memo = {}
         shares = self.current_shares()
-        if self._room is None or self._room_commits != self.commits:
+        if self._room is None:
             self._room = _Room(self.session)
-            self._room_commits = self.commits
+        elif self._room_commits != self.commits:
+            self._room.refresh()
+        self._room_commits = self.commits
         totals = self.totals()
         if self._cannot_make_room(job, step):
             self.stats.prechecked += 1
@@ -754,29 +756,64 @@ def _split_core(job: Job, pods: Sequence[Pod]) -> tuple[list[Pod], list[Pod]]:
 
 class _Room:
     """What is free on the ready nodes (now or after releases) when a search starts: the
-    same for every round and generator of the search, so taken once."""
+    same for every round and generator of the search. Kept for the action and brought up
+    to date from the nodes whose pods changed for good since (their settled version)."""
 
     def __init__(self, session: Session) -> None:
-        free = [0, 0, 0]
+        self.session = session
+        self.node_version = -1
+        self._seen: dict[str, int] = {}  # node -> settled version read
+        self._cpu: dict[str, int] = {}
+        self._mem: dict[str, int] = {}
         self.gpu_free: dict[str, list[int]] = {}
+        self.whole_free: dict[str, int] = {}  # entirely free GPUs per node
+        self.free = [0, 0, 0]
         self.best_whole = 0
         self.best_gpu = 0  # the most room on any one GPU
-        self.whole_free: dict[str, int] = {}  # entirely free GPUs per node
         self.whole_total = 0
-        for name, usage in session.state.usage.items():
+        self.refresh()
+
+    def refresh(self) -> None:
+        state = self.session.state
+        if state.node_version != self.node_version:
+            self.node_version = state.node_version
+            self._seen.clear()
+            self._cpu.clear()
+            self._mem.clear()
+            self.gpu_free.clear()
+            self.whole_free.clear()
+            self.free = [0, 0, 0]
+            self.whole_total = 0
+        changed = False
+        free = self.free
+        for name, usage in state.usage.items():
+            if self._seen.get(name) == usage.settled:
+                continue
+            changed = True
+            self._seen[name] = usage.settled
+            old = self.gpu_free.pop(name, None)
+            if old is not None:
+                free[0] -= sum(old)
+                free[1] -= self._cpu.pop(name)
+                free[2] -= self._mem.pop(name)
+                self.whole_total -= self.whole_free.pop(name)
             if not usage.node.ready:
                 continue
             per_gpu = [usage.gpu_free_future(i) for i in range(usage.node.gpus)]
             self.gpu_free[name] = per_gpu
+            self._cpu[name] = usage.cpu_free_future()
+            self._mem[name] = usage.mem_free_future()
             free[0] += sum(per_gpu)
-            free[1] += usage.cpu_free_future()
-            free[2] += usage.mem_free_future()
+            free[1] += self._cpu[name]
+            free[2] += self._mem[name]
             whole = sum(1 for f in per_gpu if f >= MILLI)
             self.whole_free[name] = whole
             self.whole_total += whole
-            self.best_whole = max(self.best_whole, whole)
-            self.best_gpu = max(self.best_gpu, max(per_gpu, default=0))
-        self.free = free
+        if changed:
+            self.best_whole = max(self.whole_free.values(), default=0)
+            self.best_gpu = max(
+                (max(per_gpu, default=0) for per_gpu in self.gpu_free.values()), default=0
+            )
 
 
 class _Capacity:
