@@ -10,7 +10,7 @@ A search walks these lists lazily through its own filter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from gpushare.model import Job, PodStatus
 from gpushare.model.quantities import MILLI
@@ -19,6 +19,37 @@ from gpushare.scheduler.victims.steps import VictimSteps
 
 #: Per allowed leaf queue, which of its candidate jobs qualify for one search.
 LeafFilters = Mapping[str, Callable[[Job], bool]]
+
+
+class LazyFilters(Mapping[str, Callable[[Job], bool]]):
+    """Leaf filters decided queue by queue when first asked for (``decide`` returns None
+    for a queue that may not be taken from), so a search that reads a few queues decides
+    only those."""
+
+    def __init__(
+        self, names: Iterable[str], decide: Callable[[str], Callable[[Job], bool] | None]
+    ) -> None:
+        self._names = names
+        self._decide = decide
+        self._decided: dict[str, Callable[[Job], bool] | None] = {}
+
+    def get(self, name: str, default=None):  # type: ignore[no-untyped-def,override]
+        if name not in self._decided:
+            self._decided[name] = self._decide(name)
+        found = self._decided[name]
+        return default if found is None else found
+
+    def __getitem__(self, name: str) -> Callable[[Job], bool]:
+        found = self.get(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in sorted(self._names) if self.get(name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 VictimKey = tuple[int, int, float, str]
 
@@ -96,6 +127,7 @@ class VictimLists:
         self._jobs = by_queue
         self._leaves: dict[str, LeafVictims] = {}
         self._holders: dict[str, tuple[int, dict[int, list[tuple[str, int]]]]] = {}
+        self._tree: dict[str | None, list[str]] | None = None
         # The least CPU, memory and pod room on any ready node (lowered as placements are
         # committed; evictions are ignored, which only keeps more candidates).
         self.least_free = [0, 0, 0]
@@ -145,6 +177,23 @@ class VictimLists:
     def queues(self) -> Iterator[str]:
         """Leaf queues with preemptible jobs."""
         return iter(self._jobs)
+
+    def tree(self) -> dict[str | None, list[str]]:
+        """Each queue's children (``None``: the top level), over the leaf queues with
+        preemptible jobs and their ancestors, in name order."""
+        if self._tree is None:
+            queues = self.session.state.queues
+            tree: dict[str | None, set[str]] = {}
+            for leaf in self._jobs:
+                current: str | None = leaf
+                while current is not None:
+                    parent = queues[current].parent if current in queues else None
+                    if parent is not None and parent not in queues:
+                        parent = None
+                    tree.setdefault(parent, set()).add(current)
+                    current = parent
+            self._tree = {parent: sorted(kids) for parent, kids in tree.items()}
+        return self._tree
 
     def leaf(self, name: str) -> LeafVictims | None:
         jobs = self._jobs.get(name)

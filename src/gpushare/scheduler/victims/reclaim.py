@@ -24,7 +24,7 @@ from gpushare.model.quantities import MILLI, RESOURCES, Res, res_natural
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims import minruntime
 from gpushare.scheduler.victims import steady as steady_rules
-from gpushare.scheduler.victims.candidates import LeafFilters, victim_lists
+from gpushare.scheduler.victims.candidates import LazyFilters, LeafFilters, victim_lists
 from gpushare.scheduler.victims.common import (
     elastic_memo,
     elastic_victims_keep_gang,
@@ -116,15 +116,15 @@ def reclaim(session: Session) -> None:
         shares = search.snapshot
         reclaimer = reclaimer_of(session, job, partial)
         fair, on_steady = paths(shares, job, reclaimer)
-        out: dict[str, Callable[[Job], bool]] = {}
         verdicts: dict[tuple, bool] = {}
         # The queue-level rules read the victim's branch where it meets the reclaimer's:
         # decided once per branch.
         mine = {q.name for q in path_to(shares, job.queue)}
         branches: dict[str, tuple[bool, Fraction]] = {}
-        for queue_name in lists.queues():
+
+        def decide(queue_name: str) -> Callable[[Job], bool] | None:
             if queue_name == job.queue or queue_name not in shares:
-                continue
+                return None
             theirs = _branch_of(shares, mine, queue_name)
             branch = branches.get(theirs)
             if branch is None:
@@ -135,18 +135,18 @@ def reclaim(session: Session) -> None:
                 branch = branches[theirs] = (allowed, surplus)
             allowed, surplus = branch
             if not allowed and surplus <= 0:
-                continue
+                return None
             if not kai and not _some_step_admissible(
                 job, reclaimer, queue_name, theirs, verdicts
             ):
-                continue
+                return None
             if allowed:
-                out[queue_name] = lambda victim, job=job: _not_protected(job, victim)
-            else:
-                out[queue_name] = lambda victim, job=job, surplus=surplus: (
-                    first_step_gpus(victim) <= surplus and _not_protected(job, victim)
-                )
-        return out
+                return lambda victim: _not_protected(job, victim)
+            return lambda victim: (
+                first_step_gpus(victim) <= surplus and _not_protected(job, victim)
+            )
+
+        return LazyFilters(list(lists.queues()), decide)
 
     def _not_protected(job: Job, victim: Job) -> bool:
         return elastic(victim) or not protected(job, victim)

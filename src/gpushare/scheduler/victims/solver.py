@@ -33,7 +33,12 @@ from gpushare.scheduler.ordering import job_order_key
 from gpushare.scheduler.placement import place_pod, place_step
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import Statement
-from gpushare.scheduler.victims.candidates import LeafFilters, victim_lists
+from gpushare.scheduler.victims.candidates import (
+    LazyFilters,
+    LeafFilters,
+    VictimLists,
+    victim_lists,
+)
 from gpushare.scheduler.victims.ordering import CompareMemo, pick_fair
 from gpushare.scheduler.victims.relevance import StepNeeds
 from gpushare.scheduler.victims.shares import Quantities, QueueShare
@@ -116,7 +121,7 @@ class Search:
     _compared: CompareMemo = field(default_factory=CompareMemo)
     _totals: dict[str, Fraction] | None = None
     _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
-    _candidate_memo: dict[tuple[str, ...], dict[str, Source]] = field(default_factory=dict)
+    _candidate_memo: dict[tuple[str, ...], _Sources] = field(default_factory=dict)
     _room: _Room | None = None
     #: Searches committed by the action so far (see :meth:`note_commit`).
     commits: int = 0
@@ -255,12 +260,10 @@ class Search:
                     return True
         return not whole.ok()
 
-    def _sources(
-        self, job: Job, partial: list[Pod]
-    ) -> dict[str, Source]:
+    def _sources(self, job: Job, partial: list[Pod]) -> _Sources:
         """Per leaf queue, the shared candidate lists and this search's filter on them:
         the action's, and outside ``compat: kai`` only jobs that could free something the
-        step lacks where they run (:mod:`.relevance`)."""
+        step lacks where they run (:mod:`.relevance`). Read lazily, queue by queue."""
         key = tuple(p.key for p in partial)
         found = self._candidate_memo.get(key)
         if found is not None:
@@ -281,23 +284,17 @@ class Search:
             sum(p.cpu_millis for p in partial), sum(p.memory_bytes for p in partial),
             len(partial),
         )
-        found = {}
-        for leaf_name in sorted(filters):
-            leaf = lists.leaf(leaf_name)
-            if leaf is None:
-                continue
-            accept = filters[leaf_name]
-            if needs is not None:
-                accept = _both(accept, needs, session)
-            found[leaf_name] = (
-                [leaf.gpu, leaf.other] if with_other else [leaf.gpu], accept, leaf.smallest
-            )
-        self._candidate_memo[key] = found
+        found = self._candidate_memo[key] = _Sources(session, lists, filters, needs, with_other)
         return found
 
     def _candidate_jobs(self, job: Job, partial: list[Pod]) -> Iterator[Job]:
         """Every candidate job of the search (list order, not victim order)."""
-        for lists, accept, _ in self._sources(job, partial).values():
+        sources = self._sources(job, partial)
+        for leaf in sources:
+            source = sources.get(leaf)
+            if source is None:
+                continue
+            lists, accept, _ = source
             for entries in lists:
                 for _, candidate in reversed(entries):
                     if accept(candidate):
@@ -329,10 +326,14 @@ class Search:
         state = self.session.state
         queue = VictimQueue(sources, state.job_pods, shares, totals, recorded, state.jobs,
                             protected, lookahead=self.session.config.kai,
-                            untaken=self._untaken)
+                            untaken=self._untaken,
+                            tree=None if self.session.config.kai else sources.lists.tree())
         admissible = None if self.session.config.kai else self.admissible
         capacity = _Capacity(self.session, partial, self._room)
         base = capacity.accumulate(recorded)  # recorded + accumulated, kept up to date
+        # Outside compat: kai, scenarios across nodes leave out victims on nodes that
+        # could not host any pod of the step (every pod asks for GPUs: a GPU test).
+        prune = not self.session.config.kai and capacity.every_pod_wants_gpu
         accumulated: list[Pod] = []
         by_job: dict[str, list[Pod]] = {}  # accumulated victims per job
         jobs_on_node: dict[str, set[str]] = {}
@@ -366,7 +367,19 @@ class Search:
                         if digest not in seen:
                             seen.add(digest)
                             scenarios.append((recorded + on_node, digest, None))
-            else:
+            elif prune and base.ok():
+                # Only victim steps with a pod on a node that could then host one of the
+                # step's pods: the others free room no pod can use. Adding a victim that
+                # changes nothing gives the same scenario, which is not simulated again.
+                chosen_jobs = sorted({
+                    j for node, on_node in jobs_on_node.items() if base.hosts_a_pod(node)
+                    for j in on_node
+                })
+                chosen = [p for j in chosen_jobs for p in by_job[j]]
+                scenarios.append(
+                    (recorded + chosen, recorded_hash ^ self._set_hash(chosen), None)
+                )
+            elif not prune:
                 scenarios.append(
                     (recorded + accumulated, recorded_hash ^ accumulated_hash, base.ok())
                 )
@@ -673,6 +686,53 @@ class Search:
             yield chosen
 
 
+class _Sources(Mapping[str, Source]):
+    """One search's candidate sources, per leaf queue, made on first use: the action's
+    filter for the queue (``filters``, itself possibly lazy) with the relevance test
+    added, over the cycle's shared lists."""
+
+    def __init__(
+        self, session: Session, lists: VictimLists, filters: LeafFilters,
+        needs: StepNeeds | None, with_other: bool,
+    ) -> None:
+        self.session = session
+        self.lists = lists
+        self._filters = filters
+        self._needs = needs
+        self._with_other = with_other
+        self._made: dict[str, Source | None] = {}
+
+    def get(self, leaf: str, default: Source | None = None) -> Source | None:  # type: ignore[override]
+        if leaf in self._made:
+            made = self._made[leaf]
+            return default if made is None else made
+        made = None
+        accept = self._filters.get(leaf)
+        victims = self.lists.leaf(leaf) if accept is not None else None
+        if accept is not None and victims is not None:
+            if self._needs is not None:
+                accept = _both(accept, self._needs, self.session)
+            lists = [victims.gpu, victims.other] if self._with_other else [victims.gpu]
+            made = (lists, accept, victims.smallest)
+        self._made[leaf] = made
+        return default if made is None else made
+
+    def __getitem__(self, leaf: str) -> Source:
+        made = self.get(leaf)
+        if made is None:
+            raise KeyError(leaf)
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        """The leaf queues the action may take from (in name order)."""
+        if isinstance(self._filters, LazyFilters):
+            return iter(self._filters)  # already in name order, decided as it goes
+        return iter(sorted(self._filters))
+
+    def __len__(self) -> int:
+        return len(self._filters)
+
+
 def _both(
     accept: Callable[[Job], bool], needs: StepNeeds, session: Session
 ) -> Callable[[Job], bool]:
@@ -838,6 +898,15 @@ class _Capacity:
             need[2] += pod.memory_bytes
         self.need = need
         self.need_whole = sum(pod.gpu.whole for pod in partial)  # GPUs entirely free
+        self.every_pod_wants_gpu = bool(partial) and all(p.gpu.wants_gpu for p in partial)
+        # The least any one pod of the step needs on a node: whole GPUs, or one share.
+        wholes = [p.gpu.whole for p in partial if p.gpu.whole]
+        shares = [
+            min(p.gpu.portion_on(big_memory), MILLI) for p in partial
+            if not p.gpu.whole and p.gpu.is_shared
+        ]
+        self.least_whole = min(wholes, default=0)
+        self.least_share = min(shares, default=0)
         room = room if room is not None else _Room(session)
         self.gpu_free = room.gpu_free
         self.best_whole = room.best_whole
@@ -927,6 +996,19 @@ class _Accumulated:
             self.whole[name] = whole
             self.best_whole = max(self.best_whole, whole)
             self.best_gpu = max(self.best_gpu, max(after, default=0))
+
+    def hosts_a_pod(self, node: str) -> bool:
+        """Whether ``node``, with the victims on it gone, has the GPUs one of the step's
+        pods needs (the cheapest of them: fewest whole GPUs, or smallest share)."""
+        cap = self.capacity
+        base = cap.gpu_free.get(node)
+        if base is None:
+            return False
+        extra = self.freed.get(node, {})
+        after = [f + extra.get(i, 0) for i, f in enumerate(base)]
+        if cap.least_whole and sum(1 for f in after if f >= MILLI) >= cap.least_whole:
+            return True
+        return bool(cap.least_share) and max(after, default=0) >= cap.least_share
 
     def ok(self) -> bool:
         cap = self.capacity

@@ -124,9 +124,13 @@ class _Leaf:
 class VictimQueue:
     """Victim jobs grouped by leaf queue; each pop yields the next victim step.
 
-    ``sources`` gives, per allowed leaf queue, the shared candidate lists and the search's
-    filter on them; ``pods_of`` a job's pods. Pods in ``taken`` were already taken by the
-    search: their jobs offer only their other pods, in the order that leaves them.
+    ``sources`` gives, per leaf queue that may be taken from, the shared candidate lists
+    and the search's filter on them: a mapping read lazily (``get``), so that a leaf
+    queue's candidates are looked at only when the queue is picked. ``tree`` lists each
+    queue's children (``None``: the top level) over the leaves that may appear; without
+    it the tree is made from the mapping's keys. ``pods_of`` gives a job's pods. Pods in
+    ``taken`` were already taken by the search: their jobs offer only their other pods,
+    in the order that leaves them.
     """
 
     def __init__(
@@ -140,6 +144,7 @@ class VictimQueue:
         protected_core: Callable[[Job], bool] | None = None,
         lookahead: bool = True,
         untaken: dict[tuple[int, int], tuple[QueueShare, QueueShare, int]] | None = None,
+        tree: Mapping[str | None, list[str]] | None = None,
     ):
         # Comparisons of queues nothing was taken from, shared by the searches of an
         # action (keyed by the identity of the figures, which the entries hold).
@@ -155,36 +160,63 @@ class VictimQueue:
         self.taken: set[str] = {p.key for p in taken}
         self._protected_core = protected_core
         self._pods_of = pods_of
-        taken_jobs = {p.job for p in taken}
-
-        def make(job: Job) -> _Candidate:
-            return _Candidate(job, VictimSteps(job, pods_of(job), self._is_active))
-
-        self._by_leaf: dict[str, _Leaf] = {}
-        for leaf, (lists, accept, smallest) in sources.items():
-            if taken_jobs:
-                def fresh(job: Job, accept: Callable[[Job], bool] = accept) -> bool:
-                    return job.key not in taken_jobs and accept(job)
-                view = _Leaf(lists, fresh, make, smallest)
-            else:
-                view = _Leaf(lists, accept, make, smallest)
-            self._by_leaf[leaf] = view
-        for key in sorted(taken_jobs):
-            job = jobs.get(key) if jobs is not None else None
-            if job is None or job.queue not in sources or not sources[job.queue][1](job):
-                continue
-            candidate = make(job)
-            if candidate.steps.active_count():
-                self._by_leaf[job.queue].push(candidate)
+        self._sources = sources
+        self._jobs = jobs or {}
+        self._taken_jobs = {p.job for p in taken}
+        self._taken_by_leaf: dict[str, list[str]] = {}
+        for key in sorted(self._taken_jobs):
+            job = self._jobs.get(key)
+            if job is not None:
+                self._taken_by_leaf.setdefault(job.queue, []).append(key)
+        self._by_leaf: dict[str, _Leaf | None] = {}
         self._popped: dict[str, Quantities] = {}
-        self._children: dict[str | None, list[str]] = {}
+        self._touched: set[str | None] = set()  # parents of queues something was taken from
         self._memo_victims: dict[str, Quantities] = {}
         self._memo_pick: dict[str | None, str | None] = {}
         self._memo_compare: dict[tuple, tuple[Quantities, Quantities, int]] = {}
         self._memo_side: dict[str, tuple[Quantities, QueueSide]] = {}
         self._live: dict[str, bool] = {}
-        for leaf in sorted(self._by_leaf):
-            self._link(leaf)
+        if tree is not None:
+            self._children: Mapping[str | None, list[str]] = tree
+        else:
+            self._children = {}
+            for leaf in sorted(sources):
+                self._link(leaf)
+        # Jobs taken from before sit in their leaf's own entries from the start.
+        for leaf in sorted(self._taken_by_leaf):
+            self._view(leaf)
+
+    def _make(self, job: Job) -> _Candidate:
+        return _Candidate(job, VictimSteps(job, self._pods_of(job), self._is_active))
+
+    def _view(self, leaf: str) -> _Leaf | None:
+        """The leaf queue's candidates for this search, read on first use (None: the
+        queue may not be taken from)."""
+        if leaf in self._by_leaf:
+            return self._by_leaf[leaf]
+        source = self._sources.get(leaf)
+        if source is None:
+            self._by_leaf[leaf] = None
+            self._dead.add(leaf)
+            return None
+        lists, accept, smallest = source
+        if self._taken_jobs:
+            taken_jobs = self._taken_jobs
+
+            def fresh(job: Job, accept: Callable[[Job], bool] = accept) -> bool:
+                return job.key not in taken_jobs and accept(job)
+
+            view = _Leaf(lists, fresh, self._make, smallest)
+        else:
+            view = _Leaf(lists, accept, self._make, smallest)
+        self._by_leaf[leaf] = view
+        for key in self._taken_by_leaf.get(leaf, ()):
+            job = self._jobs[key]
+            if accept(job):
+                candidate = self._make(job)
+                if candidate.steps.active_count():
+                    view.push(candidate)
+        return view
 
     def _is_active(self, pod: Pod) -> bool:
         status = pod.status  # identity tests: hashing enum members is slow on hot paths
@@ -193,13 +225,17 @@ class VictimQueue:
             or status is PodStatus.PIPELINED
         ) and pod.key not in self.taken
 
+    def _is_leaf(self, name: str | None) -> bool:
+        return name is not None and name not in self._children
+
     def _link(self, name: str) -> None:
+        children: dict[str | None, list[str]] = self._children  # type: ignore[assignment]
         current: str | None = name
         while current is not None:
             parent = self.shares[current].parent if current in self.shares else None
             if parent is not None and parent not in self.shares:
                 parent = None
-            kids = self._children.setdefault(parent, [])
+            kids = children.setdefault(parent, [])
             if current in kids:
                 return
             kids.append(current)
@@ -207,11 +243,11 @@ class VictimQueue:
             current = parent
 
     def _has_candidates(self, name: str) -> bool:
-        view = self._by_leaf.get(name)
-        if view is not None:
+        if self._is_leaf(name):
             if not self._lookahead:
                 return name not in self._dead
-            return view.peek() is not None
+            view = self._view(name)
+            return view is not None and view.peek() is not None
         live = self._live.get(name)
         if live is None:
             live = self._live[name] = any(
@@ -220,7 +256,8 @@ class VictimQueue:
         return live
 
     def _next_candidate(self, leaf: str) -> _Candidate:
-        candidate = self._by_leaf[leaf].peek()
+        view = self._view(leaf)
+        candidate = view.peek() if view is not None else None
         assert candidate is not None
         return candidate
 
@@ -230,7 +267,9 @@ class VictimQueue:
         cached = self._memo_victims.get(name)
         if cached is not None:
             return cached
-        if name in self._by_leaf:
+        if not self._lookahead and name not in self._touched and not self._is_leaf(name):
+            return _NOTHING  # nothing taken under it: whichever child, nothing given up
+        if self._is_leaf(name):
             popped = self._popped.get(name, _NOTHING)
             if not self._lookahead:
                 self._memo_victims[name] = popped
@@ -305,6 +344,17 @@ class VictimQueue:
         self._memo_side[name] = (victims, side)
         return side
 
+    def _touch(self, leaf: str) -> None:
+        """Mark the ancestors of a queue something was taken from."""
+        current: str | None = leaf
+        while current is not None:
+            parent = self.shares[current].parent if current in self.shares else None
+            if parent is not None and parent not in self.shares:
+                parent = None
+            if parent is not None:
+                self._touched.add(parent)
+            current = parent
+
     def _forget(self, leaf: str) -> None:
         """Only the queue just taken from (and its ancestors) has new figures."""
         current: str | None = leaf
@@ -319,7 +369,7 @@ class VictimQueue:
 
     def _pick_leaf(self) -> str | None:
         name = self._pick_child(None)
-        while name is not None and name not in self._by_leaf:
+        while name is not None and not self._is_leaf(name):
             name = self._pick_child(name)
         return name
 
@@ -340,9 +390,9 @@ class VictimQueue:
             leaf = self._pick_leaf()
             if leaf is None:
                 return None
-            view = self._by_leaf[leaf]
+            view = self._view(leaf)
             self._forget(leaf)
-            candidate = view.pop()
+            candidate = view.pop() if view is not None else None
             if candidate is None:
                 self._dead.add(leaf)  # found out only now without look-ahead
                 continue
@@ -351,6 +401,7 @@ class VictimQueue:
             else:
                 pods = candidate.steps.next_step()
             if pods:
+                self._touch(leaf)
                 for pod in pods:
                     self.taken.add(pod.key)
                     self._popped[leaf] = add(self._popped.get(leaf, zeros()), pod_quantities(pod))
