@@ -27,11 +27,17 @@ class LazyFilters(Mapping[str, Callable[[Job], bool]]):
     only those."""
 
     def __init__(
-        self, names: Iterable[str], decide: Callable[[str], Callable[[Job], bool] | None]
+        self, names: Iterable[str], decide: Callable[[str], Callable[[Job], bool] | None],
+        closed: Callable[[str], bool] | None = None,
     ) -> None:
         self._names = names
         self._decide = decide
         self._decided: dict[str, Callable[[Job], bool] | None] = {}
+        self._closed = closed
+
+    def closed(self, queue: str) -> bool:
+        """Whether no leaf queue under ``queue`` may be taken from (False: unknown)."""
+        return self._closed is not None and self._closed(queue)
 
     def get(self, name: str, default=None):  # type: ignore[no-untyped-def,override]
         if name not in self._decided:

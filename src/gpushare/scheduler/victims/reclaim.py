@@ -122,10 +122,7 @@ def reclaim(session: Session) -> None:
         mine = {q.name for q in path_to(shares, job.queue)}
         branches: dict[str, tuple[bool, Fraction]] = {}
 
-        def decide(queue_name: str) -> Callable[[Job], bool] | None:
-            if queue_name == job.queue or queue_name not in shares:
-                return None
-            theirs = _branch_of(shares, mine, queue_name)
+        def branch_rules(theirs: str, queue_name: str) -> tuple[bool, Fraction]:
             branch = branches.get(theirs)
             if branch is None:
                 allowed = fair and victim_queue_allowed(shares, reclaimer, queue_name)
@@ -133,7 +130,24 @@ def reclaim(session: Session) -> None:
                 if not allowed and on_steady and steady is not None:
                     surplus = steady_rules.branch_surplus(steady, shares, job.queue, queue_name)
                 branch = branches[theirs] = (allowed, surplus)
-            allowed, surplus = branch
+            return branch
+
+        def closed(queue_name: str) -> bool:
+            """A whole branch (a child of a queue on the reclaimer's path) no rule may
+            take from."""
+            if queue_name not in shares or queue_name in mine:
+                return False
+            parent = shares[queue_name].parent
+            if parent is not None and parent in shares and parent not in mine:
+                return False  # not where the branches meet
+            allowed, surplus = branch_rules(queue_name, queue_name)
+            return not allowed and surplus <= 0
+
+        def decide(queue_name: str) -> Callable[[Job], bool] | None:
+            if queue_name == job.queue or queue_name not in shares:
+                return None
+            theirs = _branch_of(shares, mine, queue_name)
+            allowed, surplus = branch_rules(theirs, queue_name)
             if not allowed and surplus <= 0:
                 return None
             if not kai and not _some_step_admissible(
@@ -146,7 +160,7 @@ def reclaim(session: Session) -> None:
                 first_step_gpus(victim) <= surplus and _not_protected(job, victim)
             )
 
-        return LazyFilters(list(lists.queues()), decide)
+        return LazyFilters(list(lists.queues()), decide, closed)
 
     def _not_protected(job: Job, victim: Job) -> bool:
         return elastic(victim) or not protected(job, victim)

@@ -732,6 +732,10 @@ class _Sources(Mapping[str, Source]):
     def __len__(self) -> int:
         return len(self._filters)
 
+    def closed(self, queue: str) -> bool:
+        """Whether no leaf queue under ``queue`` may be taken from (False: unknown)."""
+        return isinstance(self._filters, LazyFilters) and self._filters.closed(queue)
+
 
 def _both(
     accept: Callable[[Job], bool], needs: StepNeeds, session: Session

@@ -250,7 +250,8 @@ class VictimQueue:
             return view is not None and view.peek() is not None
         live = self._live.get(name)
         if live is None:
-            live = self._live[name] = any(
+            closed = getattr(self._sources, "closed", None)
+            live = self._live[name] = not (closed is not None and closed(name)) and any(
                 self._has_candidates(k) for k in self._children.get(name, ())
             )
         return live
@@ -355,6 +356,26 @@ class VictimQueue:
                 self._touched.add(parent)
             current = parent
 
+    def _forget_dead(self, leaf: str) -> None:
+        """A leaf queue turned out to have no candidate: its parent picks again; further
+        up only while a queue's own figures for the pick may have changed (it died too, or
+        something was taken under it, so its victims follow the child it picks)."""
+        current: str | None = leaf
+        while current is not None:
+            self._memo_victims.pop(current, None)
+            self._live.pop(current, None)
+            parent = self.shares[current].parent if current in self.shares else None
+            if parent is not None and parent not in self.shares:
+                parent = None
+            self._memo_pick.pop(parent, None)
+            if parent is None:
+                return
+            self._live.pop(parent, None)
+            if parent not in self._touched and self._has_candidates(parent):
+                self._memo_victims.pop(parent, None)
+                return
+            current = parent
+
     def _forget(self, leaf: str) -> None:
         """Only the queue just taken from (and its ancestors) has new figures."""
         current: str | None = leaf
@@ -391,11 +412,12 @@ class VictimQueue:
             if leaf is None:
                 return None
             view = self._view(leaf)
-            self._forget(leaf)
             candidate = view.pop() if view is not None else None
             if candidate is None:
                 self._dead.add(leaf)  # found out only now without look-ahead
+                self._forget_dead(leaf)
                 continue
+            self._forget(leaf)
             if self._protected_core is not None and self._protected_core(candidate.job):
                 pods = candidate.steps.surplus_only()
             else:
