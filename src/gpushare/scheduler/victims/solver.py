@@ -368,13 +368,20 @@ class Search:
                             seen.add(digest)
                             scenarios.append((recorded + on_node, digest, None))
             elif prune and base.ok():
-                # Only victim steps with a pod on a node that could then host one of the
-                # step's pods: the others free room no pod can use. Adding a victim that
-                # changes nothing gives the same scenario, which is not simulated again.
-                chosen_jobs = sorted({
-                    j for node, on_node in jobs_on_node.items() if base.hosts_a_pod(node)
-                    for j in on_node
-                })
+                # Only victim steps on the first nodes (in the order their victims came)
+                # that could then host the step's pods between them: victims elsewhere
+                # free room no pod needs. Adding a victim that changes nothing gives the
+                # same scenario, which is not simulated again.
+                chosen_nodes: list[str] = []
+                hostable = 0
+                for node in jobs_on_node:
+                    count = base.pods_hostable(node)
+                    if count:
+                        chosen_nodes.append(node)
+                        hostable += count
+                        if hostable >= len(partial):
+                            break
+                chosen_jobs = sorted({j for node in chosen_nodes for j in jobs_on_node[node]})
                 chosen = [p for j in chosen_jobs for p in by_job[j]]
                 scenarios.append(
                     (recorded + chosen, recorded_hash ^ self._set_hash(chosen), None)
@@ -1001,18 +1008,21 @@ class _Accumulated:
             self.best_whole = max(self.best_whole, whole)
             self.best_gpu = max(self.best_gpu, max(after, default=0))
 
-    def hosts_a_pod(self, node: str) -> bool:
-        """Whether ``node``, with the victims on it gone, has the GPUs one of the step's
-        pods needs (the cheapest of them: fewest whole GPUs, or smallest share)."""
+    def pods_hostable(self, node: str) -> int:
+        """How many of the step's cheapest pods (fewest whole GPUs, or smallest share)
+        ``node`` could take by its GPUs with the victims on it gone (an upper bound)."""
         cap = self.capacity
         base = cap.gpu_free.get(node)
         if base is None:
-            return False
+            return 0
         extra = self.freed.get(node, {})
         after = [f + extra.get(i, 0) for i, f in enumerate(base)]
-        if cap.least_whole and sum(1 for f in after if f >= MILLI) >= cap.least_whole:
-            return True
-        return bool(cap.least_share) and max(after, default=0) >= cap.least_share
+        count = 0
+        if cap.least_whole:
+            count += sum(1 for f in after if f >= MILLI) // cap.least_whole
+        if cap.least_share:
+            count += sum(f // cap.least_share for f in after)
+        return count
 
     def ok(self) -> bool:
         cap = self.capacity
