@@ -132,16 +132,28 @@ def reclaim(session: Session) -> None:
                 branch = branches[theirs] = (allowed, surplus)
             return branch
 
+        closed_branches: dict[str, bool] = {}
+
         def closed(queue_name: str) -> bool:
             """A whole branch (a child of a queue on the reclaimer's path) no rule may
-            take from."""
+            take from, or (outside compat: kai) none of whose queues has a smallest step
+            the rules allow on its own."""
             if queue_name not in shares or queue_name in mine:
                 return False
             parent = shares[queue_name].parent
             if parent is not None and parent in shares and parent not in mine:
                 return False  # not where the branches meet
-            allowed, surplus = branch_rules(queue_name, queue_name)
-            return not allowed and surplus <= 0
+            found = closed_branches.get(queue_name)
+            if found is None:
+                allowed, surplus = branch_rules(queue_name, queue_name)
+                found = not allowed and surplus <= 0
+                if not found and not kai:
+                    found = not any(
+                        _some_step_admissible(job, reclaimer, leaf, queue_name, verdicts)
+                        for leaf in _leaves_under(lists.tree(), queue_name)
+                    )
+                closed_branches[queue_name] = found
+            return found
 
         def decide(queue_name: str) -> Callable[[Job], bool] | None:
             if queue_name == job.queue or queue_name not in shares:
@@ -257,6 +269,17 @@ def reclaim(session: Session) -> None:
     run_action(
         session, name=ACTION, jobs=pending_candidates(session), search=search, may_try=may_try
     )
+
+
+def _leaves_under(tree: dict[str | None, list[str]], queue: str) -> list[str]:
+    """The leaf queues at or under ``queue`` in the victim lists' tree."""
+    children = tree.get(queue)
+    if children is None:
+        return [queue]
+    out: list[str] = []
+    for child in children:
+        out.extend(_leaves_under(tree, child))
+    return out
 
 
 def _branch_of(shares: Shares, mine: set[str], victim_queue: str) -> str:
