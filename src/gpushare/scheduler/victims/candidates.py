@@ -10,6 +10,7 @@ A search walks these lists lazily through its own filter.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from gpushare.model import Job, PodStatus
@@ -74,38 +75,69 @@ def _is_active(pod) -> bool:  # type: ignore[no-untyped-def]
     )
 
 
+_Facts = tuple[int, "tuple[VictimKey, Job] | None", bool, "tuple[int, int, int] | None"]
+
+
+def _job_facts(session: Session, job: Job) -> _Facts:
+    """A job's place in its queue's lists: (pod-set version, entry or None when it holds
+    nothing, whether it holds GPUs, the least GPU / CPU / memory of one of its pods)."""
+    state = session.state
+    version = state.job_version.get(job.key, 0)
+    pods = state.job_pods(job)
+    active = [p for p in pods if _is_active(p)]
+    if not active:
+        return (version, None, False, None)
+    held = [p.held() for p in active]
+    smallest = (min(h.gpu for h in held), min(h.cpu for h in held), min(h.mem for h in held))
+    if job.subgroups:
+        elastic = VictimSteps(job, pods, _is_active).elastic_state()
+    elif len(active) < job.min_member:
+        elastic = 0
+    else:
+        elastic = 2 if len(active) > job.min_member else 1
+    holds_gpu = any(p.gpu_indices for p in active)
+    return (version, (victim_key(job, elastic), job), holds_gpu, smallest)
+
+
 class LeafVictims:
     """One leaf queue's candidate jobs in ascending victim key (the next victim last),
-    split into jobs holding GPUs and jobs holding none."""
+    split into jobs holding GPUs and jobs holding none. Never changed once made (the
+    searches read the lists in place); :meth:`refreshed` makes the next one, redoing
+    only the jobs whose pods changed."""
 
-    __slots__ = ("gpu", "least", "other", "smallest", "version")
+    __slots__ = ("facts", "gpu", "least", "other", "smallest", "version")
 
-    def __init__(self, session: Session, jobs: list[Job], version: int) -> None:
+    def __init__(self, session: Session, jobs: list[Job], version: int,
+                 before: LeafVictims | None = None) -> None:
         self.version = version
-        gpu: list[tuple[VictimKey, Job]] = []
-        other: list[tuple[VictimKey, Job]] = []
+        self.facts: dict[str, _Facts] = {}
+        state = session.state
+        changed: list[tuple[_Facts | None, _Facts]] = []
+        for job in jobs:
+            old = before.facts.get(job.key) if before is not None else None
+            if old is not None and old[0] == state.job_version.get(job.key, 0):
+                self.facts[job.key] = old
+                continue
+            fresh = self.facts[job.key] = _job_facts(session, job)
+            changed.append((old, fresh))
+        if before is None:
+            gpu = [f[1] for f in self.facts.values() if f[1] is not None and f[2]]
+            other = [f[1] for f in self.facts.values() if f[1] is not None and not f[2]]
+            gpu.sort(key=lambda entry: entry[0])
+            other.sort(key=lambda entry: entry[0])
+        else:
+            gpu, other = list(before.gpu), list(before.other)
+            for old, fresh in changed:
+                if old is not None and old[1] is not None:
+                    _remove(gpu if old[2] else other, old[1])
+                if fresh[1] is not None:
+                    bisect.insort(gpu if fresh[2] else other, fresh[1],
+                                  key=lambda entry: entry[0])
+        self.gpu = gpu
+        self.other = other
         #: Per job, a lower bound on any victim step it offers: the least GPU, CPU and
         #: memory any one of its active pods holds.
-        self.smallest: dict[str, tuple[int, int, int]] = {}
-        state = session.state
-        for job in jobs:
-            pods = state.job_pods(job)
-            active = [p for p in pods if _is_active(p)]
-            if not active:
-                continue
-            held = [p.held() for p in active]
-            self.smallest[job.key] = (
-                min(h.gpu for h in held), min(h.cpu for h in held), min(h.mem for h in held)
-            )
-            if job.subgroups:
-                elastic = VictimSteps(job, pods, _is_active).elastic_state()
-            elif len(active) < job.min_member:
-                elastic = 0
-            else:
-                elastic = 2 if len(active) > job.min_member else 1
-            entry = (victim_key(job, elastic), job)
-            holds_gpu = any(p.gpu_indices for p in active)
-            (gpu if holds_gpu else other).append(entry)
+        self.smallest = {key: f[3] for key, f in self.facts.items() if f[3] is not None}
         #: A lower bound on any victim step of the queue (least GPU, CPU and memory).
         self.least: tuple[int, int, int] | None = None
         if self.smallest:
@@ -114,10 +146,12 @@ class LeafVictims:
                 min(low[0] for low in lows), min(low[1] for low in lows),
                 min(low[2] for low in lows),
             )
-        gpu.sort(key=lambda entry: entry[0])
-        other.sort(key=lambda entry: entry[0])
-        self.gpu = gpu
-        self.other = other
+
+
+def _remove(entries: list[tuple[VictimKey, Job]], entry: tuple[VictimKey, Job]) -> None:
+    at = bisect.bisect_left(entries, entry[0], key=lambda item: item[0])
+    if at < len(entries) and entries[at][0] == entry[0]:
+        del entries[at]
 
 
 class VictimLists:
@@ -209,7 +243,7 @@ class VictimLists:
         version = usage.settled if usage is not None else -1
         found = self._leaves.get(name)
         if found is None or found.version != version:
-            found = self._leaves[name] = LeafVictims(self.session, jobs, version)
+            found = self._leaves[name] = LeafVictims(self.session, jobs, version, found)
         return found
 
 
