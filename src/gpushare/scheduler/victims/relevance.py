@@ -113,7 +113,9 @@ class StepNeeds:
         asks of a GPU: entirely free for a whole-GPU pod (every pod on it may be taken),
         or room for its smallest share. A GPU that a pod outside the candidates keeps
         can never be whole again, so its other pods are no use to a whole-GPU step."""
-        if self._may_take is None or not pod.gpu.is_shared or pod.node is None:
+        if self._may_take is None or self._holders is None:
+            return True  # no view of who else holds the GPU: assume it could serve
+        if not pod.gpu.is_shared or pod.node is None:
             return True
         return any(self._room(pod.node, i) >= self._needed_room() for i in pod.gpu_indices)
 
@@ -128,14 +130,7 @@ class StepNeeds:
             room = self._state.usage[node].gpu_free_future(index)
             jobs = self._state.jobs
             may_take = self._may_take
-            if self._holders is not None:
-                held = self._holders(node).get(index, ())
-            else:
-                held = [
-                    (other.job, MILLI if other.gpu.whole else other.portion)
-                    for other in self._state.pods_on(node)
-                    if index in other.gpu_indices and other.status in ACTIVE_ALLOCATED
-                ]
+            held = self._holders(node).get(index, ()) if self._holders is not None else ()
             for job_key, share in held:
                 job = jobs.get(job_key)
                 if job is not None and may_take is not None and may_take(job):

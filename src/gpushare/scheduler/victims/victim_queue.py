@@ -232,9 +232,7 @@ class VictimQueue:
         children: dict[str | None, list[str]] = self._children  # type: ignore[assignment]
         current: str | None = name
         while current is not None:
-            parent = self.shares[current].parent if current in self.shares else None
-            if parent is not None and parent not in self.shares:
-                parent = None
+            parent = self._parent(current)
             kids = children.setdefault(parent, [])
             if current in kids:
                 return
@@ -345,13 +343,16 @@ class VictimQueue:
         self._memo_side[name] = (victims, side)
         return side
 
+    def _parent(self, name: str) -> str | None:
+        """The queue's parent among the known queues (None: the top level)."""
+        parent = self.shares[name].parent if name in self.shares else None
+        return parent if parent is not None and parent in self.shares else None
+
     def _touch(self, leaf: str) -> None:
         """Mark the ancestors of a queue something was taken from."""
         current: str | None = leaf
         while current is not None:
-            parent = self.shares[current].parent if current in self.shares else None
-            if parent is not None and parent not in self.shares:
-                parent = None
+            parent = self._parent(current)
             if parent is not None:
                 self._touched.add(parent)
             current = parent
@@ -364,9 +365,7 @@ class VictimQueue:
         while current is not None:
             self._memo_victims.pop(current, None)
             self._live.pop(current, None)
-            parent = self.shares[current].parent if current in self.shares else None
-            if parent is not None and parent not in self.shares:
-                parent = None
+            parent = self._parent(current)
             self._memo_pick.pop(parent, None)
             if parent is None:
                 return
@@ -382,9 +381,7 @@ class VictimQueue:
         while current is not None:
             self._memo_victims.pop(current, None)
             self._live.pop(current, None)
-            parent = self.shares[current].parent if current in self.shares else None
-            if parent is not None and parent not in self.shares:
-                parent = None
+            parent = self._parent(current)
             self._memo_pick.pop(parent, None)
             current = parent
 
