@@ -145,6 +145,9 @@ class ClusterState:
         #: Jobs the stale-gang pass must look at: added or changed, or with a pod changed,
         #: since it last looked (the pass keeps the ones it finds stale).
         self.stale_watch: set[str] = set()
+        #: Nodes whose settled version went up, in order (cleared when a cycle begins),
+        #: so that a figure kept over all nodes can catch up with the few that changed.
+        self.settled_nodes: list[str] = []
         # Nodes and leaf queues the open statement changed (settled when it commits).
         self._statement_nodes: set[str] = set()
         self._statement_queues: set[str] = set()
@@ -331,6 +334,7 @@ class ClusterState:
         u.version += 1
         if self._log is None:
             u.settled += 1
+            self.settled_nodes.append(u.node.name)
         else:
             self._statement_nodes.add(u.node.name)
         pods_key = pod.key
@@ -441,6 +445,7 @@ class ClusterState:
 
     def begin_cycle(self) -> None:
         self._touched = {}
+        self.settled_nodes = []
 
     def touched(self) -> dict[str, PodStatus]:
         """Pods changed since the cycle began, with the status each had then."""
@@ -513,9 +518,10 @@ class Statement:
         state = self.state
         state._log = None
         self._open = False
-        for name in state._statement_nodes:
+        for name in sorted(state._statement_nodes):
             if name in state.usage:
                 state.usage[name].settled += 1
+                state.settled_nodes.append(name)
         for name in state._statement_queues:
             if name in state.queue_usage:
                 state.queue_usage[name].settled += 1

@@ -828,63 +828,88 @@ def _split_core(job: Job, pods: Sequence[Pod]) -> tuple[list[Pod], list[Pod]]:
 class _Room:
     """What is free on the ready nodes (now or after releases) when a search starts: the
     same for every round and generator of the search. Kept for the action and brought up
-    to date from the nodes whose pods changed for good since (their settled version)."""
+    to date from the nodes whose pods changed for good since (the state's settled log)."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.node_version = -1
-        self._seen: dict[str, int] = {}  # node -> settled version read
-        self._cpu: dict[str, int] = {}
-        self._mem: dict[str, int] = {}
         self.gpu_free: dict[str, list[int]] = {}
         self.whole_free: dict[str, int] = {}  # entirely free GPUs per node
         self.free = [0, 0, 0]
+        self.whole_total = 0
         self.best_whole = 0
         self.best_gpu = 0  # the most room on any one GPU
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        state = self.session.state
+        self.node_version = state.node_version
+        self._log = state.settled_nodes
+        self._read = len(self._log)
+        self._cpu: dict[str, int] = {}
+        self._mem: dict[str, int] = {}
+        self.gpu_free.clear()
+        self.whole_free.clear()
+        self.free = [0, 0, 0]
         self.whole_total = 0
-        self.refresh()
+        # How many nodes have each count of entirely free GPUs, and each most room on one
+        # GPU: the best of either follows a change to one node without a pass over all.
+        self._whole_count: dict[int, int] = {}
+        self._room_count: dict[int, int] = {}
+        for name in state.usage:
+            self._take(name)
+        self._best()
 
     def refresh(self) -> None:
         state = self.session.state
-        if state.node_version != self.node_version:
-            self.node_version = state.node_version
-            self._seen.clear()
-            self._cpu.clear()
-            self._mem.clear()
-            self.gpu_free.clear()
-            self.whole_free.clear()
-            self.free = [0, 0, 0]
-            self.whole_total = 0
-        changed = False
-        free = self.free
-        for name, usage in state.usage.items():
-            if self._seen.get(name) == usage.settled:
-                continue
-            changed = True
-            self._seen[name] = usage.settled
-            old = self.gpu_free.pop(name, None)
-            if old is not None:
-                free[0] -= sum(old)
-                free[1] -= self._cpu.pop(name)
-                free[2] -= self._mem.pop(name)
-                self.whole_total -= self.whole_free.pop(name)
-            if not usage.node.ready:
-                continue
-            per_gpu = [usage.gpu_free_future(i) for i in range(usage.node.gpus)]
-            self.gpu_free[name] = per_gpu
-            self._cpu[name] = usage.cpu_free_future()
-            self._mem[name] = usage.mem_free_future()
-            free[0] += sum(per_gpu)
-            free[1] += self._cpu[name]
-            free[2] += self._mem[name]
-            whole = sum(1 for f in per_gpu if f >= MILLI)
-            self.whole_free[name] = whole
-            self.whole_total += whole
-        if changed:
-            self.best_whole = max(self.whole_free.values(), default=0)
-            self.best_gpu = max(
-                (max(per_gpu, default=0) for per_gpu in self.gpu_free.values()), default=0
-            )
+        if (
+            state.node_version != self.node_version
+            or state.settled_nodes is not self._log
+            or len(self._log) < self._read
+        ):
+            self._rebuild()
+            return
+        if len(self._log) == self._read:
+            return
+        for name in sorted(set(self._log[self._read:])):
+            self._drop(name)
+            self._take(name)
+        self._read = len(self._log)
+        self._best()
+
+    def _take(self, name: str) -> None:
+        usage = self.session.state.usage.get(name)
+        if usage is None or not usage.node.ready:
+            return
+        per_gpu = [usage.gpu_free_future(i) for i in range(usage.node.gpus)]
+        whole = sum(1 for f in per_gpu if f >= MILLI)
+        roomiest = max(per_gpu, default=0)
+        self.gpu_free[name] = per_gpu
+        self.whole_free[name] = whole
+        self._cpu[name] = usage.cpu_free_future()
+        self._mem[name] = usage.mem_free_future()
+        self.free[0] += sum(per_gpu)
+        self.free[1] += self._cpu[name]
+        self.free[2] += self._mem[name]
+        self.whole_total += whole
+        self._whole_count[whole] = self._whole_count.get(whole, 0) + 1
+        self._room_count[roomiest] = self._room_count.get(roomiest, 0) + 1
+
+    def _drop(self, name: str) -> None:
+        per_gpu = self.gpu_free.pop(name, None)
+        if per_gpu is None:
+            return
+        whole = self.whole_free.pop(name)
+        roomiest = max(per_gpu, default=0)
+        self.free[0] -= sum(per_gpu)
+        self.free[1] -= self._cpu.pop(name)
+        self.free[2] -= self._mem.pop(name)
+        self.whole_total -= whole
+        self._whole_count[whole] -= 1
+        self._room_count[roomiest] -= 1
+
+    def _best(self) -> None:
+        self.best_whole = max((k for k, n in self._whole_count.items() if n), default=0)
+        self.best_gpu = max((k for k, n in self._room_count.items() if n), default=0)
 
 
 class _Capacity:
