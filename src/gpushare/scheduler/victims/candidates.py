@@ -105,7 +105,7 @@ class LeafVictims:
     searches read the lists in place); :meth:`refreshed` makes the next one, redoing
     only the jobs whose pods changed."""
 
-    __slots__ = ("facts", "gpu", "least", "other", "smallest", "version")
+    __slots__ = ("facts", "gpu", "least", "least_gpu", "other", "smallest", "version")
 
     def __init__(self, session: Session, jobs: list[Job], version: int,
                  before: LeafVictims | None = None) -> None:
@@ -138,14 +138,20 @@ class LeafVictims:
         #: Per job, a lower bound on any victim step it offers: the least GPU, CPU and
         #: memory any one of its active pods holds.
         self.smallest = {key: f[3] for key, f in self.facts.items() if f[3] is not None}
-        #: A lower bound on any victim step of the queue (least GPU, CPU and memory).
-        self.least: tuple[int, int, int] | None = None
-        if self.smallest:
-            lows = self.smallest.values()
-            self.least = (
-                min(low[0] for low in lows), min(low[1] for low in lows),
-                min(low[2] for low in lows),
-            )
+        #: A lower bound on any victim step of the queue (least GPU, CPU and memory),
+        #: and on any step of its jobs that hold GPUs (the only ones a search that
+        #: skips the other list reads).
+        self.least = _least(self.smallest.values())
+        self.least_gpu = _least(
+            f[3] for f in self.facts.values() if f[3] is not None and f[2]
+        )
+
+
+def _least(lows: Iterable[tuple[int, int, int]]) -> tuple[int, int, int] | None:
+    rows = list(lows)
+    if not rows:
+        return None
+    return (min(r[0] for r in rows), min(r[1] for r in rows), min(r[2] for r in rows))
 
 
 def _remove(entries: list[tuple[VictimKey, Job]], entry: tuple[VictimKey, Job]) -> None:

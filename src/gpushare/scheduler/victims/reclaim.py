@@ -117,6 +117,7 @@ def reclaim(session: Session) -> None:
         reclaimer = reclaimer_of(session, job, partial)
         fair, on_steady = paths(shares, job, reclaimer)
         verdicts: dict[tuple, bool] = {}
+        gpu_only = not search.reads(job, partial)[1]  # jobs holding no GPU are not read
         # The queue-level rules read the victim's branch where it meets the reclaimer's:
         # decided once per branch.
         mine = {q.name for q in path_to(shares, job.queue)}
@@ -149,7 +150,9 @@ def reclaim(session: Session) -> None:
                 found = not allowed and surplus <= 0
                 if not found and not kai:
                     found = not any(
-                        _some_step_admissible(job, reclaimer, leaf, queue_name, verdicts)
+                        _some_step_admissible(
+                            job, reclaimer, leaf, queue_name, verdicts, gpu_only
+                        )
                         for leaf in _leaves_under(lists.tree(), queue_name)
                     )
                 closed_branches[queue_name] = found
@@ -163,7 +166,7 @@ def reclaim(session: Session) -> None:
             if not allowed and surplus <= 0:
                 return None
             if not kai and not _some_step_admissible(
-                job, reclaimer, queue_name, theirs, verdicts
+                job, reclaimer, queue_name, theirs, verdicts, gpu_only
             ):
                 return None
             if allowed:
@@ -223,7 +226,7 @@ def reclaim(session: Session) -> None:
 
     def _some_step_admissible(
         job: Job, reclaimer: Reclaimer, victim_queue: str, theirs: str,
-        verdicts: dict[tuple, bool],
+        verdicts: dict[tuple, bool], gpu_only: bool,
     ) -> bool:
         """Whether the queue's smallest conceivable victim step (the least GPU, CPU and
         memory of any of its pods) may be taken alone: the verdict only gets worse for a
@@ -231,12 +234,13 @@ def reclaim(session: Session) -> None:
         only the victim's branch where it meets the reclaimer's, so queues of one branch
         with the same least step share the verdict."""
         leaf = lists.leaf(victim_queue)
-        if leaf is None or leaf.least is None:
+        least = None if leaf is None else leaf.least_gpu if gpu_only else leaf.least
+        if least is None:
             return False
-        key = (theirs, leaf.least)
+        key = (theirs, least)
         verdict = verdicts.get(key)
         if verdict is None:
-            unit = res_natural(Res(*leaf.least))
+            unit = res_natural(Res(*least))
             verdict = verdicts[key] = unit_admissible(job, reclaimer, victim_queue, unit)
         return verdict
 

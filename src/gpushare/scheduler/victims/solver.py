@@ -271,8 +271,7 @@ class Search:
         session = self.session
         lists = victim_lists(session)
         filters = self.candidates(job, partial)
-        # A queue limit that blocks the step is freed by victims on any node.
-        relevant = not session.config.kai and session.check_capacity(job, partial).ok
+        relevant, with_other = self.reads(job, partial)
         needs = None
         if relevant:
             def may_take(victim: Job) -> bool:
@@ -280,12 +279,21 @@ class Search:
                 return victim.preemptible and take is not None and take(victim)
 
             needs = StepNeeds(session.state, partial, may_take, lists.gpu_holders)
-        with_other = not relevant or lists.non_gpu_room_short(
+        found = self._candidate_memo[key] = _Sources(session, lists, filters, needs, with_other)
+        return found
+
+    def reads(self, job: Job, partial: list[Pod]) -> tuple[bool, bool]:
+        """Whether the search for ``partial`` applies the relevance test, and whether it
+        reads jobs that hold no GPU at all (not while every node has the CPU, memory and
+        pod room the step needs). A queue limit that blocks the step is freed by victims
+        on any node: no relevance test then."""
+        session = self.session
+        relevant = not session.config.kai and session.check_capacity(job, partial).ok
+        with_other = not relevant or victim_lists(session).non_gpu_room_short(
             sum(p.cpu_millis for p in partial), sum(p.memory_bytes for p in partial),
             len(partial),
         )
-        found = self._candidate_memo[key] = _Sources(session, lists, filters, needs, with_other)
-        return found
+        return relevant, with_other
 
     def _candidate_jobs(self, job: Job, partial: list[Pod]) -> Iterator[Job]:
         """Every candidate job of the search (list order, not victim order)."""
