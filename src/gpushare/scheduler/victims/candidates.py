@@ -5,7 +5,9 @@ few; handing it every candidate job of the cluster (and filtering them all) woul
 each pending job O(jobs). Instead each leaf queue's preemptible jobs that hold something
 are kept sorted by victim key, per cycle, and rebuilt only when the queue's pods change
 for good (its settled version: a simulation that is rolled back changes nothing).
-A search walks these lists lazily through its own filter.
+A search walks these lists lazily through its own filter (:class:`SearchSources`: the
+action's per-queue rules, decided queue by queue, and the relevance test of
+:mod:`.relevance`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from gpushare.model import Job, PodStatus
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.session import Session
+from gpushare.scheduler.victims.relevance import StepNeeds
 from gpushare.scheduler.victims.steps import VictimSteps
 
 #: Per allowed leaf queue, which of its candidate jobs qualify for one search.
@@ -59,6 +62,10 @@ class LazyFilters(Mapping[str, Callable[[Job], bool]]):
         return sum(1 for _ in self)
 
 VictimKey = tuple[int, int, float, str]
+Entry = tuple[VictimKey, Job]
+#: One leaf queue's shared lists, a search's filter on them, and each job's smallest
+#: step (a lower bound, per resource).
+Source = tuple[list[list[Entry]], Callable[[Job], bool], Mapping[str, tuple[int, int, int]]]
 
 
 def victim_key(job: Job, elastic_state: int) -> VictimKey:
@@ -262,3 +269,64 @@ def victim_lists(session: Session) -> VictimLists:
         session._victim_lists = lists  # type: ignore[attr-defined]
     return lists
 
+
+class SearchSources(Mapping[str, Source]):
+    """One search's candidate sources, per leaf queue, made on first use: the action's
+    filter for the queue (``filters``, itself possibly lazy) with the relevance test
+    added, over the cycle's shared lists."""
+
+    def __init__(
+        self, session: Session, lists: VictimLists, filters: LeafFilters,
+        needs: StepNeeds | None, with_other: bool,
+    ) -> None:
+        self.session = session
+        self.lists = lists
+        self._filters = filters
+        self._needs = needs
+        self._with_other = with_other
+        self._made: dict[str, Source | None] = {}
+
+    def get(self, leaf: str, default: Source | None = None) -> Source | None:  # type: ignore[override]
+        if leaf in self._made:
+            made = self._made[leaf]
+            return default if made is None else made
+        made = None
+        accept = self._filters.get(leaf)
+        victims = self.lists.leaf(leaf) if accept is not None else None
+        if accept is not None and victims is not None:
+            if self._needs is not None:
+                accept = _both(accept, self._needs, self.session)
+            lists = [victims.gpu, victims.other] if self._with_other else [victims.gpu]
+            made = (lists, accept, victims.smallest)
+        self._made[leaf] = made
+        return default if made is None else made
+
+    def __getitem__(self, leaf: str) -> Source:
+        made = self.get(leaf)
+        if made is None:
+            raise KeyError(leaf)
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        """The leaf queues the action may take from (in name order)."""
+        if isinstance(self._filters, LazyFilters):
+            return iter(self._filters)  # already in name order, decided as it goes
+        return iter(sorted(self._filters))
+
+    def __len__(self) -> int:
+        return len(self._filters)
+
+    def closed(self, queue: str) -> bool:
+        """Whether no leaf queue under ``queue`` may be taken from (False: unknown)."""
+        return isinstance(self._filters, LazyFilters) and self._filters.closed(queue)
+
+
+def _both(
+    accept: Callable[[Job], bool], needs: StepNeeds, session: Session
+) -> Callable[[Job], bool]:
+    state = session.state
+
+    def both(job: Job) -> bool:
+        return accept(job) and any(needs.helps(p) for p in state.job_pods(job))
+
+    return both

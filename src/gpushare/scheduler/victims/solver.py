@@ -3,15 +3,16 @@
 For one pending job's gang step the solver looks for a set of victims that makes room:
 
 * Victim candidates come from a :class:`~.victim_queue.VictimQueue` one step at a time
-  (whole gangs, or single elastic pods), in victim order; the victims accumulate.
+  (whole gangs, or single elastic pods), in victim order, read from the cycle's shared
+  per-queue lists (:mod:`.candidates`); the victims accumulate.
 * Two generators turn the accumulated victims into scenarios, least disruptive first:
   the victims of the jobs on one node of the latest victim, then all of them.
-* A scenario that passes the cheap capacity filter is *simulated* on the live state
-  inside the open statement: evict the victims, then place the preemptor's step and give
-  each victim job one gang step back, in fair order. Victims that land again elsewhere
-  are moved (Pipelined on their new node), those that land where they are stay as they
-  were, the others are evicted (Releasing). The action's validator then accepts or
-  rejects the outcome; a rejected one is rolled back.
+* A scenario that passes the cheap capacity filter (:mod:`.capacity`) is *simulated* on
+  the live state inside the open statement: evict the victims, then place the
+  preemptor's step and give each victim job one gang step back, in fair order. Victims
+  that land again elsewhere are moved (Pipelined on their new node), those that land
+  where they are stay as they were, the others are evicted (Releasing). The action's
+  validator then accepts or rejects the outcome; a rejected one is rolled back.
 * The step's pods are solved for 1, 2, 4, ... of them, each round starting from the
   victims the previous round needed, so a large gang does not search from scratch.
 
@@ -33,16 +34,12 @@ from gpushare.scheduler.ordering import job_order_key
 from gpushare.scheduler.placement import place_pod, place_step
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import Statement
-from gpushare.scheduler.victims.candidates import (
-    LazyFilters,
-    LeafFilters,
-    VictimLists,
-    victim_lists,
-)
+from gpushare.scheduler.victims.candidates import LeafFilters, SearchSources, victim_lists
+from gpushare.scheduler.victims.capacity import Capacity, Room
 from gpushare.scheduler.victims.ordering import CompareMemo, pick_fair
 from gpushare.scheduler.victims.relevance import StepNeeds
 from gpushare.scheduler.victims.shares import Quantities, QueueShare
-from gpushare.scheduler.victims.victim_queue import Source, VictimQueue, pod_quantities
+from gpushare.scheduler.victims.victim_queue import VictimQueue, pod_quantities
 
 #: Simulations per generator in each round of a job's search before it gives up.
 DEFAULT_MAX_SIMULATIONS = 256
@@ -121,8 +118,8 @@ class Search:
     _compared: CompareMemo = field(default_factory=CompareMemo)
     _totals: dict[str, Fraction] | None = None
     _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
-    _candidate_memo: dict[tuple[str, ...], _Sources] = field(default_factory=dict)
-    _room: _Room | None = None
+    _candidate_memo: dict[tuple[str, ...], SearchSources] = field(default_factory=dict)
+    _room: Room | None = None
     #: Searches committed by the action so far (see :meth:`note_commit`).
     commits: int = 0
     _seen_commits: int = -1
@@ -205,7 +202,7 @@ class Search:
         self._candidate_memo = {}
         shares = self.current_shares()
         if self._room is None:
-            self._room = _Room(self.session)
+            self._room = Room(self.session)
         elif self._room_commits != self.commits:
             self._room.refresh()
         self._room_commits = self.commits
@@ -234,8 +231,8 @@ class Search:
         victims, and later rounds start from victims of earlier rounds' candidates.
         Candidates are read only until they would make room."""
         sizes = _round_sizes(len(step))
-        whole = _Capacity(self.session, step, self._room).accumulate([])
-        first = _Capacity(self.session, step[: sizes[0]], self._room).accumulate([])
+        whole = Capacity(self.session, step, self._room).accumulate([])
+        first = Capacity(self.session, step[: sizes[0]], self._room).accumulate([])
         seen: set[str] = set()
         for k in sizes:
             any_pods = False
@@ -260,7 +257,7 @@ class Search:
                     return True
         return not whole.ok()
 
-    def _sources(self, job: Job, partial: list[Pod]) -> _Sources:
+    def _sources(self, job: Job, partial: list[Pod]) -> SearchSources:
         """Per leaf queue, the shared candidate lists and this search's filter on them:
         the action's, and outside ``compat: kai`` only jobs that could free something the
         step lacks where they run (:mod:`.relevance`). Read lazily, queue by queue."""
@@ -279,7 +276,8 @@ class Search:
                 return victim.preemptible and take is not None and take(victim)
 
             needs = StepNeeds(session.state, partial, may_take, lists.gpu_holders)
-        found = self._candidate_memo[key] = _Sources(session, lists, filters, needs, with_other)
+        found = SearchSources(session, lists, filters, needs, with_other)
+        self._candidate_memo[key] = found
         return found
 
     def reads(self, job: Job, partial: list[Pod]) -> tuple[bool, bool]:
@@ -337,7 +335,7 @@ class Search:
                             untaken=self._untaken,
                             tree=None if self.session.config.kai else sources.lists.tree())
         admissible = None if self.session.config.kai else self.admissible
-        capacity = _Capacity(self.session, partial, self._room)
+        capacity = Capacity(self.session, partial, self._room)
         base = capacity.accumulate(recorded)  # recorded + accumulated, kept up to date
         # Outside compat: kai, scenarios across nodes leave out victims on nodes that
         # could not host any pod of the step (every pod asks for GPUs: a GPU test).
@@ -446,7 +444,7 @@ class Search:
 
     def _try(
         self, stmt: Statement, job: Job, partial: list[Pod], fingerprint: tuple,
-        victims: list[Pod], quantities: dict[str, Quantities], capacity: _Capacity,
+        victims: list[Pod], quantities: dict[str, Quantities], capacity: Capacity,
         fits: bool | None,
     ) -> Outcome | None:
         self.stats.scenarios += 1
@@ -701,68 +699,6 @@ class Search:
             yield chosen
 
 
-class _Sources(Mapping[str, Source]):
-    """One search's candidate sources, per leaf queue, made on first use: the action's
-    filter for the queue (``filters``, itself possibly lazy) with the relevance test
-    added, over the cycle's shared lists."""
-
-    def __init__(
-        self, session: Session, lists: VictimLists, filters: LeafFilters,
-        needs: StepNeeds | None, with_other: bool,
-    ) -> None:
-        self.session = session
-        self.lists = lists
-        self._filters = filters
-        self._needs = needs
-        self._with_other = with_other
-        self._made: dict[str, Source | None] = {}
-
-    def get(self, leaf: str, default: Source | None = None) -> Source | None:  # type: ignore[override]
-        if leaf in self._made:
-            made = self._made[leaf]
-            return default if made is None else made
-        made = None
-        accept = self._filters.get(leaf)
-        victims = self.lists.leaf(leaf) if accept is not None else None
-        if accept is not None and victims is not None:
-            if self._needs is not None:
-                accept = _both(accept, self._needs, self.session)
-            lists = [victims.gpu, victims.other] if self._with_other else [victims.gpu]
-            made = (lists, accept, victims.smallest)
-        self._made[leaf] = made
-        return default if made is None else made
-
-    def __getitem__(self, leaf: str) -> Source:
-        made = self.get(leaf)
-        if made is None:
-            raise KeyError(leaf)
-        return made
-
-    def __iter__(self) -> Iterator[str]:
-        """The leaf queues the action may take from (in name order)."""
-        if isinstance(self._filters, LazyFilters):
-            return iter(self._filters)  # already in name order, decided as it goes
-        return iter(sorted(self._filters))
-
-    def __len__(self) -> int:
-        return len(self._filters)
-
-    def closed(self, queue: str) -> bool:
-        """Whether no leaf queue under ``queue`` may be taken from (False: unknown)."""
-        return isinstance(self._filters, LazyFilters) and self._filters.closed(queue)
-
-
-def _both(
-    accept: Callable[[Job], bool], needs: StepNeeds, session: Session
-) -> Callable[[Job], bool]:
-    state = session.state
-
-    def both(job: Job) -> bool:
-        return accept(job) and any(needs.helps(p) for p in state.job_pods(job))
-
-    return both
-
-
 def _moved_this_cycle(session: Session) -> bool:
     """Whether an earlier search of this cycle moved a running pod to another node."""
     state = session.state
@@ -831,234 +767,3 @@ def _split_core(job: Job, pods: Sequence[Pod]) -> tuple[list[Pod], list[Pod]]:
             core.extend(leaf_pods[:minimum])
             elastic.extend(leaf_pods[minimum:])
     return core, elastic
-
-
-class _Room:
-    """What is free on the ready nodes (now or after releases) when a search starts: the
-    same for every round and generator of the search. Kept for the action and brought up
-    to date from the nodes whose pods changed for good since (the state's settled log)."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.gpu_free: dict[str, list[int]] = {}
-        self.whole_free: dict[str, int] = {}  # entirely free GPUs per node
-        self.free = [0, 0, 0]
-        self.whole_total = 0
-        self.best_whole = 0
-        self.best_gpu = 0  # the most room on any one GPU
-        self._rebuild()
-
-    def _rebuild(self) -> None:
-        state = self.session.state
-        self.node_version = state.node_version
-        self._log = state.settled_nodes
-        self._read = len(self._log)
-        self._cpu: dict[str, int] = {}
-        self._mem: dict[str, int] = {}
-        self.gpu_free.clear()
-        self.whole_free.clear()
-        self.free = [0, 0, 0]
-        self.whole_total = 0
-        # How many nodes have each count of entirely free GPUs, and each most room on one
-        # GPU: the best of either follows a change to one node without a pass over all.
-        self._whole_count: dict[int, int] = {}
-        self._room_count: dict[int, int] = {}
-        for name in state.usage:
-            self._take(name)
-        self._best()
-
-    def refresh(self) -> None:
-        state = self.session.state
-        if (
-            state.node_version != self.node_version
-            or state.settled_nodes is not self._log
-            or len(self._log) < self._read
-        ):
-            self._rebuild()
-            return
-        if len(self._log) == self._read:
-            return
-        for name in sorted(set(self._log[self._read:])):
-            self._drop(name)
-            self._take(name)
-        self._read = len(self._log)
-        self._best()
-
-    def _take(self, name: str) -> None:
-        usage = self.session.state.usage.get(name)
-        if usage is None or not usage.node.ready:
-            return
-        per_gpu = [usage.gpu_free_future(i) for i in range(usage.node.gpus)]
-        whole = sum(1 for f in per_gpu if f >= MILLI)
-        roomiest = max(per_gpu, default=0)
-        self.gpu_free[name] = per_gpu
-        self.whole_free[name] = whole
-        self._cpu[name] = usage.cpu_free_future()
-        self._mem[name] = usage.mem_free_future()
-        self.free[0] += sum(per_gpu)
-        self.free[1] += self._cpu[name]
-        self.free[2] += self._mem[name]
-        self.whole_total += whole
-        self._whole_count[whole] = self._whole_count.get(whole, 0) + 1
-        self._room_count[roomiest] = self._room_count.get(roomiest, 0) + 1
-
-    def _drop(self, name: str) -> None:
-        per_gpu = self.gpu_free.pop(name, None)
-        if per_gpu is None:
-            return
-        whole = self.whole_free.pop(name)
-        roomiest = max(per_gpu, default=0)
-        self.free[0] -= sum(per_gpu)
-        self.free[1] -= self._cpu.pop(name)
-        self.free[2] -= self._mem.pop(name)
-        self.whole_total -= whole
-        self._whole_count[whole] -= 1
-        self._room_count[roomiest] -= 1
-
-    def _best(self) -> None:
-        self.best_whole = max((k for k, n in self._whole_count.items() if n), default=0)
-        self.best_gpu = max((k for k, n in self._room_count.items() if n), default=0)
-
-
-class _Capacity:
-    """The capacity filter of one job's search: what the step needs against what is free
-    (now or after releases) plus what the victims would free, in O(victims) per check."""
-
-    def __init__(self, session: Session, partial: list[Pod], room: _Room | None = None) -> None:
-        need = [0, 0, 0]
-        self.max_whole = 0
-        self.max_portion = 0  # the largest share must find one GPU with that much room
-        big_memory = session.max_gpu_memory or 0
-        for pod in partial:
-            g = pod.gpu
-            if g.whole:
-                need[0] += g.whole * MILLI
-                self.max_whole = max(self.max_whole, g.whole)
-            elif g.is_shared:
-                portion = min(g.portion_on(big_memory), MILLI)
-                need[0] += portion * g.devices
-                self.max_portion = max(self.max_portion, portion)
-            need[1] += pod.cpu_millis
-            need[2] += pod.memory_bytes
-        self.need = need
-        self.need_whole = sum(pod.gpu.whole for pod in partial)  # GPUs entirely free
-        self.every_pod_wants_gpu = bool(partial) and all(p.gpu.wants_gpu for p in partial)
-        # The least any one pod of the step needs on a node: whole GPUs, or one share.
-        wholes = [p.gpu.whole for p in partial if p.gpu.whole]
-        shares = [
-            min(p.gpu.portion_on(big_memory), MILLI) for p in partial
-            if not p.gpu.whole and p.gpu.is_shared
-        ]
-        self.least_whole = min(wholes, default=0)
-        self.least_share = min(shares, default=0)
-        room = room if room is not None else _Room(session)
-        self.gpu_free = room.gpu_free
-        self.best_whole = room.best_whole
-        self.best_gpu = room.best_gpu
-        self.whole_free = room.whole_free
-        self.whole_total = room.whole_total
-        self.free = room.free
-
-    def per_gpu_ok(self, best_whole: int, best_gpu: int, whole_total: int) -> bool:
-        """The GPU-level necessary conditions: the largest whole-GPU pod finds a node with
-        that many entirely free GPUs, the largest share one GPU with that much room, and
-        the step's whole GPUs are entirely free somewhere in total."""
-        return (
-            self.max_whole <= best_whole
-            and self.max_portion <= best_gpu
-            and self.need_whole <= whole_total
-        )
-
-    def accumulate(self, victims: Sequence[Pod]) -> _Accumulated:
-        acc = _Accumulated(self)
-        acc.add(victims)
-        return acc
-
-    def fits(self, victims: Sequence[Pod]) -> bool:
-        free = list(self.free)
-        freed: dict[str, dict[int, int]] = {}  # node -> GPU index -> milli-GPU released
-        for pod in victims:
-            if pod.status not in ACTIVE_ALLOCATED:
-                continue
-            held = pod.held()
-            free[0] += held.gpu
-            free[1] += held.cpu
-            free[2] += held.mem
-            if pod.node is not None and pod.gpu_indices and pod.node in self.gpu_free:
-                share = MILLI if pod.gpu.whole else pod.portion
-                per_gpu = freed.setdefault(pod.node, {})
-                for i in pod.gpu_indices:
-                    per_gpu[i] = per_gpu.get(i, 0) + share
-        if any(n > f for n, f in zip(self.need, free, strict=True)):
-            return False
-        best_whole, best_gpu, whole_total = self.best_whole, self.best_gpu, self.whole_total
-        for name, extra in freed.items():
-            if self.per_gpu_ok(best_whole, best_gpu, whole_total):
-                return True
-            base = self.gpu_free[name]
-            after = [f + extra.get(i, 0) for i, f in enumerate(base)]
-            whole = sum(1 for f in after if f >= MILLI)
-            whole_total += whole - self.whole_free[name]
-            best_whole = max(best_whole, whole)
-            best_gpu = max(best_gpu, max(after, default=0))
-        return self.per_gpu_ok(best_whole, best_gpu, whole_total)
-
-
-class _Accumulated:
-    """The capacity filter over a growing victim set, updated per added step."""
-
-    def __init__(self, capacity: _Capacity) -> None:
-        self.capacity = capacity
-        self.free = list(capacity.free)
-        self.freed: dict[str, dict[int, int]] = {}
-        self.best_whole = capacity.best_whole
-        self.best_gpu = capacity.best_gpu
-        self.whole: dict[str, int] = {}  # entirely free GPUs on the nodes victims touch
-        self.whole_total = capacity.whole_total
-
-    def add(self, victims: Sequence[Pod]) -> None:
-        cap = self.capacity
-        touched: set[str] = set()
-        for pod in victims:
-            if pod.status not in ACTIVE_ALLOCATED:
-                continue
-            held = pod.held()
-            self.free[0] += held.gpu
-            self.free[1] += held.cpu
-            self.free[2] += held.mem
-            if pod.node is not None and pod.gpu_indices and pod.node in cap.gpu_free:
-                share = MILLI if pod.gpu.whole else pod.portion
-                per_gpu = self.freed.setdefault(pod.node, {})
-                for i in pod.gpu_indices:
-                    per_gpu[i] = per_gpu.get(i, 0) + share
-                touched.add(pod.node)
-        for name in touched:
-            extra = self.freed[name]
-            after = [f + extra.get(i, 0) for i, f in enumerate(cap.gpu_free[name])]
-            whole = sum(1 for f in after if f >= MILLI)
-            self.whole_total += whole - self.whole.get(name, cap.whole_free[name])
-            self.whole[name] = whole
-            self.best_whole = max(self.best_whole, whole)
-            self.best_gpu = max(self.best_gpu, max(after, default=0))
-
-    def pods_hostable(self, node: str) -> int:
-        """How many of the step's cheapest pods (fewest whole GPUs, or smallest share)
-        ``node`` could take by its GPUs with the victims on it gone (an upper bound)."""
-        cap = self.capacity
-        base = cap.gpu_free.get(node)
-        if base is None:
-            return 0
-        extra = self.freed.get(node, {})
-        after = [f + extra.get(i, 0) for i, f in enumerate(base)]
-        count = 0
-        if cap.least_whole:
-            count += sum(1 for f in after if f >= MILLI) // cap.least_whole
-        if cap.least_share:
-            count += sum(f // cap.least_share for f in after)
-        return count
-
-    def ok(self) -> bool:
-        cap = self.capacity
-        if any(n > f for n, f in zip(cap.need, self.free, strict=True)):
-            return False
-        return cap.per_gpu_ok(self.best_whole, self.best_gpu, self.whole_total)

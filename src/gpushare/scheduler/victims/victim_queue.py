@@ -8,7 +8,7 @@ from fractions import Fraction
 
 from gpushare.model import Job, Pod, PodStatus
 from gpushare.model.quantities import res_natural
-from gpushare.scheduler.victims.candidates import VictimKey, victim_key
+from gpushare.scheduler.victims.candidates import Entry, Source, VictimKey, victim_key
 from gpushare.scheduler.victims.ordering import QueueSide, compare_sides, queue_side
 from gpushare.scheduler.victims.shares import Quantities, QueueShare, add, zeros
 from gpushare.scheduler.victims.steps import VictimSteps
@@ -35,12 +35,6 @@ class _Candidate:
 
     def victim_key(self) -> VictimKey:
         return victim_key(self.job, self.elastic_state())
-
-
-Entry = tuple[VictimKey, Job]
-#: One leaf queue's shared lists, the search's filter on them, and each job's smallest
-#: step (a lower bound, per resource).
-Source = tuple[list[list[Entry]], Callable[[Job], bool], Mapping[str, tuple[int, int, int]]]
 
 
 class _Leaf:
