@@ -120,6 +120,8 @@ class Search:
     _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
     _candidate_memo: dict[tuple[str, ...], SearchSources] = field(default_factory=dict)
     _room: Room | None = None
+    _last_shares: dict[str, QueueShare] = field(default_factory=dict)
+    _last_versions: dict[str, int] = field(default_factory=dict)
     #: Searches committed by the action so far (see :meth:`note_commit`).
     commits: int = 0
     _seen_commits: int = -1
@@ -130,8 +132,20 @@ class Search:
 
     # ------------------------------------------------------------------ shares
     def shares(self) -> dict[str, QueueShare]:
-        """The queues' figures now, frozen for the rules while one job is solved."""
-        return {name: self._share(name) for name in self.session.state.queues}
+        """The queues' figures now, frozen for the rules while one job is solved (a new
+        mapping each time; only queues whose usage changed since the last call are
+        looked up again)."""
+        usage = self.session.state.queue_usage
+        known = self._last_shares
+        for name in self.session.state.queues:
+            version = usage[name].version
+            if self._last_versions.get(name) != version or name not in known:
+                known[name] = self._share(name)
+                self._last_versions[name] = version
+        if len(known) != len(self.session.state.queues):
+            for name in [n for n in known if n not in self.session.state.queues]:
+                del known[name]
+        return dict(known)
 
     def _share(self, name: str) -> QueueShare:
         """One queue's figures now. Quotas, limits and fair shares do not change during an
