@@ -65,6 +65,17 @@ def cycle(data: dict[str, Any], cycles: int = 1) -> dict[str, tuple[str, str | N
     return {p.name: (p.status.value, p.node) for p in state.pods.values()}
 
 
+def search_on(data: dict[str, Any], candidates, validator, **options):
+    """A preempt-style search on the scenario's state with the given candidates and
+    validator. Returns (state, session, search)."""
+    sc = parse(data)
+    state = build_state(sc)
+    session = open_session(state, sc.config, NOW)
+    search = Search(session=session, action="preempt", reason="test",
+                    candidates=candidates, validator=validator, **options)
+    return state, session, search
+
+
 def decisions(data: dict[str, Any]) -> tuple:
     sc = parse(data)
     state = build_state(sc)
@@ -446,16 +457,11 @@ def test_simulation_bound_is_honoured(compat, expected):
     )
     if compat:
         data["config"]["compat"] = compat
-    sc = parse(data)
-    state = build_state(sc)
-    session = open_session(state, sc.config, NOW)
-    jobs = state.jobs
-    search = Search(
-        session=session, action="preempt", reason="test",
-        candidates=lambda j, step: {"q0": lambda v: v.key != j.key},
-        validator=lambda outcome: False,
+    state, session, search = search_on(
+        data, lambda j, step: {"q0": lambda v: v.key != j.key}, lambda outcome: False,
         max_simulations=3,
     )
+    jobs = state.jobs
     preemptor = jobs["default/p"]
     stmt = state.statement()
     assert search.solve(stmt, preemptor, session.gang(preemptor).next_step()) is None

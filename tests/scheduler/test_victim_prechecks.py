@@ -5,29 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_victim_actions import PENDING, job, queue, running, scenario
-
-from gpushare.scheduler.cycle import open_session
-from gpushare.scheduler.victims.solver import Search
-from gpushare.simulator import build_state, parse
-
-NOW = 0.0
+from test_victim_actions import PENDING, job, queue, running, scenario, search_on
 
 
 def _solve(data: dict[str, Any], victims: list[str], asking: str = "p"):
     """Solve the asking job's next step with the named jobs as the only candidates and a
     validator that accepts everything. Returns (outcome, stats)."""
-    sc = parse(data)
-    state = build_state(sc)
-    session = open_session(state, sc.config, NOW)
-    jobs = state.jobs
-    search = Search(
-        session=session, action="preempt", reason="test",
-        candidates=lambda j, step: {
-            queue: (lambda v: v.name in victims) for queue in state.queues
-        },
-        validator=lambda outcome: True,
+    state, session, search = search_on(
+        data,
+        lambda j, step: {queue: (lambda v: v.name in victims) for queue in state.queues},
+        lambda outcome: True,
     )
+    jobs = state.jobs
     asking_job = jobs[f"default/{asking}"]
     stmt = state.statement()
     outcome = search.solve(stmt, asking_job, session.gang(asking_job).next_step())

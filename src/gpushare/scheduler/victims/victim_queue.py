@@ -351,32 +351,22 @@ class VictimQueue:
                 self._touched.add(parent)
             current = parent
 
-    def _forget_dead(self, leaf: str) -> None:
-        """A leaf queue turned out to have no candidate: its parent picks again; further
-        up only while a queue's own figures for the pick may have changed (it died too, or
-        something was taken under it, so its victims follow the child it picks)."""
+    def _forget(self, leaf: str, dead: bool = False) -> None:
+        """Only the queue just taken from (and its ancestors) has new figures. When the
+        queue turned out to have no candidate (``dead``), its parent picks again, and
+        further up only while a queue's own figures for the pick may have changed (it
+        died too, or something was taken under it, so its victims follow its pick)."""
         current: str | None = leaf
         while current is not None:
             self._memo_victims.pop(current, None)
             self._live.pop(current, None)
             parent = self._parent(current)
             self._memo_pick.pop(parent, None)
-            if parent is None:
-                return
-            self._live.pop(parent, None)
-            if parent not in self._touched and self._has_candidates(parent):
-                self._memo_victims.pop(parent, None)
-                return
-            current = parent
-
-    def _forget(self, leaf: str) -> None:
-        """Only the queue just taken from (and its ancestors) has new figures."""
-        current: str | None = leaf
-        while current is not None:
-            self._memo_victims.pop(current, None)
-            self._live.pop(current, None)
-            parent = self._parent(current)
-            self._memo_pick.pop(parent, None)
+            if dead and parent is not None:
+                self._live.pop(parent, None)
+                if parent not in self._touched and self._has_candidates(parent):
+                    self._memo_victims.pop(parent, None)
+                    return
             current = parent
 
     def _pick_leaf(self) -> str | None:
@@ -406,7 +396,7 @@ class VictimQueue:
             candidate = view.pop() if view is not None else None
             if candidate is None:
                 self._dead.add(leaf)  # found out only now without look-ahead
-                self._forget_dead(leaf)
+                self._forget(leaf, dead=True)
                 continue
             self._forget(leaf)
             if self._protected_core is not None and self._protected_core(candidate.job):
