@@ -96,12 +96,57 @@ def test_a_refused_step_skips_the_queues_steps_at_least_as_large():
     # Least GPU, CPU and memory of each job's pods: j3 (taken first) is the largest.
     smallest = {"ns/j0": (250, 1000, 1), "ns/j1": (2000, 8000, 1), "ns/j2": (1000, 4000, 1),
                 "ns/j3": (2000, 8000, 1)}
+    caps: list[tuple[int, int, int]] = []
     leaf = _Leaf([entries], lambda j: True, lambda j: _Candidate(j, _Steps(1)),  # type: ignore[arg-type]
-                 smallest)
+                 smallest, caps)
     first = leaf.pop()
     assert first is not None and first.job.key == "ns/j3"
-    leaf.refuse_from((2000, 8000, 1))  # j3 was refused: j1 is as large, j2 and j0 smaller
+    caps.append((2000, 8000, 1))  # j3 was refused: j1 is as large, j2 and j0 smaller
+    leaf.recheck_top()
     order = []
     while (candidate := leaf.pop()) is not None:
         order.append(candidate.job.key)
     assert order == ["ns/j2", "ns/j0"]
+
+
+class _GroupedSources(dict):
+    """Leaf sources whose refusals are shared by every leaf (one group)."""
+
+    def group(self, leaf: str) -> str:
+        return "one branch"
+
+
+def test_a_refused_step_skips_steps_as_large_in_every_queue_of_its_group():
+    from gpushare.model import GpuRequest, Pod, PodStatus
+    from gpushare.scheduler.victims.shares import QueueShare
+    from gpushare.scheduler.victims.victim_queue import VictimQueue
+
+    pods: dict[str, list[Pod]] = {}
+    lists: dict[str, list] = {"a1": [], "a2": []}
+    smallest: dict[str, dict[str, tuple[int, int, int]]] = {"a1": {}, "a2": {}}
+    # Each queue runs one 2-GPU job (newest, taken first) and one quarter-GPU job.
+    for leaf in ("a1", "a2"):
+        kinds = (("big", GpuRequest(whole=2), 2.0), ("small", GpuRequest(portion=250), 1.0))
+        for kind, gpu, age in kinds:
+            j = Job(f"{leaf}-{kind}", "ns", leaf, created_at=age)
+            pod = Pod(f"{j.name}-0", "ns", j.key, 0, gpu=gpu, cpu_millis=1000,
+                      status=PodStatus.RUNNING, node="n0",
+                      gpu_indices=(0, 1) if kind == "big" else (2,),
+                      portion=1000 if kind == "big" else 250)
+            pods[j.key] = [pod]
+            held = pod.held()
+            smallest[leaf][j.key] = (held.gpu, held.cpu, held.mem)
+            lists[leaf].append(((-j.priority, 1, j.created_at, j.key), j))
+        lists[leaf].sort(key=lambda e: e[0])
+    sources = _GroupedSources({
+        leaf: ([lists[leaf]], lambda j: True, smallest[leaf]) for leaf in ("a1", "a2")
+    })
+    shares = {name: QueueShare(name, None) for name in ("a1", "a2")}
+    queue = VictimQueue(sources, lambda j: pods[j.key], shares, {}, lookahead=False)
+    first = queue.pop()
+    assert first is not None and first[0].name.endswith("-big")
+    queue.refuse(first[0].queue, first[1])  # a 2-GPU step refused: in a1 and a2 alike
+    rest = []
+    while (nxt := queue.pop()) is not None:
+        rest.append(nxt[0].name)
+    assert sorted(rest) == ["a1-small", "a2-small"]

@@ -33,11 +33,18 @@ class LazyFilters(Mapping[str, Callable[[Job], bool]]):
     def __init__(
         self, names: Iterable[str], decide: Callable[[str], Callable[[Job], bool] | None],
         closed: Callable[[str], bool] | None = None,
+        group: Callable[[str], str] | None = None,
     ) -> None:
         self._names = names
         self._decide = decide
         self._decided: dict[str, Callable[[Job], bool] | None] = {}
         self._closed = closed
+        self._group = group
+
+    def group(self, queue: str) -> str:
+        """Leaf queues of one group share the rules' verdict on a victim step of a given
+        size (by default each queue is its own group)."""
+        return queue if self._group is None else self._group(queue)
 
     def closed(self, queue: str) -> bool:
         """Whether no leaf queue under ``queue`` may be taken from (False: unknown)."""
@@ -319,6 +326,10 @@ class SearchSources(Mapping[str, Source]):
     def closed(self, queue: str) -> bool:
         """Whether no leaf queue under ``queue`` may be taken from (False: unknown)."""
         return isinstance(self._filters, LazyFilters) and self._filters.closed(queue)
+
+    def group(self, leaf: str) -> str:
+        """The leaf's group for shared refusals (:meth:`LazyFilters.group`)."""
+        return self._filters.group(leaf) if isinstance(self._filters, LazyFilters) else leaf
 
 
 def _both(

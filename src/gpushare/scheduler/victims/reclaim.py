@@ -175,7 +175,20 @@ def reclaim(session: Session) -> None:
                 first_step_gpus(victim) <= surplus and _not_protected(job, victim)
             )
 
-        return LazyFilters(list(lists.queues()), decide, closed)
+        groups: dict[str, str] = {}
+
+        def group(queue_name: str) -> str:
+            """For one victim step alone the rules read only the victim's branch where it
+            meets the reclaimer's: a step refused from one queue of a branch is refused
+            from every queue of it."""
+            found = groups.get(queue_name)
+            if found is None:
+                found = groups[queue_name] = (
+                    _branch_of(shares, mine, queue_name) if queue_name in shares else queue_name
+                )
+            return found
+
+        return LazyFilters(list(lists.queues()), decide, closed, group)
 
     def _not_protected(job: Job, victim: Job) -> bool:
         return elastic(victim) or not protected(job, victim)
@@ -237,6 +250,14 @@ def reclaim(session: Session) -> None:
         least = None if leaf is None else leaf.least_gpu if gpu_only else leaf.least
         if least is None:
             return False
+        return _verdict(job, reclaimer, victim_queue, theirs, least, verdicts)
+
+    def _verdict(
+        job: Job, reclaimer: Reclaimer, victim_queue: str, theirs: str,
+        least: tuple[int, int, int], verdicts: dict[tuple, bool],
+    ) -> bool:
+        """The rules' verdict on a step of ``least`` alone from ``victim_queue`` (of the
+        branch ``theirs``), shared by the queues of the branch."""
         key = (theirs, least)
         verdict = verdicts.get(key)
         if verdict is None:

@@ -49,19 +49,21 @@ class _Leaf:
         self, lists: list[list[Entry]], accept: Callable[[Job], bool],
         make: Callable[[Job], _Candidate],
         smallest: Mapping[str, tuple[int, int, int]] | None = None,
+        caps: list[tuple[int, int, int]] | None = None,
     ) -> None:
         self._lists = lists
         self._cursors = [len(entries) for entries in lists]
         self._accept = accept
         self._make = make
         self._smallest = smallest or {}
-        self._caps: list[tuple[int, int, int]] = []
+        # Refused step sizes: jobs whose every step holds at least one of them are
+        # skipped. Shared by the leaves whose verdicts are shared (see VictimQueue.refuse).
+        self._caps: list[tuple[int, int, int]] = [] if caps is None else caps
         self._extra: list[tuple[VictimKey, _Candidate]] = []
         self._top: tuple[int, _Candidate] | None = None
 
-    def refuse_from(self, unit: tuple[int, int, int]) -> None:
-        """Skip from now on the jobs whose every step holds at least ``unit``."""
-        self._caps.append(unit)
+    def recheck_top(self) -> None:
+        """A cap was added: drop the remembered next candidate if it is now skipped."""
         if self._top is not None and self._top[0] >= 0 and self._capped(self._top[1].job):
             self._top = None
 
@@ -170,6 +172,12 @@ class VictimQueue:
         self._memo_compare: dict[tuple, tuple[Quantities, Quantities, int]] = {}
         self._memo_side: dict[str, tuple[Quantities, QueueSide]] = {}
         self._live: dict[str, bool] = {}
+        # Leaves whose refusals are shared: a step the rules refuse from one is refused
+        # from any leaf of its group (the sources say which; by default each leaf alone).
+        group_of = getattr(sources, "group", None)
+        self._group_of: Callable[[str], str] = group_of if group_of is not None else str
+        self._caps: dict[str, list[tuple[int, int, int]]] = {}
+        self._groups: dict[str, list[str]] = {}
         if tree is not None:
             self._children: Mapping[str | None, list[str]] = tree
         else:
@@ -194,15 +202,18 @@ class VictimQueue:
             self._dead.add(leaf)
             return None
         lists, accept, smallest = source
+        group = self._group_of(leaf)
+        caps = self._caps.setdefault(group, [])
+        self._groups.setdefault(group, []).append(leaf)
         if self._taken_jobs:
             taken_jobs = self._taken_jobs
 
             def fresh(job: Job, accept: Callable[[Job], bool] = accept) -> bool:
                 return job.key not in taken_jobs and accept(job)
 
-            view = _Leaf(lists, fresh, self._make, smallest)
+            view = _Leaf(lists, fresh, self._make, smallest, caps)
         else:
-            view = _Leaf(lists, accept, self._make, smallest)
+            view = _Leaf(lists, accept, self._make, smallest, caps)
         self._by_leaf[leaf] = view
         for key in self._taken_by_leaf.get(leaf, ()):
             job = self._jobs[key]
@@ -377,14 +388,20 @@ class VictimQueue:
 
     def refuse(self, leaf: str, pods: Sequence[Pod]) -> None:
         """The rules refused this step from ``leaf`` on its own: a step at least as large
-        (GPU, CPU and memory) from the same queue would be refused too, so skip those."""
-        view = self._by_leaf.get(leaf)
-        if view is None:
+        (GPU, CPU and memory) from the same queue, or from a queue of its group, would be
+        refused too, so skip those."""
+        if self._by_leaf.get(leaf) is None:
             return
+        group = self._group_of(leaf)
         held = [p.held() for p in pods]
-        view.refuse_from((sum(h.gpu for h in held), sum(h.cpu for h in held),
-                          sum(h.mem for h in held)))
-        self._forget(leaf)
+        self._caps[group].append((sum(h.gpu for h in held), sum(h.cpu for h in held),
+                                  sum(h.mem for h in held)))
+        for member in self._groups[group]:
+            view = self._by_leaf[member]
+            if view is not None:
+                view.recheck_top()
+                if self._lookahead or member == leaf:
+                    self._forget(member)
 
     def pop(self) -> tuple[Job, list[Pod]] | None:
         """The next victim step, or None when no candidate is left."""
