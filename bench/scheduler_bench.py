@@ -3,7 +3,8 @@
 Builds a cluster of N nodes x 8 GPUs with about 35 running pods per node (whole-GPU,
 fractional and CPU-only pods), a two-level queue tree, and a mix of pending whole,
 fractional and gang jobs; then runs full cycles (all actions) on the live state, settling
-in between like the scheduler loop would, and prints seconds per cycle (median), pods
+in between like the scheduler loop would (collecting garbage between cycles, as it does),
+and prints seconds per cycle (median), pods
 placed per second, the fair-share division time and the sizes.
 
     python bench/scheduler_bench.py                 # 500, 1000 and 4000 nodes
@@ -18,6 +19,7 @@ import statistics
 import time
 from fractions import Fraction
 
+from gpushare.controllers.heap import HeapKeeper
 from gpushare.model import GpuRequest, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.quantities import MIB
 from gpushare.scheduler import ClusterState, Config, run_cycle
@@ -118,13 +120,16 @@ def settle(state: ClusterState) -> None:
 
 
 def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...],
-          free: float) -> None:
+          free: float, budget: int | None = None) -> None:
     t0 = time.perf_counter()
     state = build(nodes, queues, pending, free)
     build_s = time.perf_counter() - t0
-    config = Config(actions=actions)
+    extra = {} if budget is None else {"victimSearchBudget": budget}
+    config = Config(actions=actions, extra=extra)
     times, placed = [], []
     division = []
+    heap = HeapKeeper()
+    searched: list[str] = []
     for c in range(cycles):
         if c:
             settle(state)
@@ -147,7 +152,13 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
         t = time.perf_counter()
         result = run_cycle(state, config, 0.0)
         times.append(time.perf_counter() - t)
+        heap.between_cycles()  # as the scheduler loop does after each cycle
         placed.append(len(result.binds) + len(result.pipelines))
+        searched.append(" ".join(
+            f"{name}:{f['succeeded']}/{f['jobs']}jobs,{f['steps']}steps,{f['work']}work"
+            + ("(budget out)" if f["budget_ran_out"] else "")
+            for name, f in result.searches.items() if f["jobs"]
+        ) or "-")
     running = sum(1 for p in state.pods.values() if p.node is not None)
     cycle = statistics.median(times)
     print(
@@ -160,6 +171,9 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
         f"placements/s={sum(placed) / sum(times):.0f} "
         f"fair-share division median={statistics.median(division) * 1000:.1f}ms"
     )
+    budget_text = "default" if budget is None else budget or "none"
+    print(f"  victim searches per cycle (succeeded/searched, budget {budget_text}): "
+          + " | ".join(searched))
 
 
 def main() -> None:
@@ -172,10 +186,14 @@ def main() -> None:
                         help="share of nodes left empty (the rest hold ~35 pods each)")
     parser.add_argument("--actions", default="allocate,consolidation,reclaim,preempt,"
                         "stalegangeviction")
+    parser.add_argument("--search-budget", type=int, default=None,
+                        help="victimSearchBudget (units of victim search work per action "
+                        "and cycle; "
+                        "0: no bound; default: the scheduler's default)")
     args = parser.parse_args()
     for n in args.nodes:
         bench(n, args.queues, args.pending or n // 2, args.cycles,
-              tuple(args.actions.split(",")), args.free)
+              tuple(args.actions.split(",")), args.free, args.search_budget)
 
 
 if __name__ == "__main__":

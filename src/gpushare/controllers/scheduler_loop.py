@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare.controllers.events import EventRecorder, now_rfc3339
+from gpushare.controllers.heap import HeapKeeper
 from gpushare.controllers.mirror import Mirror
 from gpushare.controllers.translate import (
     INDICES_ANNOTATION,
@@ -91,6 +92,8 @@ class LoopStats:
     cycle_seconds: float = 0.0  # total time inside run_cycle
     apply_seconds: float = 0.0  # total time applying deltas
     last_cycle_seconds: float = 0.0
+    #: Cycles in which an eviction action spent its search budget (work left for later).
+    budget_cycles: int = 0
 
 
 @dataclass(slots=True)
@@ -154,6 +157,7 @@ class SchedulerLoop:
         self.period = period
         self.mirror = Mirror(scheduler_names=scheduler_names)
         self.stats = LoopStats()
+        self.heap = HeapKeeper()
         self.figures = QueueFigures()
         self.figures_changed = threading.Condition()
         self._deltas: deque[tuple[str, str, Obj]] = deque()
@@ -224,9 +228,10 @@ class SchedulerLoop:
         self._pool.shutdown(wait=False, cancel_futures=True)
         s = self.stats
         log.info(
-            "scheduler: %d cycles (%.3fs in cycles, %.3fs applying deltas), %d binds"
-            " (%d failed), %d evictions", s.cycles, s.cycle_seconds, s.apply_seconds,
-            s.binds, s.bind_failures, s.evictions,
+            "scheduler: %d cycles (%.3fs in cycles, %.3fs applying deltas; %d spent a"
+            " victim search budget), %d binds (%d failed), %d evictions", s.cycles,
+            s.cycle_seconds, s.apply_seconds, s.budget_cycles, s.binds, s.bind_failures,
+            s.evictions,
         )
 
     def drain(self) -> int:
@@ -269,7 +274,10 @@ class SchedulerLoop:
         self.stats.cycles += 1
         self.stats.cycle_seconds += elapsed
         self.stats.last_cycle_seconds = elapsed
+        if any(f["budget_ran_out"] for f in result.searches.values()):
+            self.stats.budget_cycles += 1
         self.act(result, now)
+        self.heap.between_cycles()
         return result
 
     # -- acting on decisions ------------------------------------------------------------

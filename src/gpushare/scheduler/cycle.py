@@ -87,6 +87,7 @@ def collect(session: Session) -> CycleResult:
             allocated_non_preemptible=_res_natural(qu.allocated_np),
             requested=_natural(session.requested.get(name, session.allocated(name))),
         )
+    result.searches = {name: dict(figures) for name, figures in session.searches.items()}
     # Staleness is reported for jobs that are stale now or were when the cycle began.
     for key in sorted(session.stale_at_open | {
         k for k, job in state.jobs.items() if job.stale_since is not None

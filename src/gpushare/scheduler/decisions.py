@@ -50,3 +50,7 @@ class CycleResult:
     queues: dict[str, QueueReport] = field(default_factory=dict)
     # Job key -> staleness start (None: no longer stale), for jobs stale now or at cycle start.
     stale_since: dict[str, float | None] = field(default_factory=dict)
+    #: Per eviction action that ran: jobs searched for, units of search work done (the
+    #: budget's currency), victim steps read, simulations, jobs that succeeded, and
+    #: whether its search budget ran out (1) or not (0).
+    searches: dict[str, dict[str, int]] = field(default_factory=dict)

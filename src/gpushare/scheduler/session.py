@@ -64,6 +64,8 @@ class Session:
         self.config = config
         self.now = now
         self.pending_reasons: dict[str, str] = {}
+        #: Per eviction action that ran, what its search did (``CycleResult.searches``).
+        self.searches: dict[str, dict[str, int]] = {}
         self.min_gpu_memory, self.max_gpu_memory = state.gpu_memory_range()
         self.capacity: Vec = self._capacity()
         self.quota: dict[str, Vec] = {}

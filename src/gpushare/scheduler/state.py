@@ -140,14 +140,24 @@ class ClusterState:
         self._touched: dict[str, PodStatus] = {}  # pod key -> status when the cycle began
         self._pending_jobs: dict[str, int] = {}  # job key -> pending pods (only > 0)
         self.job_version: dict[str, int] = {}  # bumped on every change to a job's pods
+        #: Preemptible jobs per leaf queue (the eviction actions' possible victims).
+        self.preemptible_jobs: dict[str, dict[str, Job]] = {}
         self.dirty_nodes: set[str] = set()  # nodes changed since the node index last looked
         self.node_version: int = 0  # bumped when nodes are added, changed or removed
+        self._memory_range: tuple[int, tuple[int | None, int | None]] | None = None
+        #: Figures derived from the state that later cycles may reuse; each user keeps
+        #: its own check that they still hold (see victims.candidates).
+        self.kept: dict[str, object] = {}
         #: Jobs the stale-gang pass must look at: added or changed, or with a pod changed,
         #: since it last looked (the pass keeps the ones it finds stale).
         self.stale_watch: set[str] = set()
         #: Nodes whose settled version went up, in order (cleared when a cycle begins),
         #: so that a figure kept over all nodes can catch up with the few that changed.
         self.settled_nodes: list[str] = []
+        #: Per eviction action, the jobs it searched for in the cycles since it last
+        #: finished within its search budget: they go after the others, so that every
+        #: job gets its turn however the budget falls.
+        self.search_turns: dict[str, set[str]] = {}
         # Nodes and leaf queues the open statement changed (settled when it commits).
         self._statement_nodes: set[str] = set()
         self._statement_queues: set[str] = set()
@@ -240,6 +250,9 @@ class ClusterState:
         self.stale_watch.add(job.key)
         old = self.jobs.get(job.key)
         if old is not None:
+            self._index_preemptible(old, present=False)
+        self._index_preemptible(job, present=True)
+        if old is not None:
             pods = [self.pods[k] for k in old.pods]
             for pod in pods:
                 self._detach_queue(pod)
@@ -258,6 +271,19 @@ class ClusterState:
         for pod_key in list(job.pods):
             self.remove_pod(pod_key)
         del self.jobs[key]
+        self._index_preemptible(job, present=False)
+
+    def _index_preemptible(self, job: Job, present: bool) -> None:
+        if not job.preemptible:
+            return
+        if present:
+            self.preemptible_jobs.setdefault(job.queue, {})[job.key] = job
+            return
+        jobs = self.preemptible_jobs.get(job.queue)
+        if jobs is not None:
+            jobs.pop(job.key, None)
+            if not jobs:
+                del self.preemptible_jobs[job.queue]
 
     # ------------------------------------------------------------------ pods
     def upsert_pod(self, pod: Pod) -> None:
@@ -431,10 +457,13 @@ class ClusterState:
 
     def gpu_memory_range(self) -> tuple[int | None, int | None]:
         """Smallest and largest per-GPU memory among nodes that have GPUs."""
+        known = self._memory_range
+        if known is not None and known[0] == self.node_version:
+            return known[1]
         sizes = [n.gpu_memory_mib for n in self.nodes.values() if n.gpus > 0]
-        if not sizes:
-            return None, None
-        return min(sizes), max(sizes)
+        found: tuple[int | None, int | None] = (min(sizes), max(sizes)) if sizes else (None, None)
+        self._memory_range = (self.node_version, found)
+        return found
 
     # ------------------------------------------------------------ statements
     def statement(self) -> Statement:

@@ -119,21 +119,30 @@ class LeafVictims:
     searches read the lists in place); :meth:`refreshed` makes the next one, redoing
     only the jobs whose pods changed."""
 
-    __slots__ = ("facts", "gpu", "least", "least_gpu", "other", "smallest", "version")
+    __slots__ = ("facts", "gpu", "least", "least_gpu", "other", "smallest", "usage",
+                 "version")
 
-    def __init__(self, session: Session, jobs: list[Job], version: int,
+    def __init__(self, session: Session, jobs: Iterable[Job], usage: object, version: int,
                  before: LeafVictims | None = None) -> None:
+        self.usage = usage  # the queue's usage record the version belongs to
         self.version = version
         self.facts: dict[str, _Facts] = {}
         state = session.state
-        changed: list[tuple[_Facts | None, _Facts]] = []
+        changed: list[tuple[_Facts | None, _Facts | None]] = []
         for job in jobs:
             old = before.facts.get(job.key) if before is not None else None
-            if old is not None and old[0] == state.job_version.get(job.key, 0):
+            if (
+                old is not None and old[0] == state.job_version.get(job.key, 0)
+                and (old[1] is None or old[1][1] is job)  # the same job, not a new version
+            ):
                 self.facts[job.key] = old
                 continue
             fresh = self.facts[job.key] = _job_facts(session, job)
             changed.append((old, fresh))
+        if before is not None:
+            # Jobs that left the queue's candidates since (between cycles): drop them.
+            for key in sorted(before.facts.keys() - self.facts.keys()):
+                changed.append((before.facts[key], None))
         if before is None:
             gpu = [f[1] for f in self.facts.values() if f[1] is not None and f[2]]
             other = [f[1] for f in self.facts.values() if f[1] is not None and not f[2]]
@@ -144,7 +153,7 @@ class LeafVictims:
             for old, fresh in changed:
                 if old is not None and old[1] is not None:
                     _remove(gpu if old[2] else other, old[1])
-                if fresh[1] is not None:
+                if fresh is not None and fresh[1] is not None:
                     bisect.insort(gpu if fresh[2] else other, fresh[1],
                                   key=lambda entry: entry[0])
         self.gpu = gpu
@@ -179,14 +188,17 @@ class VictimLists:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        by_queue: dict[str, list[Job]] = {}
-        for name in sorted(session.state.jobs):
-            job = session.state.jobs[name]
-            if job.preemptible:
-                by_queue.setdefault(job.queue, []).append(job)
-        self._jobs = by_queue
-        self._leaves: dict[str, LeafVictims] = {}
-        self._holders: dict[str, tuple[int, dict[int, list[tuple[str, int]]]]] = {}
+        # The state's own index (jobs are neither added nor removed during a cycle).
+        self._jobs: Mapping[str, Mapping[str, Job]] = session.state.preemptible_jobs
+        # Kept on the state for later cycles: each entry is checked against the usage
+        # record and settled version it was made for, and refreshed job by job.
+        kept = session.state.kept
+        self._leaves: dict[str, LeafVictims] = kept.setdefault(  # type: ignore[assignment]
+            "victim_leaves", {}
+        )
+        self._holders: dict[str, tuple[object, int, dict[int, list[tuple[str, int]]]]] = (
+            kept.setdefault("gpu_holders", {})  # type: ignore[assignment]
+        )
         self._tree: dict[str | None, list[str]] | None = None
         # The least CPU, memory and pod room on any ready node (lowered as placements are
         # committed; evictions are ignored, which only keeps more candidates).
@@ -222,8 +234,8 @@ class VictimLists:
         each holds there (remembered until the node's pods change)."""
         usage = self.session.state.usage[node]
         known = self._holders.get(node)
-        if known is not None and known[0] == usage.settled:
-            return known[1]
+        if known is not None and known[0] is usage and known[1] == usage.settled:
+            return known[2]
         holders: dict[int, list[tuple[str, int]]] = {}
         for pod in self.session.state.pods_on(node):
             if not pod.gpu_indices or not _is_active(pod):
@@ -231,8 +243,13 @@ class VictimLists:
             share = MILLI if pod.gpu.whole else pod.portion
             for i in pod.gpu_indices:
                 holders.setdefault(i, []).append((pod.job, share))
-        self._holders[node] = (usage.settled, holders)
+        self._holders[node] = (usage, usage.settled, holders)
         return holders
+
+    def lowest_priority(self, queue: str) -> int | None:
+        """The lowest priority of a preemptible job of the leaf queue (None: it has none)."""
+        jobs = self._jobs.get(queue)
+        return min(j.priority for j in jobs.values()) if jobs else None
 
     def queues(self) -> Iterator[str]:
         """Leaf queues with preemptible jobs."""
@@ -262,8 +279,10 @@ class VictimLists:
         usage = self.session.state.queue_usage.get(name)
         version = usage.settled if usage is not None else -1
         found = self._leaves.get(name)
-        if found is None or found.version != version:
-            found = self._leaves[name] = LeafVictims(self.session, jobs, version, found)
+        if found is None or found.usage is not usage or found.version != version:
+            found = self._leaves[name] = LeafVictims(
+                self.session, jobs.values(), usage, version, found
+            )
         return found
 
 
@@ -284,9 +303,10 @@ class SearchSources(Mapping[str, Source]):
 
     def __init__(
         self, session: Session, lists: VictimLists, filters: LeafFilters,
-        needs: StepNeeds | None, with_other: bool,
+        needs: StepNeeds | None, with_other: bool, work: list[int] | None = None,
     ) -> None:
         self.session = session
+        self._work = work  # counts one unit per candidate read through the filters
         self.lists = lists
         self._filters = filters
         self._needs = needs
@@ -303,6 +323,8 @@ class SearchSources(Mapping[str, Source]):
         if accept is not None and victims is not None:
             if self._needs is not None:
                 accept = _both(accept, self._needs, self.session)
+            if self._work is not None:
+                accept = _counted(accept, self._work)
             lists = [victims.gpu, victims.other] if self._with_other else [victims.gpu]
             made = (lists, accept, victims.smallest)
         self._made[leaf] = made
@@ -341,3 +363,11 @@ def _both(
         return accept(job) and any(needs.helps(p) for p in state.job_pods(job))
 
     return both
+
+
+def _counted(accept: Callable[[Job], bool], work: list[int]) -> Callable[[Job], bool]:
+    def counted(job: Job) -> bool:
+        work[0] += 1
+        return accept(job)
+
+    return counted

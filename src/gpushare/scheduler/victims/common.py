@@ -90,40 +90,74 @@ def run_action(
     after_success: Callable[[Outcome], None] | None = None,
 ) -> int:
     """Pop pending jobs in fair order and let the search find victims for each one's next
-    gang step. Returns the number of jobs that succeeded."""
+    gang step, until the action's search budget is spent. Returns the number of jobs that
+    succeeded."""
     options = VictimOptions.of(session.config)
     state = session.state
-    order = JobQueue(session, jobs)
+    budget = options.search_budget
+    search.budget = budget
+    search.spent = False
+    # After a cycle that ran out, the jobs searched for since go last (each part in fair
+    # order), until every job has had its turn.
+    had_turn = state.search_turns.get(name, set()) if budget else set()
+    waiting = [j for j in jobs if j.key not in had_turn]
+    if not waiting:
+        had_turn, waiting = set(), jobs
+    orders = [JobQueue(session, waiting)]
+    if len(waiting) < len(jobs):
+        orders.append(JobQueue(session, [j for j in jobs if j.key in had_turn]))
+    searched: set[str] = set()
     failed: dict[str, FailedJobs] = {}
     done = 0
-    while True:
-        job = order.pop()
-        if job is None:
-            break
-        step = session.gang(job).next_step()
-        if not step:
-            continue
-        if not may_try(job, step):
-            continue
-        bucket = failed.setdefault(job.queue if per_queue_signatures else "", FailedJobs())
-        shape = step_shape(session, job, step)
-        if options.use_signatures and bucket.not_easier(shape, step):
-            continue
-        stmt = state.statement()
-        outcome = search.solve(stmt, job, step)
-        if outcome is None:
-            stmt.discard()
-            bucket.add(shape, step)
-            continue
-        stmt.commit()
-        search.note_commit()
-        victim_lists(session).note_placed(
-            sorted({p.node for p in [*outcome.placed, *outcome.moved] if p.node is not None})
-        )
-        done += 1
-        session.clear_reason(job)
-        if after_success is not None:
-            after_success(outcome)
+    for order in orders:
+        while not search.spent:
+            job = order.pop()
+            if job is None:
+                break
+            step = session.gang(job).next_step()
+            if not step:
+                continue
+            if not may_try(job, step):
+                continue
+            bucket = failed.setdefault(job.queue if per_queue_signatures else "", FailedJobs())
+            shape = step_shape(session, job, step)
+            if options.use_signatures and bucket.not_easier(shape, step):
+                continue
+            if search.out_of_budget():
+                search.spent = True
+                break
+            searched.add(job.key)
+            stmt = state.statement()
+            outcome = search.solve(stmt, job, step)
+            if outcome is None:
+                stmt.discard()
+                if search.spent:
+                    note = (f"{name} not decided this cycle: its victim search budget "
+                            f"({budget} units of work) ran out")
+                    before = session.pending_reasons.get(job.key)
+                    session.set_reason(job, f"{before}; {note}" if before else note)
+                else:
+                    bucket.add(shape, step)
+                continue
+            stmt.commit()
+            search.note_commit()
+            victim_lists(session).note_placed(
+                sorted({p.node for p in [*outcome.placed, *outcome.moved] if p.node is not None})
+            )
+            done += 1
+            session.clear_reason(job)
+            if after_success is not None:
+                after_success(outcome)
+    if search.spent:
+        # Only this cycle's candidates are remembered (deleted jobs drop out).
+        state.search_turns[name] = (had_turn | searched) & {j.key for j in jobs}
+    else:
+        state.search_turns.pop(name, None)
+    session.searches[name] = {
+        "jobs": len(searched), "work": search.work[0], "steps": search.stats.steps,
+        "simulations": search.stats.simulations, "succeeded": done,
+        "budget_ran_out": int(search.spent),
+    }
     return done
 
 

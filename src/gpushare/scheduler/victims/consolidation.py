@@ -78,10 +78,20 @@ def consolidation(session: Session) -> None:
             free[:] = [search.commits, _free_gpus(session)]
         return _enough_gpus(session, step, free[1])
 
+    jobs = pending_candidates(session)
+    if not config.kai:
+        # Free GPUs only shrink during the action (victims are moved, never evicted, and
+        # the asking job takes room): a job whose step they do not cover now never gets
+        # a search, so it is left out of the fair order from the start.
+        now = _free_gpus(session)
+        jobs = [
+            j for j in jobs
+            if j.preemptible and _enough_gpus(session, session.gang(j).next_step() or [], now)
+        ]
     run_action(
         session,
         name=ACTION,
-        jobs=pending_candidates(session),
+        jobs=jobs,
         search=search,
         may_try=may_try,
         per_queue_signatures=False,

@@ -12,6 +12,14 @@ key                             default   meaning
                                           takes from (>= 1)
 ``maxSimulationsPerJob``        ``256``   simulations per generator in each round of a
                                           job's search (the deterministic bound)
+``victimSearchBudget``          ``4000``  units of victim search work each eviction
+                                          action may do in one cycle (one per candidate
+                                          examined, more per victim step, generator and
+                                          job: ``.solver``); when spent the action stops
+                                          and its other jobs wait for the next cycle
+                                          (the jobs it searched for go after the others
+                                          then); ``0`` no bound (the default under
+                                          ``compat: kai``)
 ``useSchedulingSignatures``     ``true``  skip jobs not easier than one that failed
 ``steadyFairShareReclaim``      ``true``  the second reclaim path for queues below their
                                           weighted (steady) share (``.steady``); off
@@ -28,10 +36,15 @@ from typing import Any
 
 from gpushare.model.quantities import QuantityError, to_fraction
 
+#: Search work an eviction action does per cycle by default: about 0.1 s of searching on
+#: a 4,000-node cluster, which keeps its cycles well under a second (docs/performance.md).
+DEFAULT_SEARCH_BUDGET = 4000
+
 CONFIG_KEYS: frozenset[str] = frozenset({
     "maxDisruptionRatio",
     "reclaimSaturationMultiplier",
     "maxSimulationsPerJob",
+    "victimSearchBudget",
     "useSchedulingSignatures",
     "steadyFairShareReclaim",
 })
@@ -65,9 +78,10 @@ def read_config(raw: Mapping[str, Any], path: str = "config") -> dict[str, objec
             out[key] = _number(value, where, Fraction(0))
         elif key == "reclaimSaturationMultiplier":
             out[key] = _number(value, where, Fraction(1))
-        elif key == "maxSimulationsPerJob":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise OptionError(where, f"expected an integer >= 1, got {value!r}")
+        elif key in ("maxSimulationsPerJob", "victimSearchBudget"):
+            least = 1 if key == "maxSimulationsPerJob" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise OptionError(where, f"expected an integer >= {least}, got {value!r}")
             out[key] = value
         else:  # the boolean keys
             if not isinstance(value, bool):
@@ -83,6 +97,7 @@ class VictimOptions:
     max_disruption_ratio: Fraction = Fraction(2)
     saturation_multiplier: Fraction = Fraction(1)
     max_simulations: int = 256
+    search_budget: int = DEFAULT_SEARCH_BUDGET  # victim steps per action and cycle; 0: none
     use_signatures: bool = True
     steady_fair_share_reclaim: bool = True
 
@@ -97,6 +112,12 @@ class VictimOptions:
                 Fraction(1), Fraction(str(extra.get("reclaimSaturationMultiplier", 1)))
             ),
             max_simulations=int(extra.get("maxSimulationsPerJob", 256)),  # type: ignore[call-overload]
+            # KAI bounds its search by wall time (minutes), which its test cases never
+            # reach: unbounded under compat: kai unless set.
+            search_budget=int(extra.get(  # type: ignore[call-overload]
+                "victimSearchBudget",
+                0 if getattr(config, "kai", False) else DEFAULT_SEARCH_BUDGET,
+            )),
             use_signatures=bool(extra.get("useSchedulingSignatures", True)),
             # KAI (at the version reproduced) reclaims on the demand-capped fair share only.
             steady_fair_share_reclaim=not getattr(config, "kai", False)

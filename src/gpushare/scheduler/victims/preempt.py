@@ -12,7 +12,7 @@ from __future__ import annotations
 from gpushare.model import Job, Pod
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims import minruntime
-from gpushare.scheduler.victims.candidates import LeafFilters
+from gpushare.scheduler.victims.candidates import LeafFilters, victim_lists
 from gpushare.scheduler.victims.common import (
     elastic_memo,
     elastic_victims_keep_gang,
@@ -71,6 +71,23 @@ def preempt(session: Session) -> None:
             return False
         return non_preemptible_within_quota(session, job, step)
 
-    run_action(
-        session, name=ACTION, jobs=pending_candidates(session), search=search, may_try=may_try
-    )
+    jobs = pending_candidates(session)
+    if not kai:
+        jobs = _queues_with_victims(session, jobs)
+    run_action(session, name=ACTION, jobs=jobs, search=search, may_try=may_try)
+
+
+def _queues_with_victims(session: Session, jobs: list[Job]) -> list[Job]:
+    """The jobs of the queues where some pending job outranks a preemptible job of its
+    queue: elsewhere no job has a victim to search for, and leaving those queues out of
+    the fair order saves popping (and pre-checking) every pending job of the cluster."""
+    lists = victim_lists(session)
+    best: dict[str, int] = {}
+    for job in jobs:
+        best[job.queue] = max(best.get(job.queue, job.priority), job.priority)
+    keep = set()
+    for queue, priority in best.items():
+        lowest = lists.lowest_priority(queue)
+        if lowest is not None and lowest < priority:
+            keep.add(queue)
+    return [j for j in jobs if j.queue in keep]

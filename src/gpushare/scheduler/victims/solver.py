@@ -82,6 +82,19 @@ class SearchStats:
     deduplicated: int = 0
     prechecked: int = 0  # jobs skipped because no victims could make room
     inadmissible: int = 0  # victim steps the rules forbid on their own, not added
+    steps: int = 0  # victim steps read
+
+
+#: Units of search work, the action's search budget's currency: one per victim candidate
+#: examined (read through the search's filters), :data:`STEP_WORK` per victim step taken
+#: (picking it, accounting for it, trying scenarios with it), :data:`GENERATOR_WORK` per
+#: scenario generator started (a round of a gang's search, node-local or across nodes)
+#: and :data:`SEARCH_WORK` per job searched for. The weights are what each costs relative
+#: to examining one candidate, fitted on large saturated clusters (docs/performance.md):
+#: counts stand in for time, so that a cycle stays deterministic.
+STEP_WORK = 16
+GENERATOR_WORK = 128
+SEARCH_WORK = 128
 
 
 @dataclass(slots=True)
@@ -109,6 +122,14 @@ class Search:
     #: (outside ``compat: kai``; not for consolidation, whose victims must make way).
     stay_before_asking: bool = False
     stats: SearchStats = field(default_factory=SearchStats)
+    #: Search work the action may do this cycle (0: no bound; see :data:`STEP_WORK`),
+    #: and how much it has done (one cell, shared with the searches' sources, which
+    #: count each candidate examined). A search that runs out stops undecided, between
+    #: two victim steps, and sets :attr:`spent` (the action's first search runs to its
+    #: own bounds, so that every cycle can decide something).
+    budget: int = 0
+    work: list[int] = field(default_factory=lambda: [0])
+    spent: bool = False
     #: The queues' figures when the current job's search began (what the rules read).
     snapshot: dict[str, QueueShare] = field(default_factory=dict)
     _failed: set[tuple] = field(default_factory=set)
@@ -202,6 +223,9 @@ class Search:
             self._seen_commits = self.commits
         return self.snapshot
 
+    def out_of_budget(self) -> bool:
+        return 0 < self.budget <= self.work[0]
+
     def note_commit(self) -> None:
         """The action committed a search's outcome: the state has changed."""
         self.commits += 1
@@ -210,6 +234,7 @@ class Search:
         """Find victims for ``step`` (the job's next gang step); on success the statement
         holds the evictions and placements, on failure it is as it was."""
         self.stats.jobs += 1
+        self.work[0] += SEARCH_WORK
         self._budget = self.max_simulations
         # Every round and generator starts from the state the search began with, which
         # only a committed search changes (a failed one is rolled back).
@@ -290,7 +315,7 @@ class Search:
                 return victim.preemptible and take is not None and take(victim)
 
             needs = StepNeeds(session.state, partial, may_take, lists.gpu_holders)
-        found = SearchSources(session, lists, filters, needs, with_other)
+        found = SearchSources(session, lists, filters, needs, with_other, self.work)
         self._candidate_memo[key] = found
         return found
 
@@ -330,7 +355,7 @@ class Search:
         for node_local in (True, False):
             self._budget = self.max_simulations
             outcome = self._generate(stmt, job, partial, recorded, shares, totals, node_local)
-            if outcome is not None:
+            if outcome is not None or self.spent:
                 return outcome
         return None
 
@@ -338,6 +363,7 @@ class Search:
         self, stmt: Statement, job: Job, partial: list[Pod], recorded: list[Pod],
         shares: dict[str, QueueShare], totals: dict[str, Fraction], node_local: bool,
     ) -> Outcome | None:
+        self.work[0] += GENERATOR_WORK
         sources = self._sources(job, partial)
         protected = None
         if self.protected_core is not None:
@@ -418,9 +444,15 @@ class Search:
                     return outcome
                 if self._budget <= 0:
                     return None
+            # The action's first search is never cut, so every cycle decides something.
+            if self.stats.jobs > 1 and self.out_of_budget():
+                self.spent = True
+                return None
             nxt = queue.pop()
             if nxt is None:
                 return None
+            self.stats.steps += 1
+            self.work[0] += STEP_WORK
             victim_job, offered = nxt
             if admissible is not None and not admissible(job, partial, victim_job, offered):
                 self.stats.inadmissible += 1

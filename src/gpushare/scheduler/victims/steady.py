@@ -68,7 +68,15 @@ class SteadyShares:
                 request=request,
                 usage={r: Fraction(str(v)) for r, v in queue.usage.items()},
             ))
-        shares = divide(capacity, inputs, session.config.k_value, session.config.fairshare_mode)
+        # Levels whose inputs did not change since the last cycle are reused (with every
+        # weighted queue asking for the whole cluster, most of them never change).
+        memo_out: dict = {}
+        shares = divide(
+            capacity, inputs, session.config.k_value, session.config.fairshare_mode,
+            memo=state.kept.get("steady_share_memo"),  # type: ignore[arg-type]
+            memo_out=memo_out,
+        )
+        state.kept["steady_share_memo"] = memo_out
         steady = {name: s[GPU] for name, s in shares.items()}
         keep: dict[str, Fraction | None] = {}
         for name, queue in state.queues.items():

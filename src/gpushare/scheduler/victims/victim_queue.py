@@ -76,7 +76,8 @@ class _Leaf:
         )
 
     def _takes(self, job: Job) -> bool:
-        return self._accept(job) and not (self._caps and self._capped(job))
+        # The size test first: it is a lookup, the filter may test relevance.
+        return not (self._caps and self._capped(job)) and self._accept(job)
 
     def push(self, candidate: _Candidate) -> None:
         bisect.insort(self._extra, (candidate.victim_key(), candidate),
