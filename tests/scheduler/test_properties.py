@@ -239,3 +239,75 @@ def test_cached_fair_order_matches_the_exact_order(spec) -> None:
         assert (a and a.key) == (b and b.key)
         if a is None:
             break
+
+
+tree_specs = st.fixed_dictionaries({
+    "departments": st.lists(st.integers(1, 4), min_size=1, max_size=3),  # leaves in each
+    "jobs": st.lists(st.tuples(st.integers(0, 11), st.sampled_from([50, 75, 100]),
+                               st.integers(1, 2), st.booleans()), min_size=1, max_size=14),
+    "changes": st.lists(st.tuples(st.sampled_from(["place", "evict", "push", "none"]),
+                                  st.integers(0, 1000)), min_size=1, max_size=30),
+    "quotas": st.lists(st.sampled_from([0, 1, 2, 4]), min_size=12, max_size=12),
+})
+
+
+@SETTINGS
+@given(tree_specs)
+def test_kept_fair_order_matches_the_exact_order_while_the_state_changes(spec) -> None:
+    """Pops interleaved with allocations, evictions and jobs put back: the order kept
+    incrementally (heaps per parent queue, caught up from the state's log of changed
+    queues) hands out exactly what the reference order does."""
+    from gpushare.scheduler.ordering import JobQueue, _ExactJobQueue
+    from gpushare.scheduler.session import Session
+
+    state = ClusterState()
+    state.upsert_node(Node("big", gpus=256, gpu_memory_mib=100, cpu_millis=1 << 20,
+                           memory_bytes=1 << 40, max_pods=1000))
+    open_spec = {r: ResourceSpec(UNL, UNL, Fraction(1)) for r in RESOURCES}
+    leaves = []
+    for d, count in enumerate(spec["departments"]):
+        state.upsert_queue(Queue(f"d{d}", resources=dict(open_spec), created_at=float(d)))
+        for k in range(count):
+            name = f"d{d}l{k}"
+            res = dict(open_spec)
+            res["gpu"] = ResourceSpec(Fraction(spec["quotas"][len(leaves)]), UNL, Fraction(1))
+            state.upsert_queue(Queue(name, parent=f"d{d}", resources=res,
+                                     created_at=float(len(leaves))))
+            leaves.append(name)
+    gpu_index = [0]
+
+    def place(pod: Pod) -> None:
+        state.set_pod(pod, PodStatus.RUNNING, "big", (gpu_index[0] % 256,), 1000)
+        gpu_index[0] += 1
+
+    for j, (leaf, priority, pods, running) in enumerate(spec["jobs"]):
+        job = Job(f"j{j}", "default", leaves[leaf % len(leaves)], priority=priority,
+                  preemptible=priority < 100, min_member=1, created_at=float(j))
+        state.upsert_job(job)
+        for k in range(pods):
+            pod = Pod(f"j{j}-{k}", "default", job.key, k, gpu=GpuRequest(whole=1),
+                      cpu_millis=100, memory_bytes=1 << 20)
+            state.upsert_pod(pod)
+            if running and k == 0:
+                place(pod)
+    session = Session(state, Config(), 0.0)
+    jobs = state.jobs_with_pending_pods()
+    fast, exact = JobQueue(session, jobs), _ExactJobQueue(session, jobs)
+    changes = list(spec["changes"])
+    while True:
+        a, b = fast.pop(), exact.pop()
+        assert (a and a.key) == (b and b.key)
+        if a is None:
+            break
+        what, pick = changes.pop(0) if changes else ("none", 0)
+        if what == "place":  # the job popped gets a pod placed
+            pending = [p for p in state.job_pods(a) if p.status is PodStatus.PENDING]
+            if pending:
+                place(pending[0])
+        elif what == "evict":  # some running pod goes back to pending
+            running = sorted(k for k, p in state.pods.items() if p.status is PodStatus.RUNNING)
+            if running:
+                state.set_pod(state.pods[running[pick % len(running)]], PodStatus.PENDING)
+        elif what == "push":  # the job competes again
+            fast.push(a)
+            exact.push(a)

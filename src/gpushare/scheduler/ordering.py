@@ -222,7 +222,17 @@ class JobQueue:
         self._sub_count: dict[str, int] = {}
         self._epoch: dict[str, int] = {}
         self._best_cache: dict[str, tuple[int, int, Job | None]] = {}
-        self._root_names: set[str] = set()
+        # Per parent queue (None: the top level), a heap of its children by queue key,
+        # each entry stamped with the child's (usage version, epoch) when keyed; entries
+        # whose stamp is out of date are dropped as they surface. A child whose stamp
+        # moves is marked dirty under its parent and keyed again before the next choice:
+        # through this queue's own pushes and pops, and through the state's log of
+        # queues whose usage changed (allocations, evictions, simulations).
+        self._choice: dict[str | None, list[tuple[tuple, str, tuple[int, int]]]] = {}
+        self._dirty: dict[str | None, set[str]] = {}
+        self._keyed: dict[str, tuple[int, int]] = {}  # child -> stamp of its newest entry
+        self._parent: dict[str, str | None] = {}
+        self._log_pos = len(self.state.queue_log)
         for job in jobs:
             self.push(job)
 
@@ -252,10 +262,52 @@ class JobQueue:
 
     def _touch(self, leaf: str, delta: int) -> None:
         chain = self.state.ancestors(leaf) or [leaf]
-        for name in chain:
+        last = len(chain) - 1
+        for i, name in enumerate(chain):
             self._sub_count[name] = self._sub_count.get(name, 0) + delta
             self._epoch[name] = self._epoch.get(name, 0) + 1
-        self._root_names.add(chain[-1])
+            parent = chain[i + 1] if i < last else None
+            self._parent[name] = parent
+            self._dirty.setdefault(parent, set()).add(name)
+
+    def _catch_up(self) -> None:
+        """Mark dirty the queues whose usage changed since the last pop."""
+        log = self.state.queue_log
+        if self._log_pos > len(log):  # a new cycle began: everything may have changed
+            self._log_pos = 0
+            for name, parent in self._parent.items():
+                self._dirty.setdefault(parent, set()).add(name)
+            for leaf in sorted(self._heaps):
+                self._rekey(leaf)
+        if self._log_pos == len(log):
+            return
+        known = self._parent
+        for leaf in sorted(set(log[self._log_pos:])):
+            if leaf in self._heaps:
+                self._rekey(leaf)
+            # The leaf may hold none of these jobs while its ancestors do.
+            for name in self.state.ancestors(leaf):
+                if name in known:
+                    self._dirty.setdefault(known[name], set()).add(name)
+        self._log_pos = len(log)
+
+    def _rekey(self, leaf: str) -> None:
+        """Jobs of the leaf whose pods changed get their place in its heap again (a job
+        evicted from or placed into meanwhile may move anywhere in job order)."""
+        heap = self._heaps[leaf]
+        versions = self.state.job_version
+        moved = False
+        for i, (_order, _seq, job, version) in enumerate(heap):
+            now = versions.get(job.key, 0)
+            if now != version:
+                heap[i] = (self._job_info(job)[0], next(self._seq), job, now)
+                moved = True
+        if moved:
+            heapq.heapify(heap)
+
+    def _stamp(self, name: str) -> tuple[int, int]:
+        qu = self.state.queue_usage.get(name)
+        return (qu.version if qu is not None else 0, self._epoch.get(name, 0))
 
     def _top(self, leaf: str) -> Job | None:
         heap = self._heaps.get(leaf)
@@ -301,27 +353,9 @@ class JobQueue:
     def pop(self) -> Job | None:
         if self._count == 0:
             return None
-        state = self.state
-
-        def best_job(name: str) -> Job | None:
-            qu = state.queue_usage.get(name)
-            version = qu.version if qu is not None else 0
-            epoch = self._epoch.get(name, 0)
-            cached = self._best_cache.get(name)
-            if cached is not None and cached[0] == version and cached[1] == epoch:
-                # Nothing below this queue changed (no push or pop, no pod of its jobs
-                # moved): the choice made last time stands.
-                return cached[2]
-            queue = state.queues.get(name)
-            kids = [] if queue is None else [k for k in queue.children if self._live(k)]
-            result = self._top(name) if not kids else best_job(self._choose(kids, best_job))
-            self._best_cache[name] = (version, epoch, result)
-            return result
-
-        roots = sorted(q for q in self._root_names if self._live(q))
-        if not roots:
-            return None
-        job = best_job(self._choose(roots, best_job))
+        self._catch_up()
+        top = self._choose(None)
+        job = self._best(top) if top is not None else None
         if job is None:
             return None
         heap = self._heaps[job.queue]
@@ -335,25 +369,52 @@ class JobQueue:
         self._touch(job.queue, -1)
         return job
 
+    def _best(self, name: str) -> Job | None:
+        """The job the queue would hand out next (its own best, or its best child's)."""
+        stamp = self._stamp(name)
+        cached = self._best_cache.get(name)
+        if cached is not None and cached[0] == stamp[0] and cached[1] == stamp[1]:
+            # Nothing below this queue changed (no push or pop, no pod of its jobs
+            # moved): the choice made last time stands.
+            return cached[2]
+        if name in self._choice or name in self._dirty:  # a parent queue
+            child = self._choose(name)
+            result = self._best(child) if child is not None else None
+        else:
+            result = self._top(name)
+        self._best_cache[name] = (stamp[0], stamp[1], result)
+        return result
+
     def _live(self, name: str) -> bool:
         """Whether the queue's subtree holds candidates."""
         return self._sub_count.get(name, 0) > 0
 
-    def _choose(self, names: list[str], best_job: Callable[[str], Job | None]) -> str:
-        if len(names) == 1:
-            return names[0]
-        keyed = []
-        for n in names:
-            job = best_job(n)
-            if job is None:
-                continue
-            keyed.append((self._queue_key(n, job), n))
-        if not keyed:
-            return names[0]
-        top = min(k for k, _ in keyed)
-        tied = [n for k, n in keyed if k == top]
+    def _choose(self, parent: str | None) -> str | None:
+        """The child of ``parent`` that fair order serves first (None: none is live)."""
+        heap = self._choice.setdefault(parent, [])
+        dirty = self._dirty.pop(parent, None)
+        if dirty:
+            for child in sorted(dirty):
+                self._key_again(heap, child)
+        while heap:
+            _key, child, stamp = heap[0]
+            if self._live(child) and stamp == self._stamp(child):
+                break
+            heapq.heappop(heap)
+            if self._live(child) and self._keyed.get(child) == stamp:
+                self._key_again(heap, child)  # changed unannounced: keyed afresh
+        else:
+            return None
+        top = heap[0][0]
+        tied: list[tuple[tuple, str, tuple[int, int]]] = []
+        while heap and heap[0][0] == top:
+            entry = heapq.heappop(heap)
+            if self._live(entry[1]) and entry[2] == self._stamp(entry[1]):
+                tied.append(entry)
+        for entry in tied:
+            heapq.heappush(heap, entry)
         if len(tied) == 1:
-            return tied[0]
+            return tied[0][1]
         session = self.session
 
         def cmp(a: str, b: str) -> int:
@@ -367,7 +428,22 @@ class JobQueue:
                 return -1 if qa.created_at < qb.created_at else 1
             return -1 if a < b else (1 if a > b else 0)
 
-        return sorted(tied, key=functools.cmp_to_key(cmp))[0]
+        # In name order first, as the queue tree lists children: the tie-break is not a
+        # total order, so the sort must see them as it always did.
+        names = sorted(entry[1] for entry in tied)
+        return sorted(names, key=functools.cmp_to_key(cmp))[0]
+
+    def _key_again(self, heap: list, child: str) -> None:
+        if not self._live(child):
+            return
+        stamp = self._stamp(child)
+        if self._keyed.get(child) == stamp:
+            return  # its newest entry is up to date
+        job = self._best(child)
+        if job is None:
+            return
+        self._keyed[child] = stamp
+        heapq.heappush(heap, (self._queue_key(child, job), child, stamp))
 
 
 def _figures(session: Session) -> OrderFigures:

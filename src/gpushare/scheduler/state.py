@@ -154,6 +154,10 @@ class ClusterState:
         #: Nodes whose settled version went up, in order (cleared when a cycle begins),
         #: so that a figure kept over all nodes can catch up with the few that changed.
         self.settled_nodes: list[str] = []
+        #: Leaf queues whose usage version went up (it and its ancestors'), in order
+        #: (cleared when a cycle begins), so that an order kept over the queues can catch
+        #: up with the few that changed.
+        self.queue_log: list[str] = []
         #: Per eviction action, the jobs it searched for in the cycles since it last
         #: finished within its search budget: they go after the others, so that every
         #: job gets its turn however the budget falls.
@@ -402,6 +406,7 @@ class ClusterState:
             if sign < 0:
                 held = ZERO - held
             self._settle_queue(job.queue)
+            self.queue_log.append(job.queue)
             for name in self.ancestors(job.queue):
                 qu = self.queue_usage[name]
                 qu.version += 1
@@ -414,6 +419,7 @@ class ClusterState:
             req = Res(gpu * sign, pod.cpu_millis * sign, pod.memory_bytes * sign)
             mem_mib = g.memory_mib * g.devices * sign
             self._settle_queue(job.queue)
+            self.queue_log.append(job.queue)
             for name in self.ancestors(job.queue):
                 qu = self.queue_usage[name]
                 qu.version += 1
@@ -475,6 +481,7 @@ class ClusterState:
     def begin_cycle(self) -> None:
         self._touched = {}
         self.settled_nodes = []
+        self.queue_log = []
 
     def touched(self) -> dict[str, PodStatus]:
         """Pods changed since the cycle began, with the status each had then."""
