@@ -18,10 +18,17 @@ ACTION = "stalegangeviction"
 
 def is_stale(session: Session, job: Job) -> bool:
     pods = session.state.job_pods(job)
-    if any(p.status is PodStatus.SUCCEEDED for p in pods):
+    active = 0
+    for pod in pods:
+        status = pod.status
+        if status is PodStatus.SUCCEEDED:
+            return False
+        if status in ACTIVE_ALLOCATED:
+            active += 1
+    if not active:
         return False
-    if not any(p.status in ACTIVE_ALLOCATED for p in pods):
-        return False
+    if not job.subgroups:  # one pod set: its gang is min_member active pods
+        return active < job.min_member
     return not VictimSteps(job, pods, lambda p: p.status in ACTIVE_ALLOCATED).satisfied()
 
 
