@@ -97,15 +97,7 @@ def run_action(
     budget = options.search_budget
     search.budget = budget
     search.spent = False
-    # After a cycle that ran out, the jobs searched for since go last (each part in fair
-    # order), until every job has had its turn.
-    had_turn = state.search_turns.get(name, set()) if budget else set()
-    waiting = [j for j in jobs if j.key not in had_turn]
-    if not waiting:
-        had_turn, waiting = set(), jobs
-    orders = [JobQueue(session, waiting)]
-    if len(waiting) < len(jobs):
-        orders.append(JobQueue(session, [j for j in jobs if j.key in had_turn]))
+    had_turn, orders = _orders_by_turn(session, name, jobs, budget)
     searched: set[str] = set()
     failed: dict[str, FailedJobs] = {}
     done = 0
@@ -152,13 +144,30 @@ def run_action(
         # Only this cycle's candidates are remembered (deleted jobs drop out).
         state.search_turns[name] = (had_turn | searched) & {j.key for j in jobs}
     else:
-        state.search_turns.pop(name, None)
+        state.search_turns.pop(name, None)  # everyone got a search: turns start afresh
     session.searches[name] = {
         "jobs": len(searched), "work": search.work[0], "steps": search.stats.steps,
         "simulations": search.stats.simulations, "succeeded": done,
         "budget_ran_out": int(search.spent),
     }
     return done
+
+
+def _orders_by_turn(
+    session: Session, name: str, jobs: list[Job], budget: int
+) -> tuple[set[str], list[JobQueue]]:
+    """The jobs in the order the action takes them: after a cycle in which its budget ran
+    out, the jobs it searched for since go after the others (each part in fair order),
+    until every waiting job has had its turn. Returns the jobs that had theirs, and the
+    orders to take in turn."""
+    had_turn = session.state.search_turns.get(name, set()) if budget else set()
+    waiting = [j for j in jobs if j.key not in had_turn]
+    if not waiting:
+        return set(), [JobQueue(session, jobs)]
+    orders = [JobQueue(session, waiting)]
+    if len(waiting) < len(jobs):
+        orders.append(JobQueue(session, [j for j in jobs if j.key in had_turn]))
+    return had_turn, orders
 
 
 def elastic_victims_keep_gang(
