@@ -96,7 +96,16 @@ def _job_facts(session: Session, job: Job) -> _Facts:
     """A job's place in its queue's lists: (pod-set version, entry or None when it holds
     nothing, whether it holds GPUs, the least GPU / CPU / memory of one of its pods)."""
     state = session.state
-    version = state.job_version.get(job.key, 0)
+    key = job.key
+    version = state.job_version.get(key, 0)
+    if len(job.pods) == 1 and not job.subgroups:  # most jobs: one pod, no gang tree
+        pod = state.pods[job.pods[0]]
+        if not _is_active(pod):
+            return (version, None, False, None)
+        h = pod.held()
+        elastic = 0 if job.min_member > 1 else 2 if job.min_member < 1 else 1
+        return (version, (victim_key(job, elastic), job), bool(pod.gpu_indices),
+                (h.gpu, h.cpu, h.mem))
     pods = state.job_pods(job)
     active = [p for p in pods if _is_active(p)]
     if not active:
