@@ -83,3 +83,11 @@ def test_a_bad_budget_names_the_key(value):
     with pytest.raises(ScenarioError) as err:
         parse(_stuck_then_possible(victimSearchBudget=value))
     assert "config.victimSearchBudget" in str(err.value)
+
+
+def test_a_cycle_that_spent_its_budget_asks_the_loop_for_another():
+    from gpushare.controllers.scheduler_loop import work_left
+
+    _, [spent] = _run(_stuck_then_possible(victimSearchBudget=1), 1)
+    _, [done] = _run(_stuck_then_possible(victimSearchBudget=0), 1)
+    assert work_left(spent) and not work_left(done)

@@ -96,6 +96,11 @@ class LoopStats:
     budget_cycles: int = 0
 
 
+def work_left(result: CycleResult) -> bool:
+    """Whether an eviction action spent its search budget with jobs left to search for."""
+    return any(figures["budget_ran_out"] for figures in result.searches.values())
+
+
 @dataclass(slots=True)
 class QueueFigures:
     """The latest per-queue figures, in API quantity strings, for Queue status."""
@@ -274,8 +279,9 @@ class SchedulerLoop:
         self.stats.cycles += 1
         self.stats.cycle_seconds += elapsed
         self.stats.last_cycle_seconds = elapsed
-        if any(f["budget_ran_out"] for f in result.searches.values()):
+        if work_left(result):
             self.stats.budget_cycles += 1
+            self._wake.set()  # the rest of the work in the next cycle, not a period later
         self.act(result, now)
         self.heap.between_cycles()
         return result
