@@ -311,3 +311,34 @@ def test_kept_fair_order_matches_the_exact_order_while_the_state_changes(spec) -
         elif what == "push":  # the job competes again
             fast.push(a)
             exact.push(a)
+
+
+def test_fair_order_decides_shares_the_floats_cannot_tell_apart_exactly() -> None:
+    """q0 (1 GPU of a 5/6 share, asking 0.5) and q2 (0.4 of 4/3, asking 2) both come to a
+    dominant share of exactly 1.8 with the job, which floats round to either side; the
+    share without the job (1.2 against 0.3) must decide, as in the exact order."""
+    from gpushare.scheduler.ordering import JobQueue, _ExactJobQueue
+    from gpushare.scheduler.session import Session
+
+    def job(queue: int, gpu: GpuRequest) -> dict:
+        return {"queue": queue, "pods": 1, "elastic": False, "priority": 50, "gpu": gpu,
+                "cpu": 0, "age": 0}
+
+    spec = {"nodes": [(3, False)], "quotas": [0.5, 0.5, 1], "limits": [-1, -1, -1],
+            "compat": None, "placement": "binpack",
+            "jobs": [job(0, GpuRequest()), job(0, GpuRequest()), job(0, GpuRequest()),
+                     job(0, GpuRequest(whole=1)), job(0, GpuRequest(portion=500)),
+                     job(1, GpuRequest(whole=1)), job(2, GpuRequest(whole=2)),
+                     job(2, GpuRequest(memory_mib=40))]}
+    state, config = build(spec)
+    run_cycle(state, Config(actions=("allocate",)), 0.0)
+    settle(state, 0.0)
+    session = Session(state, config, 0.0)
+    jobs = state.jobs_with_pending_pods()
+    fast, exact = JobQueue(session, jobs), _ExactJobQueue(session, jobs)
+    order = []
+    while (a := fast.pop()) is not None:
+        b = exact.pop()
+        assert b is not None
+        order.append((a.key, b.key))
+    assert order == [("default/j6", "default/j6"), ("default/j4", "default/j4")]

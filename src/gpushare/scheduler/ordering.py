@@ -190,6 +190,30 @@ def step_units(session: Session, pods: list[Pod]) -> tuple[int | Fraction, int, 
     return gpu, cpu, mem
 
 
+#: Per resource, what a unit allocated counts where a queue has no share of it: the
+#: allocation times 1,000 in natural units (milli-GPUs already are).
+_ZERO_SHARE_FACTOR = (1, MILLI, MILLI)
+_CLOSE = 1e-9  # relative: floats nearer than this are compared exactly
+
+
+def _exact_share(allocated: tuple, shares: tuple, zero: tuple) -> Fraction:
+    """A dominant share exactly, as the exact order computes it (from the state units the
+    fast key reads)."""
+    value = Fraction(0)
+    for i in range(3):
+        w = Fraction(allocated[i])
+        value = max(value, w * _ZERO_SHARE_FACTOR[i] if zero[i] else w / shares[i])
+    return value
+
+
+def _near(key: tuple, top: tuple) -> bool:
+    """Whether two queue keys agree but for dominant shares the floats cannot tell apart."""
+    if key[:4] != top[:4]:
+        return False
+    a, b = key[4], top[4]
+    return abs(a - b) <= _CLOSE * max(abs(a), abs(b))
+
+
 class JobQueue:
     """Jobs waiting for an action, handed out in fair order (see module doc).
 
@@ -340,7 +364,7 @@ class JobQueue:
         for i in range(3):
             w, o = a[i] + req[i], a[i]
             if zero[i]:
-                factor = 1 if i == 0 else MILLI  # allocated x 1000 in natural units
+                factor = _ZERO_SHARE_FACTOR[i]
                 w_share, o_share = float(w) * factor, float(o) * factor
             else:
                 w_share, o_share = float(w) / share[i], o / share[i]
@@ -405,14 +429,21 @@ class JobQueue:
                 self._key_again(heap, child)  # changed unannounced: keyed afresh
         else:
             return None
+        # The keys hold floats: every child whose key is the top's but for shares too
+        # close to tell is taken out and compared exactly (rare).
         top = heap[0][0]
         tied: list[tuple[tuple, str, tuple[int, int]]] = []
-        while heap and heap[0][0] == top:
+        while heap and _near(heap[0][0], top):
             entry = heapq.heappop(heap)
             if self._live(entry[1]) and entry[2] == self._stamp(entry[1]):
                 tied.append(entry)
         for entry in tied:
             heapq.heappush(heap, entry)
+        if len(tied) == 1:
+            return tied[0][1]
+        exact = {entry[1]: self._exact_key(entry[1], entry[0]) for entry in tied}
+        first = min(exact.values())
+        tied = [entry for entry in tied if exact[entry[1]] == first]
         if len(tied) == 1:
             return tied[0][1]
         session = self.session
@@ -432,6 +463,18 @@ class JobQueue:
         # total order, so the sort must see them as it always did.
         names = sorted(entry[1] for entry in tied)
         return sorted(names, key=functools.cmp_to_key(cmp))[0]
+
+    def _exact_key(self, name: str, key: tuple) -> tuple:
+        """``key`` with its dominant shares exact (the child's entry is up to date, so the
+        state reads as it did when the key was made)."""
+        job = self._best(name)
+        assert job is not None
+        _, req = self._job_info(job)
+        qu = self.state.queue_usage[name]
+        a = (qu.allocated.gpu, qu.allocated.cpu, qu.allocated.mem)
+        shares, zero = self.fig.alloc_share_exact[name], self.fig.alloc_zero[name]
+        with_job = tuple(a[i] + req[i] for i in range(3))
+        return (*key[:4], _exact_share(with_job, shares, zero), _exact_share(a, shares, zero))
 
     def _key_again(self, heap: list, child: str) -> None:
         if not self._live(child):
