@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
 
 from gpushare.model.job import Job
@@ -392,6 +392,14 @@ class JobQueue:
         self._count -= 1
         self._touch(job.queue, -1)
         return job
+
+    def with_steps(self) -> Iterator[tuple[Job, list[Pod]]]:
+        """Pop jobs in order, each with its next gang step (jobs with none are passed over).
+        Popping is lazy: stop iterating and the rest stay queued."""
+        while (job := self.pop()) is not None:
+            step = self.session.gang(job).next_step()
+            if step:
+                yield job, step
 
     def _best(self, name: str) -> Job | None:
         """The job the queue would hand out next (its own best, or its best child's)."""

@@ -53,13 +53,7 @@ def allocate(session: Session) -> None:
     # Allocation only ever takes capacity, so a step shape that found no room once finds
     # none for the rest of the action: later jobs of that shape are not searched again.
     failed: dict[tuple, tuple[str, int, str]] = {}
-    while True:
-        job = order.pop()
-        if job is None:
-            break
-        step = session.gang(job).next_step()
-        if not step:
-            continue
+    for job, step in order.with_steps():
         check = session.check_capacity(job, step)
         if not check.ok:
             session.set_reason(job, f"{check.reason}: {check.message}")

@@ -102,13 +102,9 @@ def run_action(
     failed: dict[str, FailedJobs] = {}
     done = 0
     for order in orders:
-        while not search.spent:
-            job = order.pop()
-            if job is None:
-                break
-            step = session.gang(job).next_step()
-            if not step:
-                continue
+        if search.spent:
+            break
+        for job, step in order.with_steps():
             if not may_try(job, step):
                 continue
             bucket = failed.setdefault(job.queue if per_queue_signatures else "", FailedJobs())
@@ -128,8 +124,8 @@ def run_action(
                             f"({budget} units of work) ran out")
                     before = session.pending_reasons.get(job.key)
                     session.set_reason(job, f"{before}; {note}" if before else note)
-                else:
-                    bucket.add(shape, step)
+                    break
+                bucket.add(shape, step)
                 continue
             stmt.commit()
             search.note_commit()
