@@ -190,20 +190,7 @@ def step_units(session: Session, pods: list[Pod]) -> tuple[int | Fraction, int, 
     return gpu, cpu, mem
 
 
-#: Per resource, what a unit allocated counts where a queue has no share of it: the
-#: allocation times 1,000 in natural units (milli-GPUs already are).
-_ZERO_SHARE_FACTOR = (1, MILLI, MILLI)
 _CLOSE = 1e-9  # relative: floats nearer than this are compared exactly
-
-
-def _exact_share(allocated: tuple, shares: tuple, zero: tuple) -> Fraction:
-    """A dominant share exactly, as the exact order computes it (from the state units the
-    fast key reads)."""
-    value = Fraction(0)
-    for i in range(3):
-        w = Fraction(allocated[i])
-        value = max(value, w * _ZERO_SHARE_FACTOR[i] if zero[i] else w / shares[i])
-    return value
 
 
 def _near(key: tuple, top: tuple) -> bool:
@@ -364,7 +351,7 @@ class JobQueue:
         for i in range(3):
             w, o = a[i] + req[i], a[i]
             if zero[i]:
-                factor = _ZERO_SHARE_FACTOR[i]
+                factor = 1 if i == 0 else MILLI  # allocated x 1000 in natural units
                 w_share, o_share = float(w) * factor, float(o) * factor
             else:
                 w_share, o_share = float(w) / share[i], o / share[i]
@@ -473,16 +460,14 @@ class JobQueue:
         return sorted(names, key=functools.cmp_to_key(cmp))[0]
 
     def _exact_key(self, name: str, key: tuple) -> tuple:
-        """``key`` with its dominant shares exact (the child's entry is up to date, so the
-        state reads as it did when the key was made)."""
+        """``key`` with its dominant shares exact, as :func:`compare_queues` reads them (the
+        child's entry is up to date, so the state reads as it did when it was keyed)."""
         job = self._best(name)
         assert job is not None
-        _, req = self._job_info(job)
-        qu = self.state.queue_usage[name]
-        a = (qu.allocated.gpu, qu.allocated.cpu, qu.allocated.mem)
-        shares, zero = self.fig.alloc_share_exact[name], self.fig.alloc_zero[name]
-        with_job = tuple(a[i] + req[i] for i in range(3))
-        return (*key[:4], _exact_share(with_job, shares, zero), _exact_share(a, shares, zero))
+        session = self.session
+        allocated = session.allocated(name)
+        return (*key[:4], session.drf_share(name, vadd(allocated, job_init_request(session, job))),
+                session.drf_share(name, allocated))
 
     def _key_again(self, heap: list, child: str) -> None:
         if not self._live(child):

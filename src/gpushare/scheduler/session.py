@@ -252,16 +252,15 @@ class OrderFigures:
     """Per-cycle constants for fast queue ordering, in the state's integer units
     (milli-GPUs, millicores, bytes)."""
 
-    __slots__ = ("alloc_share", "alloc_share_exact", "alloc_zero", "fair_floor", "quota")
+    __slots__ = ("alloc_share", "alloc_zero", "fair_floor", "quota")
 
     def __init__(self, session: Session) -> None:
         cap = session.capacity
+        cap_units = (float(cap[0] * MILLI), float(cap[1]), float(cap[2]))
         scale = (MILLI, 1, 1)
         self.fair_floor: dict[str, tuple[int, int, int]] = {}
         self.quota: dict[str, tuple[Fraction | None, ...]] = {}
         self.alloc_share: dict[str, tuple[float, float, float]] = {}
-        # The same shares exactly, for comparisons the floats cannot tell apart.
-        self.alloc_share_exact: dict[str, tuple[Fraction, Fraction, Fraction]] = {}
         self.alloc_zero: dict[str, tuple[bool, bool, bool]] = {}
         # The figures depend only on fair share, quota, limit and capacity, which rarely
         # change between cycles: reuse last cycle's where they are the same.
@@ -273,7 +272,7 @@ class OrderFigures:
             hit = previous.get(key)
             if hit is not None:
                 (self.fair_floor[name], self.quota[name], self.alloc_share[name],
-                 self.alloc_share_exact[name], self.alloc_zero[name]) = hit
+                 self.alloc_zero[name]) = hit
                 memo[key] = hit
                 continue
             fair = session.fair(name)
@@ -285,15 +284,12 @@ class OrderFigures:
                 None if quota[i] == UNLIMITED else quota[i] * scale[i] for i in range(3)
             )
             share = session.allocatable_share(name)
-            exact = tuple(
-                Fraction(cap[i] * scale[i]) if share[i] == UNLIMITED
-                else Fraction(share[i] * scale[i])
+            units = tuple(
+                cap_units[i] if share[i] == UNLIMITED else float(share[i] * scale[i])
                 for i in range(3)
             )
-            units = tuple(float(e) for e in exact)
             self.alloc_zero[name] = tuple(u == 0 for u in units)  # type: ignore[assignment]
             self.alloc_share[name] = units  # type: ignore[assignment]
-            self.alloc_share_exact[name] = exact  # type: ignore[assignment]
             memo[key] = (self.fair_floor[name], self.quota[name], self.alloc_share[name],
-                         self.alloc_share_exact[name], self.alloc_zero[name])
+                         self.alloc_zero[name])
         state._order_figures_memo = memo  # type: ignore[attr-defined]

@@ -256,7 +256,7 @@ class ClusterState:
         if old is not None:
             self._index_preemptible(old, present=False)
         self._index_preemptible(job, present=True)
-        if old is not None:
+        if old is not None:  # its pods move over to the new version
             pods = [self.pods[k] for k in old.pods]
             for pod in pods:
                 self._detach_queue(pod)
@@ -405,8 +405,7 @@ class ClusterState:
             held = pod.held()
             if sign < 0:
                 held = ZERO - held
-            self._settle_queue(job.queue)
-            self.queue_log.append(job.queue)
+            self._note_queue_change(job.queue)
             for name in self.ancestors(job.queue):
                 qu = self.queue_usage[name]
                 qu.version += 1
@@ -418,16 +417,17 @@ class ClusterState:
             gpu = g.whole * MILLI if g.whole else g.portion * g.devices
             req = Res(gpu * sign, pod.cpu_millis * sign, pod.memory_bytes * sign)
             mem_mib = g.memory_mib * g.devices * sign
-            self._settle_queue(job.queue)
-            self.queue_log.append(job.queue)
+            self._note_queue_change(job.queue)
             for name in self.ancestors(job.queue):
                 qu = self.queue_usage[name]
                 qu.version += 1
                 qu.pending = qu.pending + req
                 qu.pending_gpu_memory_mib += mem_mib
 
-    def _settle_queue(self, leaf: str) -> None:
-        """Count a change of the leaf queue's pods as settled now, or at commit."""
+    def _note_queue_change(self, leaf: str) -> None:
+        """Log a change of the leaf queue's pods, and count it as settled now or at
+        commit."""
+        self.queue_log.append(leaf)
         if self._log is None:
             usage = self.queue_usage.get(leaf)
             if usage is not None:

@@ -3,8 +3,9 @@
 A search reads victims one at a time, most likely victim first, and usually stops after a
 few; handing it every candidate job of the cluster (and filtering them all) would cost
 each pending job O(jobs). Instead each leaf queue's preemptible jobs that hold something
-are kept sorted by victim key, per cycle, and rebuilt only when the queue's pods change
-for good (its settled version: a simulation that is rolled back changes nothing).
+are kept sorted by victim key, from cycle to cycle (on the state), and refreshed only when
+the queue's pods change for good (its settled version: a simulation that is rolled back
+changes nothing), job by job.
 A search walks these lists lazily through its own filter (:class:`SearchSources`: the
 action's per-queue rules, decided queue by queue, and the relevance test of
 :mod:`.relevance`).
@@ -103,9 +104,8 @@ def _job_facts(session: Session, job: Job) -> _Facts:
         if not _is_active(pod):
             return (version, None, False, None)
         h = pod.held()
-        elastic = 0 if job.min_member > 1 else 2 if job.min_member < 1 else 1
-        return (version, (victim_key(job, elastic), job), bool(pod.gpu_indices),
-                (h.gpu, h.cpu, h.mem))
+        entry = (victim_key(job, _elastic_state(1, job.min_member)), job)
+        return (version, entry, bool(pod.gpu_indices), (h.gpu, h.cpu, h.mem))
     pods = state.job_pods(job)
     active = [p for p in pods if _is_active(p)]
     if not active:
@@ -114,19 +114,24 @@ def _job_facts(session: Session, job: Job) -> _Facts:
     smallest = (min(h.gpu for h in held), min(h.cpu for h in held), min(h.mem for h in held))
     if job.subgroups:
         elastic = VictimSteps(job, pods, _is_active).elastic_state()
-    elif len(active) < job.min_member:
-        elastic = 0
     else:
-        elastic = 2 if len(active) > job.min_member else 1
+        elastic = _elastic_state(len(active), job.min_member)
     holds_gpu = any(p.gpu_indices for p in active)
     return (version, (victim_key(job, elastic), job), holds_gpu, smallest)
+
+
+def _elastic_state(active: int, min_member: int) -> int:
+    """0 below its gang size, 1 at it, 2 above it (a job without subgroups)."""
+    if active < min_member:
+        return 0
+    return 2 if active > min_member else 1
 
 
 class LeafVictims:
     """One leaf queue's candidate jobs in ascending victim key (the next victim last),
     split into jobs holding GPUs and jobs holding none. Never changed once made (the
-    searches read the lists in place); :meth:`refreshed` makes the next one, redoing
-    only the jobs whose pods changed."""
+    searches read the lists in place); the next one is made from it (``before``),
+    redoing only the jobs whose pods changed."""
 
     __slots__ = ("facts", "gpu", "least", "least_gpu", "other", "smallest", "usage",
                  "version")

@@ -161,7 +161,7 @@ def reclaim(session: Session) -> None:
         def decide(queue_name: str) -> Callable[[Job], bool] | None:
             if queue_name == job.queue or queue_name not in shares:
                 return None
-            theirs = _branch_of(shares, mine, queue_name)
+            theirs = group(queue_name)  # the branch the rules read for this queue
             allowed, surplus = branch_rules(theirs, queue_name)
             if not allowed and surplus <= 0:
                 return None
