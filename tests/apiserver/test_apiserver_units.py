@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.patch import merge_patch, strategic_merge_patch
+from gpushare.apiserver.schemas import kind_schema
 from gpushare.apiserver.selectors import (
     fields_match,
     labels_match,
@@ -34,10 +35,17 @@ POD = {
 }
 
 
+POD_SCHEMA = kind_schema("", "v1", "Pod")
+
+
+def _smp(target: dict, patch: dict) -> dict:
+    return strategic_merge_patch(target, patch, POD_SCHEMA)
+
+
 def test_strategic_merge_merges_containers_and_env_by_name() -> None:
     patch = {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "3"},
                                                               {"name": "C", "value": "4"}]}]}}
-    out = strategic_merge_patch(POD, patch)
+    out = _smp(POD, patch)
     main = out["spec"]["containers"][0]
     assert main["image"] == "img:1"
     assert main["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "3"},
@@ -47,29 +55,29 @@ def test_strategic_merge_merges_containers_and_env_by_name() -> None:
 
 
 def test_strategic_merge_directives() -> None:
-    deleted = strategic_merge_patch(POD, {"spec": {"containers": [
+    deleted = _smp(POD, {"spec": {"containers": [
         {"name": "side", "$patch": "delete"}]}})
     assert [c["name"] for c in deleted["spec"]["containers"]] == ["main"]
-    replaced = strategic_merge_patch(POD, {"spec": {"containers": [
+    replaced = _smp(POD, {"spec": {"containers": [
         {"name": "only", "image": "x"}, {"$patch": "replace"}]}})
     assert replaced["spec"]["containers"] == [{"name": "only", "image": "x"}]
-    map_replace = strategic_merge_patch(POD, {"metadata": {"labels": {"$patch": "replace",
+    map_replace = _smp(POD, {"metadata": {"labels": {"$patch": "replace",
                                                                       "b": "2"}}})
     assert map_replace["metadata"]["labels"] == {"b": "2"}
-    primitive = strategic_merge_patch(POD, {"metadata": {"$deleteFromPrimitiveList/finalizers":
+    primitive = _smp(POD, {"metadata": {"$deleteFromPrimitiveList/finalizers":
                                                          ["x"]}})
     assert primitive["metadata"]["finalizers"] == []
-    ordered = strategic_merge_patch(POD, {"spec": {"$setElementOrder/containers": [
+    ordered = _smp(POD, {"spec": {"$setElementOrder/containers": [
         {"name": "side"}, {"name": "main"}]}})
     assert [c["name"] for c in ordered["spec"]["containers"]] == ["side", "main"]
-    removed = strategic_merge_patch(POD, {"metadata": {"labels": {"a": None}}})
+    removed = _smp(POD, {"metadata": {"labels": {"a": None}}})
     assert removed["metadata"]["labels"] == {}
-    lists_without_keys = strategic_merge_patch(POD, {"spec": {"tolerations": [{"key": "k2"}]}})
+    lists_without_keys = _smp(POD, {"spec": {"tolerations": [{"key": "k2"}]}})
     assert lists_without_keys["spec"]["tolerations"] == [{"key": "k2"}]
-    finalizers = strategic_merge_patch(POD, {"metadata": {"finalizers": ["y"]}})
+    finalizers = _smp(POD, {"metadata": {"finalizers": ["y"]}})
     assert finalizers["metadata"]["finalizers"] == ["x", "y"]
     with pytest.raises(ApiError):
-        strategic_merge_patch(POD, [])  # type: ignore[arg-type]
+        strategic_merge_patch(POD, [], POD_SCHEMA)  # type: ignore[arg-type]
 
 
 def test_merge_patch() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.apiserver import builtin_kinds, crds, pods, validation
+from gpushare.apiserver import builtin_kinds, crds, pods, schemas, validation
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
 from gpushare.apiserver.objects import deep_copy, meta, new_uid, now_rfc3339, rfc3339_after
 from gpushare.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
@@ -534,14 +534,14 @@ class Api:
                                     "accepted media types include: application/json-patch+json,"
                                     " application/merge-patch+json, application/apply-patch+yaml",
                                "UnsupportedMediaType")
-            patched = strategic_merge_patch(current, body)
+            patched = strategic_merge_patch(current, body, _builtin_schema(info))
         elif apply:
             if not isinstance(body, dict):
                 raise bad_request("an apply patch must be an object")
             self._check_type(info, dict(body))
             applied = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
             patched = (merge_patch(current, applied) if info.crd
-                       else strategic_merge_patch(current, applied))
+                       else strategic_merge_patch(current, applied, _builtin_schema(info)))
         else:
             raise ApiError(415, f"the patch content type {content_type!r} is not supported",
                            "UnsupportedMediaType")
@@ -708,6 +708,10 @@ def scale_of(obj: dict[str, Any]) -> dict[str, Any]:
         "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
                    "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))},
     }
+
+
+def _builtin_schema(info: ResourceInfo) -> dict[str, Any] | None:
+    return None if info.crd else schemas.kind_schema(info.group, info.version, info.kind)
 
 
 def _qualified(info: ResourceInfo) -> str:

@@ -1,51 +1,23 @@
 """OpenAPI documents (v3 per group/version, and a v2 document) generated from the registry.
 
-Custom resources carry their CRD schema (so `kubectl explain queue.spec` works) and say they
-take merge patches; built-in kinds declare strategic merge patch support but publish no
-component schema, so kubectl computes their strategic merge patches from its compiled-in
-types, which carry the exact list merge keys.
+Built-in kinds carry Kubernetes' own definitions (`schemas`, generated from the published
+1.32 OpenAPI), with their patch strategies and merge keys, so `kubectl explain pod.spec`
+works and clients see the same list semantics the server applies. Custom resources carry
+their CRD schema (so `kubectl explain queue.spec` works) and say they take merge patches.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
 import orjson
 
+from gpushare.apiserver import schemas
 from gpushare.apiserver.resources import Registry, ResourceInfo
 
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
-
-_OBJECT_META_SCHEMA = {
-    "type": "object",
-    "description": "Standard object metadata.",
-    "properties": {
-        "name": {"type": "string", "description": "Name, unique within a namespace."},
-        "generateName": {"type": "string", "description": "Prefix for a server-generated "
-                                                          "name."},
-        "namespace": {"type": "string", "description": "Namespace of the object."},
-        "labels": {"type": "object", "additionalProperties": {"type": "string"},
-                   "description": "Labels for selection."},
-        "annotations": {"type": "object", "additionalProperties": {"type": "string"},
-                        "description": "Arbitrary metadata."},
-        "uid": {"type": "string", "description": "Unique id, set by the server."},
-        "resourceVersion": {"type": "string", "description": "Version for optimistic "
-                                                             "concurrency and watches."},
-        "generation": {"type": "integer", "format": "int64",
-                       "description": "Spec generation, set by the server."},
-        "creationTimestamp": {"type": "string", "format": "date-time",
-                              "description": "Creation time, set by the server."},
-        "deletionTimestamp": {"type": "string", "format": "date-time",
-                              "description": "Set when deletion was requested."},
-        "finalizers": {"type": "array", "items": {"type": "string"},
-                       "description": "Must be empty before the object is removed."},
-        "ownerReferences": {"type": "array", "items": {"type": "object",
-                                                       "x-kubernetes-preserve-unknown-fields":
-                                                           True},
-                            "description": "Objects this one depends on."},
-    },
-}
 
 _PATCH_TYPES_CRD = ("application/json-patch+json", "application/merge-patch+json",
                     "application/apply-patch+yaml")
@@ -53,6 +25,9 @@ _PATCH_TYPES_BUILTIN = (*_PATCH_TYPES_CRD, "application/strategic-merge-patch+js
 
 
 def schema_name(info: ResourceInfo) -> str:
+    builtin = None if info.crd else schemas.definition_name(info.group, info.version, info.kind)
+    if builtin:
+        return builtin
     if info.crd:
         reversed_group = ".".join(reversed(info.group.split(".")))
         return f"{reversed_group}.{info.version}.{info.kind}"
@@ -74,9 +49,14 @@ def _param(name: str, where: str = "query") -> dict[str, Any]:
 
 
 def _ref(info: ResourceInfo) -> dict[str, Any]:
-    if info.crd:
+    if info.crd or schemas.definition_name(info.group, info.version, info.kind):
         return {"$ref": f"#/components/schemas/{schema_name(info)}"}
     return {"type": "object"}
+
+
+def _builtin_names(infos: list[ResourceInfo]) -> list[str]:
+    names = [schemas.definition_name(i.group, i.version, i.kind) for i in infos if not i.crd]
+    return schemas.closure([OBJECT_META, *(n for n in names if n)])
 
 
 def _op(info: ResourceInfo, action: str, body: tuple[str, ...] | None,
@@ -163,14 +143,16 @@ class OpenApiCache:
             for version in versions:
                 infos = reg.in_group_version(group, version)
                 paths: dict[str, Any] = {}
-                schemas: dict[str, Any] = {OBJECT_META: _OBJECT_META_SCHEMA}
+                comps: dict[str, Any] = {}
+                for name in _builtin_names(infos):
+                    comps[name] = _v3_definition(name)
                 for info in infos:
                     paths.update(_paths(info))
                     if info.crd:
-                        schemas[schema_name(info)] = _crd_schema(info)
+                        comps[schema_name(info)] = _crd_schema(info)
                 doc = {"openapi": "3.0.0",
                        "info": {"title": "gpushare", "version": "v1.32.0"},
-                       "paths": paths, "components": {"schemas": schemas}}
+                       "paths": paths, "components": {"schemas": comps}}
                 key = _gv_path(group, version)
                 docs[key] = orjson.dumps(doc)
                 hashes[key] = hashlib.sha256(docs[key]).hexdigest()[:32].upper()
@@ -186,7 +168,9 @@ class OpenApiCache:
         cached = self._v2.get(cluster)
         if cached is not None and cached[0] == reg.revision:
             return cached[1]
-        definitions: dict[str, Any] = {OBJECT_META: _OBJECT_META_SCHEMA}
+        definitions: dict[str, Any] = {}
+        for name in _builtin_names(list(reg.by_gvr.values())):
+            definitions[name] = _v2_definition(name)
         for info in reg.by_gvr.values():
             if info.crd:
                 schema = _crd_schema(info)
@@ -197,3 +181,13 @@ class OpenApiCache:
         data = orjson.dumps(doc)
         self._v2[cluster] = (reg.revision, data)
         return data
+
+
+@functools.cache
+def _v3_definition(name: str) -> dict[str, Any]:
+    return schemas.with_refs(schemas.definitions()[name], "#/components/schemas/", wrap=True)
+
+
+@functools.cache
+def _v2_definition(name: str) -> dict[str, Any]:
+    return schemas.with_refs(schemas.definitions()[name], "#/definitions/", wrap=False)

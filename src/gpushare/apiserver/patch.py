@@ -1,4 +1,12 @@
-"""PATCH bodies: JSON merge patch, JSON patch, and strategic merge patch of built-in kinds."""
+"""PATCH bodies: JSON merge patch, JSON patch, and strategic merge patch of built-in kinds.
+
+Strategic merge patch follows the kind's schema (`schemas`, generated from Kubernetes'
+published definitions): a list is merged item by item only where its field declares
+`x-kubernetes-patch-strategy: merge` with an `x-kubernetes-patch-merge-key` (a Service's
+`ports` by `port`, a container's `ports` by `containerPort`), merged as a set where the
+strategy is `merge` on scalars (`finalizers`), and replaced otherwise (`taints`,
+`tolerations`), exactly as Kubernetes does.
+"""
 
 from __future__ import annotations
 
@@ -7,32 +15,9 @@ from typing import Any
 
 import jsonpatch
 
+from gpushare.apiserver import schemas
 from gpushare.apiserver.errors import ApiError
-
-# Lists of built-in kinds merged item by item, keyed by this field (by the list's field name:
-# unambiguous for the kinds this server serves).
-MERGE_KEYS: dict[str, str] = {
-    "containers": "name",
-    "initContainers": "name",
-    "ephemeralContainers": "name",
-    "env": "name",
-    "volumes": "name",
-    "volumeMounts": "mountPath",
-    "volumeDevices": "devicePath",
-    "ports": "containerPort",
-    "imagePullSecrets": "name",
-    "conditions": "type",
-    "ownerReferences": "uid",
-    "taints": "key",
-    "addresses": "type",
-    "hostAliases": "ip",
-    "podIPs": "ip",
-    "hostIPs": "ip",
-    "resourceClaims": "name",
-    "topologySpreadConstraints": "topologyKey",
-}
-# Lists of scalars merged as sets.
-MERGE_SETS = {"finalizers"}
+from gpushare.apiserver.schemas import Schema
 
 _DIRECTIVE = "$patch"
 _ORDER_PREFIX = "$setElementOrder/"
@@ -58,17 +43,39 @@ def json_patch(target: Any, ops: Any) -> Any:
         raise ApiError(400, "a JSON patch must be a list of operations")
     try:
         return jsonpatch.JsonPatch(ops).apply(target)
-    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError) as e:
-        raise ApiError(422, f"the JSON patch could not be applied: {e}") from e
+    except jsonpatch.JsonPatchTestFailed as e:
+        raise ApiError(422, f"the server rejected our request due to an error in our request: "
+                            f"{_op_text(e)}", "Invalid") from e
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError,
+            KeyError, IndexError) as e:
+        raise ApiError(422, f"the JSON patch could not be applied: {_op_text(e)}",
+                       "Invalid") from e
 
 
-def strategic_merge_patch(target: Any, patch: Any) -> Any:
+def _op_text(error: Exception) -> str:
+    # jsonpatch's messages may quote whole documents as Python reprs: keep the first line,
+    # cut to a readable length.
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def strategic_merge_patch(target: Any, patch: Any, schema: Schema | None = None) -> Any:
+    """Patch `target` (an object of the kind `schema` describes; None: no list merges)."""
     if not isinstance(patch, dict):
         raise ApiError(400, "a strategic merge patch must be a JSON object")
-    return _merge_map(target if isinstance(target, dict) else {}, patch)
+    return _merge_map(target if isinstance(target, dict) else {}, patch, schemas.resolve(schema))
 
 
-def _merge_map(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+def list_strategy(schema: Schema | None) -> tuple[bool, str | None]:
+    """(merge, merge key) of a list field's schema."""
+    if schema is None:
+        return False, None
+    strategy = str(schema.get("x-kubernetes-patch-strategy") or "")
+    return "merge" in strategy.split(","), schema.get("x-kubernetes-patch-merge-key")
+
+
+def _merge_map(target: dict[str, Any], patch: dict[str, Any],
+               schema: Schema | None) -> dict[str, Any]:
     directive = patch.get(_DIRECTIVE)
     if directive == "replace":
         return {k: copy.deepcopy(v) for k, v in patch.items() if not k.startswith("$")}
@@ -94,34 +101,40 @@ def _merge_map(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
             result.pop(key, None)
             continue
         current = result.get(key)
+        sub = schemas.field(schema, key)
         if isinstance(value, dict):
-            result[key] = _merge_map(current if isinstance(current, dict) else {}, value)
+            result[key] = _merge_map(current if isinstance(current, dict) else {}, value,
+                                     schemas.resolve(sub))
         elif isinstance(value, list):
-            result[key] = _merge_list(key, current if isinstance(current, list) else [], value)
+            result[key] = _merge_list(sub, current if isinstance(current, list) else [], value)
         else:
             result[key] = value
     for field, order in orders.items():
         if isinstance(result.get(field), list):
-            result[field] = _reorder(field, result[field], order)
+            _merge, key = list_strategy(schemas.field(schema, field))
+            result[field] = _reorder(key, result[field], order)
     if isinstance(retain, list):
         keep = set(retain)
         result = {k: v for k, v in result.items() if k in keep}
     return result
 
 
-def _merge_list(field: str, target: list[Any], patch: list[Any]) -> list[Any]:
+def _merge_list(schema: Schema | None, target: list[Any], patch: list[Any]) -> list[Any]:
     if any(isinstance(p, dict) and p.get(_DIRECTIVE) == "replace" for p in patch):
-        return [copy.deepcopy(p) for p in patch
+        return [_strip(p) for p in patch
                 if not (isinstance(p, dict) and p.get(_DIRECTIVE) == "replace")]
-    if field in MERGE_SETS:
+    merge, key = list_strategy(schema)
+    if not merge:
+        return [_strip(p) for p in patch]
+    if key is None:
         out = list(target)
         for p in patch:
             if p not in out:
                 out.append(p)
         return out
-    key = MERGE_KEYS.get(field)
-    if key is None or not all(isinstance(p, dict) for p in patch):
+    if not all(isinstance(p, dict) for p in patch):
         return [copy.deepcopy(p) for p in patch]
+    item_schema = schemas.resolve(schemas.items(schema))
     out = [dict(t) if isinstance(t, dict) else t for t in target]
     for p in patch:
         ident = p.get(key)
@@ -132,14 +145,22 @@ def _merge_list(field: str, target: list[Any], patch: list[Any]) -> list[Any]:
                 out.pop(idx)
             continue
         if idx is None:
-            out.append(_merge_map({}, p))
+            out.append(_merge_map({}, p, item_schema))
         else:
-            out[idx] = _merge_map(out[idx], p)
+            out[idx] = _merge_map(out[idx], p, item_schema)
     return out
 
 
-def _reorder(field: str, items: list[Any], order: list[Any]) -> list[Any]:
-    key = MERGE_KEYS.get(field)
+def _strip(value: Any) -> Any:
+    """A replaced list's items as given, without patch directives."""
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if not k.startswith("$")}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def _reorder(key: str | None, items: list[Any], order: list[Any]) -> list[Any]:
 
     def ident(item: Any) -> Any:
         if key is not None and isinstance(item, dict):
