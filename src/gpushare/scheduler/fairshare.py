@@ -6,9 +6,10 @@ Two modes:
   ``min(quota, limit, request)``; what is left goes by priority bucket (highest first) in
   rounds proportional to the over-quota weight (adjusted by past usage with ``k``); each
   offer is floored to whole units (1 GPU, 1 millicore, 1 byte) and the fraction
-  remembered; at the end of a bucket the floored-away leftover is handed out one unit at a
-  time (or what remains) to the largest remembered fraction, then the older queue, then the
-  smaller name.
+  remembered; what a bucket floors away stays in the pot for the lower buckets' rounds.
+  Only after the last bucket is the floored-away leftover handed out, bucket by bucket
+  (highest first), at most one unit (or what remains) per remembered queue, by largest
+  remembered fraction, then the older queue, then the smaller name.
 * ``exact`` (gpushare's default): the same passes without flooring, so leftovers smaller
   than a unit are shared in proportion to weight (two bursting teams in a 1-GPU parent get
   0.5 / 0.5, not 0.67 / 0.33).
@@ -176,25 +177,49 @@ def divide_resource(
         return weights, sum(weights.values(), ZERO)
 
     priorities = sorted({q.priority for q in queues}, reverse=True)
+    if mode == "kai":
+        return _kai_over_quota(remaining, priorities, queues, fair, share_weights,
+                               remaining_request, satisfied, resource)
     for priority in priorities:
         if remaining <= 0:
             break
         bucket = [q for q in queues if q.priority == priority]
-        if mode == "kai":
-            remaining, remembered = _kai_rounds(remaining, bucket, fair, share_weights,
-                                                remaining_request, satisfied, resource)
-            if remaining <= 0 or not remembered:
-                continue
-            order = sorted(remembered, key=lambda n: (-remembered[n][0], remembered[n][1], n))
-            for name in order:
-                if remaining == 0:
-                    break
-                give = min(ONE, remaining)
-                fair[name] += give
-                remaining -= give
-        else:
-            remaining = _exact_rounds(remaining, bucket, fair, share_weights,
-                                      remaining_request, satisfied, resource)
+        remaining = _exact_rounds(remaining, bucket, fair, share_weights,
+                                  remaining_request, satisfied, resource)
+    return fair
+
+
+def _kai_over_quota(remaining, priorities, queues, fair, share_weights, remaining_request,
+                    satisfied, resource):
+    """KAI's over-quota division: the rounds of every bucket first, then the leftovers.
+
+    Each bucket (highest priority first) runs its rounds on what the buckets above left,
+    flooring every offer and remembering what it floored away; that remainder stays in the
+    pot for the lower buckets. Only when every bucket has had its rounds is the leftover
+    handed out, again bucket by bucket from the highest: each remembered queue gets at most
+    one unit (or what remains), by largest remembered fraction, then the older queue, then
+    the smaller name.
+    """
+    remembered_by_bucket: list[dict[str, tuple[Fraction, float]]] = []
+    for priority in priorities:
+        bucket = [q for q in queues if q.priority == priority]
+        if remaining <= 0:
+            # KAI still enters the bucket; with nothing left no round gives anything.
+            remembered_by_bucket.append({})
+            continue
+        remaining, remembered = _kai_rounds(remaining, bucket, fair, share_weights,
+                                            remaining_request, satisfied, resource)
+        remembered_by_bucket.append(remembered)
+    for remembered in remembered_by_bucket:
+        if remaining <= 0:
+            break
+        order = sorted(remembered, key=lambda n: (-remembered[n][0], remembered[n][1], n))
+        for name in order:
+            if remaining == 0:
+                break
+            give = min(ONE, remaining)
+            fair[name] += give
+            remaining -= give
     return fair
 
 

@@ -1,0 +1,94 @@
+"""Decision hashes: a fingerprint of every decision the scheduler makes on the bench's clusters.
+
+Runs a few cycles (all five actions, settling in between as the bench does) on clusters
+built by ``scheduler_bench.build`` and prints, per size and per configuration (gpushare's
+defaults and ``compat: kai``), a sha256 over the sorted binds, pipelines and evictions of
+every cycle, plus the cycle times. Two commits that hash the same on these clusters made the
+same decisions on them: a refactoring proves itself unchanged this way.
+
+    python bench/decision_hash.py                    # the default sizes
+    python bench/decision_hash.py --sizes 10:100:10:0 200:300:100:0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scheduler_bench import add_pending, build, settle  # noqa: E402
+
+from gpushare.model import Job  # noqa: E402
+from gpushare.scheduler import Config, run_cycle  # noqa: E402
+
+DEFAULT_SIZES = ("10:100:10:0", "50:100:25:0", "200:300:100:0.1", "300:300:150:0.05")
+
+
+def decisions_of(result) -> list[str]:
+    lines = [f"B {b.pod} {b.node} {b.gpu_indices} {b.portion} {b.gpu_memory_mib}"
+             for b in result.binds]
+    lines += [f"P {p.pod} {p.node} {p.gpu_indices} {p.portion} {p.gpu_memory_mib}"
+              for p in result.pipelines]
+    lines += [f"E {e.pod} {e.action}" for e in result.evictions]
+    return sorted(lines)
+
+
+def run(nodes: int, queues: int, pending: int, free: float, cycles: int,
+        compat: str | None) -> tuple[str, list[float], int]:
+    state = build(nodes, queues, pending, free)
+    config = Config(compat=compat)
+    digest = hashlib.sha256()
+    times: list[float] = []
+    count = 0
+    for c in range(cycles):
+        if c:
+            settle(state)
+            rnd = random.Random(c)
+            leaves = [q for q in state.queues if q.startswith("team-")]
+            counter = [len(state.jobs)]
+
+            def new_job(queue, priority, min_member, counter=counter, c=c):
+                counter[0] += 1
+                job = Job(f"late-{c}-{counter[0]}", "bench", queue, priority=priority,
+                          preemptible=priority < 100, min_member=min_member)
+                state.upsert_job(job)
+                return job
+
+            add_pending(state, rnd, leaves, pending // 4, new_job)
+        t = time.perf_counter()
+        result = run_cycle(state, config, 0.0)
+        times.append(time.perf_counter() - t)
+        lines = decisions_of(result)
+        count += len(lines)
+        digest.update(f"cycle {c}\n".encode())
+        digest.update("\n".join(lines).encode())
+    return digest.hexdigest()[:16], times, count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="*", default=list(DEFAULT_SIZES),
+                        help="nodes:queues:pending:free, as scheduler_bench.build takes them")
+    parser.add_argument("--cycles", type=int, default=3)
+    parser.add_argument("--compat", nargs="*", default=["default", "kai"])
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
+    for size in args.sizes:
+        n, q, p, f = size.split(":")
+        for compat in args.compat:
+            digest, times, count = run(int(n), int(q), int(p), float(f), args.cycles,
+                                       None if compat == "default" else compat)
+            print(f"nodes={n} queues={q} pending={p} free={f} compat={compat} "
+                  f"decisions={count} hash={digest} cycle min={min(times):.3f}s "
+                  f"median={statistics.median(times):.3f}s")
+
+
+if __name__ == "__main__":
+    main()
