@@ -23,12 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scheduler_bench import add_pending, build, settle  # noqa: E402
-
-from gpushare.model import Job  # noqa: E402
-from gpushare.scheduler import Config, run_cycle  # noqa: E402
+from gpushare.model import Job
+from gpushare.scheduler import Config, run_cycle
+from scheduler_bench import add_pending, build, settle
 
 DEFAULT_SIZES = ("10:100:10:0", "50:100:25:0", "200:300:100:0.1", "300:300:150:0.05")
+#: ``compat: kai`` searches victims without gpushare's bounds: minutes beyond these sizes.
+KAI_SIZES = ("10:100:10:0", "50:100:25:0")
 
 
 def decisions_of(result) -> list[str]:
@@ -76,6 +77,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="*", default=list(DEFAULT_SIZES),
                         help="nodes:queues:pending:free, as scheduler_bench.build takes them")
+    parser.add_argument("--kai-sizes", nargs="*", default=list(KAI_SIZES),
+                        help="the sizes also run under compat: kai")
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--compat", nargs="*", default=["default", "kai"])
     args = parser.parse_args()
@@ -83,6 +86,8 @@ def main() -> None:
     for size in args.sizes:
         n, q, p, f = size.split(":")
         for compat in args.compat:
+            if compat == "kai" and size not in args.kai_sizes:
+                continue
             digest, times, count = run(int(n), int(q), int(p), float(f), args.cycles,
                                        None if compat == "default" else compat)
             print(f"nodes={n} queues={q} pending={p} free={f} compat={compat} "
