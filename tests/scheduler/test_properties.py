@@ -22,6 +22,7 @@ from gpushare.model import (
 from gpushare.model.quantities import MILLI, RESOURCES
 from gpushare.scheduler import ClusterState, Config, run_cycle
 from gpushare.scheduler.gang import GangView
+from gpushare.scheduler.nodeplacement import placement_strategy_names
 from gpushare.simulator import settle
 
 UNL = Fraction(-1)
@@ -52,7 +53,7 @@ clusters = st.fixed_dictionaries({
     "limits": st.lists(st.sampled_from([-1, 1, 2, 3]), min_size=3, max_size=3),
     "jobs": st.lists(job_specs, min_size=1, max_size=8),
     "compat": st.sampled_from([None, "kai"]),
-    "placement": st.sampled_from(["binpack", "spread"]),
+    "placement": st.sampled_from(list(placement_strategy_names())),
 })
 
 

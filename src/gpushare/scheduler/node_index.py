@@ -2,8 +2,8 @@
 set, so that choosing a node costs a walk over the few candidates in score order rather
 than a pass over every node.
 
-Buckets hold node keys in placement order (binpack: least free first; spread: largest free
-ratio first; then name):
+Buckets hold node keys in placement order (the strategy's ``index_key``, see
+``nodeplacement``: binpack least free first, spread largest free ratio first; then name):
 
 * ``whole[b]``: ready nodes with exactly ``b`` GPUs that are (or will be, once releases
   finish) entirely free;
@@ -16,9 +16,9 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Iterable, Iterator
-from fractions import Fraction
 
 from gpushare.model.quantities import MILLI
+from gpushare.scheduler.nodeplacement import PlacementStrategy, placement_strategy
 from gpushare.scheduler.state import ClusterState, NodeUsage
 
 Key = tuple
@@ -29,6 +29,8 @@ class NodeIndex:
         self.state = state
         self.gpu_strategy = gpu_strategy
         self.cpu_strategy = cpu_strategy
+        self.gpu_rule: PlacementStrategy = placement_strategy(gpu_strategy)
+        self.cpu_rule: PlacementStrategy = placement_strategy(cpu_strategy)
         self.whole: dict[int, list[Key]] = {}
         self.shared: dict[int, list[Key]] = {}
         self.cpu_only: list[Key] = []
@@ -65,18 +67,11 @@ class NodeIndex:
 
     # ------------------------------------------------------------------ keys
     def gpu_key(self, u: NodeUsage) -> Key:
-        free = u.gpus_free_future_milli()
-        if self.gpu_strategy == "spread":
-            total = u.node.gpus * MILLI
-            return (-Fraction(free, total) if total else 0, u.node.name)
-        return (free, u.node.name)
+        return self.gpu_rule.index_key(u.gpus_free_future_milli(), u.node.gpus * MILLI,
+                                       u.node.name)
 
     def cpu_key(self, u: NodeUsage) -> Key:
-        free = u.cpu_free_future()
-        if self.cpu_strategy == "spread":
-            total = u.node.cpu_millis
-            return (-Fraction(free, total) if total else 0, u.node.name)
-        return (free, u.node.name)
+        return self.cpu_rule.index_key(u.cpu_free_future(), u.node.cpu_millis, u.node.name)
 
     # ----------------------------------------------------------- maintenance
     def _insert(self, name: str, target: list[Key], key: Key) -> None:
@@ -124,9 +119,8 @@ class NodeIndex:
 
     def cpu_candidates(self, gpu_nodes: bool, cpu: int) -> Iterator[str]:
         keys = self.cpu_gpu if gpu_nodes else self.cpu_only
-        start = 0
-        if self.cpu_strategy != "spread":
-            start = bisect.bisect_left(keys, (cpu, ""))
+        bound = self.cpu_rule.index_start(cpu)
+        start = 0 if bound is None else bisect.bisect_left(keys, bound)
         return (keys[i][-1] for i in range(start, len(keys)))
 
 

@@ -18,13 +18,13 @@ from gpushare.model.pod import Pod, PodStatus
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.gang import is_gang
 from gpushare.scheduler.node_index import NodeIndex
+from gpushare.scheduler.nodeplacement import placement_strategy
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import NodeUsage, Statement
 
 SCORE_GPU_SHARING = 10_000
 SCORE_AVAILABLE = 1_000
 SCORE_RESOURCE_TYPE = 10
-SCORE_PLACEMENT_MAX = 9
 
 
 @dataclass(slots=True)
@@ -72,7 +72,7 @@ def fit_on_node(
         portion = g.portion_on(node.gpu_memory_mib)
         if portion > MILLI:
             return None
-        spread = session.config.gpu_placement == "spread"
+        gpu_order = placement_strategy(session.config.gpu_placement).gpu_order
         candidates = []
         has_shared_fit = False
         for i in range(node.gpus):
@@ -85,7 +85,7 @@ def fit_on_node(
             has_shared_fit = has_shared_fit or shared
             fits_now = portion <= usage.gpu_free_now(i)
             fill = MILLI - future if shared else 0
-            candidates.append((not fits_now, fill if spread else -fill, i, fits_now))
+            candidates.append((not fits_now, gpu_order(fill), i, fits_now))
         if len(candidates) < g.devices:
             return None
         candidates.sort()
@@ -97,29 +97,15 @@ def fit_on_node(
 
 def _placement_scores(session: Session, pod: Pod, fits: list[tuple[Fit, NodeUsage]]) -> list[float]:
     wants_gpu = pod.gpu.wants_gpu
-    strategy = session.config.gpu_placement if wants_gpu else session.config.cpu_placement
+    config = session.config
+    strategy = placement_strategy(config.gpu_placement if wants_gpu else config.cpu_placement)
 
     def free_and_total(usage: NodeUsage) -> tuple[int, int]:
         if wants_gpu:
             return usage.gpus_free_future_milli(), usage.node.gpus * MILLI
         return usage.cpu_free_future(), usage.node.cpu_millis
 
-    figures = [free_and_total(u) for _, u in fits]
-    if strategy == "spread":
-        return [free / total if total else 0.0 for free, total in figures]
-    with_resource = [free for free, total in figures if total]
-    if not with_resource:
-        return [0.0] * len(fits)
-    lo, hi = min(with_resource), max(with_resource)
-    scores = []
-    for free, total in figures:
-        if total == 0 or hi == 0:
-            scores.append(0.0)
-        elif lo == hi:
-            scores.append(float(SCORE_PLACEMENT_MAX))
-        else:
-            scores.append(SCORE_PLACEMENT_MAX * (1 - (free - lo) / (hi - lo)))
-    return scores
+    return strategy.scores([free_and_total(u) for _, u in fits])
 
 
 def ordered_fits(
@@ -139,7 +125,8 @@ def ordered_fits(
     if not fits:
         return []
     placement = _placement_scores(session, pod, fits)
-    gpu_sharing = pod.gpu.is_shared and session.config.gpu_placement == "binpack"
+    gpu_sharing = (pod.gpu.is_shared
+                   and placement_strategy(session.config.gpu_placement).shared_gpus_first)
     scored = []
     for (fit, usage), p in zip(fits, placement, strict=True):
         score = p
@@ -191,7 +178,7 @@ def best_fit(
         if g.is_memory:
             # Portions differ with each node's GPU memory: look at every shared node.
             portion = 1
-        if config.gpu_placement == "binpack":
+        if placement_strategy(config.gpu_placement).shared_gpus_first:
             now, later = first(
                 n for n in index.shared_candidates(portion)
                 if _has_shared_fit(session, pod, usage[n])

@@ -15,6 +15,7 @@ from gpushare.model.pod import GpuRequest, Pod, PodStatus
 from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, mib_to_bytes
 from gpushare.model.queue import UNLIMITED, Queue, ResourceSpec
 from gpushare.scheduler.config import DEFAULT_ACTIONS, Config
+from gpushare.scheduler.nodeplacement import placement_strategy_names
 from gpushare.scheduler.victims.options import CONFIG_KEYS as VICTIM_CONFIG_KEYS
 from gpushare.scheduler.victims.options import OptionError
 from gpushare.scheduler.victims.options import read_config as read_victim_config
@@ -179,9 +180,9 @@ def _config(raw: Any, actions: tuple[str, ...]) -> Config:
     if "placement" in c:
         p = check_keys(c["placement"], "config.placement", frozenset({"gpu", "cpu"}))
         gpu_placement = get(p, "gpu", "config.placement", as_str, default="binpack",
-                            choices=("binpack", "spread"))
+                            choices=placement_strategy_names())
         cpu_placement = get(p, "cpu", "config.placement", as_str, default="binpack",
-                            choices=("binpack", "spread"))
+                            choices=placement_strategy_names())
     compat = c.get("compat")
     if compat is not None:
         compat = as_str(compat, "config.compat", ("kai",))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpushare.model import Job, Pod
 from gpushare.model.quantities import MILLI
+from gpushare.scheduler.nodeplacement import placement_strategy
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.victims.candidates import LeafFilters, victim_lists
 from gpushare.scheduler.victims.common import (
@@ -44,7 +45,8 @@ def _enough_gpus(session: Session, step: list[Pod], free: int) -> bool:
 def consolidation(session: Session) -> None:
     config = session.config
     limit = config.max_consolidation_preemptees
-    if limit == 0 or config.gpu_placement == "spread" or config.cpu_placement == "spread":
+    if limit == 0 or not (placement_strategy(config.gpu_placement).allows_consolidation
+                          and placement_strategy(config.cpu_placement).allows_consolidation):
         return
     options = VictimOptions.of(session.config)
 

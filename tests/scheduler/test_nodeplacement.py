@@ -1,0 +1,74 @@
+"""Placement strategies are objects looked up by name; a registered one drives the choice."""
+
+from dataclasses import dataclass
+
+import pytest
+from scheduler_builders import add_job, cluster, queue
+
+from gpushare.scheduler import Config, nodeplacement, run_cycle
+from gpushare.scheduler.nodeplacement import (
+    BINPACK,
+    SPREAD,
+    Binpack,
+    placement_strategy,
+    placement_strategy_names,
+    register_placement_strategy,
+)
+from gpushare.simulator.scenario import parse
+from gpushare.simulator.schema import ScenarioError
+
+
+def test_builtin_strategies_by_name_and_unknown_name_fails_with_known_ones():
+    assert placement_strategy("binpack") is BINPACK
+    assert placement_strategy("spread") is SPREAD
+    known = r"unknown placement strategy 'tight' \(known: binpack, spread\)"
+    with pytest.raises(ValueError, match=known):
+        placement_strategy("tight")
+
+
+def test_binpack_and_spread_scores_agree_with_their_index_keys():
+    figures = [(3000, 8000), (1000, 8000), (5000, 8000), (0, 0)]
+    for strategy in (BINPACK, SPREAD):
+        scores = strategy.scores(figures)
+        by_score = sorted(range(3), key=lambda i: (-scores[i], f"n{i}"))
+        by_key = sorted(range(3), key=lambda i: strategy.index_key(*figures[i], f"n{i}"))
+        assert by_score == by_key, strategy.name
+    assert BINPACK.scores(figures)[1] == 9.0 and SPREAD.scores(figures)[2] == 5000 / 8000
+
+
+@dataclass(frozen=True, slots=True)
+class EmptiestGpu(Binpack):
+    """Binpack across nodes, but a fraction starts on the emptiest GPU of the node."""
+
+    name: str = "test-emptiest-gpu"
+
+    def gpu_order(self, fill: int) -> int:
+        return fill
+
+
+def test_a_registered_strategy_is_accepted_by_name_and_chooses_the_gpu(monkeypatch):
+    monkeypatch.setitem(nodeplacement._STRATEGIES, "test-emptiest-gpu", EmptiestGpu())
+    assert "test-emptiest-gpu" in placement_strategy_names()
+    chosen = {}
+    for name in ("binpack", "test-emptiest-gpu"):
+        state = cluster(gpus=2)
+        state.upsert_queue(queue("q", gpu_quota=-1))
+        config = Config(actions=("allocate",), gpu_placement=name)
+        add_job(state, "first", "q", portion=500)
+        run_cycle(state, config, 0)
+        add_job(state, "second", "q", portion=250)
+        chosen[name] = run_cycle(state, config, 0).binds[0].gpu_indices
+    assert chosen == {"binpack": (0,), "test-emptiest-gpu": (1,)}
+
+
+def test_register_placement_strategy_adds_it(monkeypatch):
+    monkeypatch.setattr(nodeplacement, "_STRATEGIES", dict(nodeplacement._STRATEGIES))
+    register_placement_strategy(EmptiestGpu())
+    assert placement_strategy("test-emptiest-gpu") == EmptiestGpu()
+
+
+def test_scenario_with_an_unknown_placement_names_the_field():
+    doc = {"format": 1, "name": "x", "config": {"placement": {"gpu": "tight"}},
+           "nodes": [], "queues": [], "jobs": [], "expect": {}}
+    with pytest.raises(ScenarioError, match=r"config\.placement"):
+        parse(doc)
