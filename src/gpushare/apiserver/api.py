@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.apiserver import builtin_kinds, crds, pods, schemas, validation
+from gpushare.apiserver import builtin_kinds, crds, managed, pods, schemas, validation
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
 from gpushare.apiserver.objects import deep_copy, meta, new_uid, now_rfc3339, rfc3339_after
 from gpushare.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
@@ -166,7 +166,10 @@ class Api:
         *,
         dry_run: bool = False,
         field_validation: str = "",
+        manager: str = "",
+        applied: bool = False,
     ) -> dict[str, Any]:
+        """Create `body`; `manager` (fieldManager) owns its fields, as an Apply if `applied`."""
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
         obj = body
@@ -197,7 +200,14 @@ class Api:
         if info.crd and info.has_status:
             obj.pop("status", None)
         self._prune(info, obj, field_validation)
+        applied_fields = managed.leaves(obj, _schema(info)) if manager and applied else None
         builtin_kinds.default_object(gr, obj)
+        if manager:
+            fields = applied_fields if applied_fields is not None else managed.leaves(
+                obj, _schema(info))
+            entry = managed.Entry(manager, "Apply" if applied else "Update", info.api_version,
+                                  m["creationTimestamp"], set(fields))
+            m["managedFields"] = managed.render_entries([entry])
         self._admit(cluster, info, obj, None)
         self._validate(cluster, info, obj, None)
         if gr == CRD_GR:
@@ -402,6 +412,7 @@ class Api:
         *,
         dry_run: bool = False,
         field_validation: str = "",
+        manager: str = "",
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
@@ -423,7 +434,7 @@ class Api:
             raise conflict(info.group, info.resource, name, "the object has been modified; "
                            "please apply your changes to the latest version and try again")
         return self._replace(cluster, info, old, body, subresource, dry_run=dry_run,
-                             field_validation=field_validation)
+                             field_validation=field_validation, manager=manager)
 
     def _replace(
         self,
@@ -435,10 +446,18 @@ class Api:
         *,
         dry_run: bool = False,
         field_validation: str = "",
+        manager: str = "",
+        applied: bool = False,
     ) -> dict[str, Any]:
         gr = info.group_resource
         old_meta = old["metadata"]
         self._prune(info, new, field_validation)
+        # managedFields a client wrote (changed from what is stored) are taken as given, as
+        # Kubernetes does (kubectl moves client-side apply ownership that way).
+        new_fields = (new.get("metadata") or {}).get("managedFields")
+        base_fields = (new_fields if isinstance(new_fields, list)
+                       and new_fields != old_meta.get("managedFields")
+                       else old_meta.get("managedFields"))
         if subresource == "status":
             obj = deep_copy(old)
             obj["status"] = new.get("status")
@@ -453,7 +472,10 @@ class Api:
                     m[key] = old_meta[key]
                 else:
                     m.pop(key, None)
-            m.pop("managedFields", None)
+            if not applied:
+                m.pop("managedFields", None)
+                if "managedFields" in old_meta:
+                    m["managedFields"] = old_meta["managedFields"]
             if info.has_status:
                 if "status" in old:
                     obj["status"] = deep_copy(old["status"])
@@ -468,6 +490,15 @@ class Api:
         builtin_kinds.default_object(gr, obj)
         if _spec_changed(old, obj):
             obj["metadata"]["generation"] = int(old_meta.get("generation") or 1) + 1
+        if manager and not applied:
+            tracked = managed.track_update(old, obj, base_fields, _schema(info), manager,
+                                           info.api_version, now_rfc3339(), subresource)
+            if tracked is not None:
+                obj["metadata"]["managedFields"] = tracked
+        elif base_fields is not old_meta.get("managedFields"):
+            obj["metadata"]["managedFields"] = base_fields
+        if not obj["metadata"].get("managedFields"):
+            obj["metadata"].pop("managedFields", None)
         if obj == old:
             return old  # a no-op write keeps the resourceVersion, like Kubernetes
         self._validate(cluster, info, obj, old)
@@ -504,6 +535,7 @@ class Api:
         dry_run: bool = False,
         force: bool = False,
         field_validation: str = "",
+        manager: str = "",
     ) -> tuple[dict[str, Any], bool]:
         """Returns (object, created)."""
         ns = ns if info.namespaced else ""
@@ -520,8 +552,10 @@ class Api:
                 m["name"] = name
                 if info.namespaced:
                     m["namespace"] = ns
+                meta(body).pop("managedFields", None)
                 return self.create(cluster, info, ns, body, dry_run=dry_run,
-                                   field_validation=field_validation), True
+                                   field_validation=field_validation, manager=manager,
+                                   applied=True), True
             raise not_found(info.group, info.resource, name)
         current = deep_copy(old)
         if content_type == PATCH_MERGE:
@@ -539,9 +573,18 @@ class Api:
             if not isinstance(body, dict):
                 raise bad_request("an apply patch must be an object")
             self._check_type(info, dict(body))
-            applied = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
-            patched = (merge_patch(current, applied) if info.crd
-                       else strategic_merge_patch(current, applied, _builtin_schema(info)))
+            config = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
+            if isinstance(config.get("metadata"), dict):
+                config["metadata"] = {k: v for k, v in config["metadata"].items()
+                                      if k != "managedFields"}
+            builtin = _builtin_schema(info)
+
+            def merge(target: Any, cfg: Any) -> Any:
+                return (merge_patch(target, cfg) if info.crd
+                        else strategic_merge_patch(target, cfg, builtin))
+            patched = managed.apply(current, config, _schema(info), manager or "unknown",
+                                    info.api_version, now_rfc3339(), force, subresource,
+                                    merge, (info.group, info.resource, name))
         else:
             raise ApiError(415, f"the patch content type {content_type!r} is not supported",
                            "UnsupportedMediaType")
@@ -555,7 +598,8 @@ class Api:
             raise conflict(info.group, info.resource, name, "the object has been modified; "
                            "please apply your changes to the latest version and try again")
         return self._replace(cluster, info, old, patched, subresource, dry_run=dry_run,
-                             field_validation=field_validation), False
+                             field_validation=field_validation, manager=manager,
+                             applied=apply), False
 
     # -- delete ----------------------------------------------------------------------------
 
@@ -708,6 +752,11 @@ def scale_of(obj: dict[str, Any]) -> dict[str, Any]:
         "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
                    "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))},
     }
+
+
+def _schema(info: ResourceInfo) -> dict[str, Any] | None:
+    """The schema field ownership follows: the built-in definition or the CRD's."""
+    return info.schema if info.crd else _builtin_schema(info)
 
 
 def _builtin_schema(info: ResourceInfo) -> dict[str, Any] | None:

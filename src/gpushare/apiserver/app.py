@@ -50,6 +50,14 @@ def json_response(obj: Any, code: int = 200, media_type: str = JSON) -> Response
     return Response(orjson.dumps(obj), code, media_type=media_type)
 
 
+def field_manager(query: dict[str, str], user_agent: str) -> str:
+    """The manager a write is recorded under: `fieldManager`, else the user agent's name."""
+    name = query.get("fieldManager") or user_agent.split("/", 1)[0].strip()
+    if len(name) > 128:
+        raise bad_request("fieldManager may not be longer than 128 characters")
+    return name or "unknown"
+
+
 @dataclass(slots=True)
 class ResourceRequest:
     info: ResourceInfo
@@ -278,6 +286,7 @@ class App:
         query = dict(request.query_params)
         dry_run = bool(query.get("dryRun"))
         strictness = query.get("fieldValidation", "")
+        manager = field_manager(query, request.headers.get("user-agent", ""))
         if sub == "bindings":
             verb, sub_rbac = "create", "binding"
         elif method == "GET":
@@ -344,7 +353,7 @@ class App:
                                "MethodNotAllowed")
             body = await self._body(request)
             obj = api.create(cluster, info, ns, body, dry_run=dry_run,
-                             field_validation=strictness)
+                             field_validation=strictness, manager=manager)
             return json_response(api.served(info, obj), 201), verb, metric_resource
         if verb == "update":
             assert name is not None
@@ -352,7 +361,7 @@ class App:
             if sub == "finalize":
                 sub = None
             obj = api.update(cluster, info, ns or "", name, body, sub, dry_run=dry_run,
-                             field_validation=strictness)
+                             field_validation=strictness, manager=manager)
             return json_response(api.served(info, obj)), verb, metric_resource
         if verb == "patch":
             assert name is not None
@@ -360,7 +369,7 @@ class App:
             body = await self._body(request, content_type)
             obj, created = api.patch(cluster, info, ns or "", name, content_type, body, sub,
                                      dry_run=dry_run, force=query.get("force") == "true",
-                                     field_validation=strictness)
+                                     field_validation=strictness, manager=manager)
             return (json_response(api.served(info, obj), 201 if created else 200), verb,
                     metric_resource)
         if verb == "delete":
