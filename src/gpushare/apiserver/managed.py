@@ -24,6 +24,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
+
 from gpushare.apiserver import schemas
 from gpushare.apiserver.errors import ApiError
 
@@ -44,21 +46,21 @@ def leaves(obj: dict[str, Any], schema: dict[str, Any] | None,
     root = schemas.resolve(schema)
     if subresource == "status":
         if "status" in obj:
-            _walk(obj["status"], schemas.field(root, "status"), ("f:status",), out)
+            _walk(obj["status"], schemas.child(root, "status"), ("f:status",), out)
         return out
     m = obj.get("metadata")
     if isinstance(m, dict):
-        meta_schema = schemas.resolve(schemas.field(root, "metadata"))
+        meta_schema = schemas.child(root, "metadata")
         if meta_schema is None or "properties" not in meta_schema:
             meta_schema = schemas.resolve({"$ref": "io.k8s.apimachinery.pkg.apis.meta.v1."
                                                    "ObjectMeta"})
         for key in _META_TRACKED:
             if key in m and m[key] is not None:
-                _walk(m[key], schemas.field(meta_schema, key), ("f:metadata", f"f:{key}"), out)
+                _walk(m[key], schemas.child(meta_schema, key), ("f:metadata", f"f:{key}"), out)
     for key, value in obj.items():
         if key in ("apiVersion", "kind", "metadata", "status") or value is None:
             continue
-        _walk(value, schemas.field(root, key), (f"f:{key}",), out)
+        _walk(value, schemas.child(root, key), (f"f:{key}",), out)
     return out
 
 
@@ -77,11 +79,11 @@ def _list_kind(schema: dict[str, Any] | None) -> tuple[str, str | None]:
 
 
 def item_key(item: dict[str, Any], key: str) -> str:
-    return "k:" + json.dumps({key: item.get(key)}, separators=(",", ":"), sort_keys=True)
+    return "k:" + orjson.dumps({key: item.get(key)}).decode()
 
 
 def _walk(value: Any, schema: Any, path: Path, out: Leaves) -> None:
-    schema = schemas.resolve(schema)
+    """`schema` is resolved (no `$ref`) or None."""
     if isinstance(value, dict):
         atomic = schema is not None and schema.get("x-kubernetes-map-type") == "atomic"
         if atomic or not value or (schema is not None and schema.get("type") not in (
@@ -90,7 +92,7 @@ def _walk(value: Any, schema: Any, path: Path, out: Leaves) -> None:
             return
         for k, v in value.items():
             if v is not None:
-                _walk(v, schemas.field(schema, k), (*path, f"f:{k}"), out)
+                _walk(v, schemas.child(schema, k), (*path, f"f:{k}"), out)
         return
     if isinstance(value, list):
         kind, key = _list_kind(schema)
@@ -101,11 +103,11 @@ def _walk(value: Any, schema: Any, path: Path, out: Leaves) -> None:
                 out[(*kp, _ITEM)] = None
                 for k, v in item.items():
                     if v is not None:
-                        _walk(v, schemas.field(item_schema, k), (*kp, f"f:{k}"), out)
+                        _walk(v, schemas.child(item_schema, k), (*kp, f"f:{k}"), out)
             return
         if kind == "set" and value and all(not isinstance(v, dict | list) for v in value):
             for v in value:
-                out[(*path, "v:" + json.dumps(v, separators=(",", ":")))] = v
+                out[(*path, "v:" + orjson.dumps(v).decode())] = v
             return
     out[path] = value
 
@@ -311,7 +313,7 @@ def _strip_nulls(value: Any) -> Any:
 def _remove(obj: dict[str, Any], dropped: set[Path], kept: set[Path],
             schema: dict[str, Any] | None, subresource: str | None) -> dict[str, Any]:
     """A copy of `obj` without the dropped paths nobody else keeps."""
-    out: dict[str, Any] = json.loads(json.dumps(obj))
+    out: dict[str, Any] = orjson.loads(orjson.dumps(obj))
     for path in sorted(dropped, key=len, reverse=True):
         if path in kept:
             continue

@@ -119,3 +119,22 @@ def with_refs(schema: Any, prefix: str, wrap: bool) -> Any:
         else:
             out.update(target)
     return out
+
+
+_CHILD_CACHE: dict[tuple[int, str], tuple[Schema, Schema | None]] = {}
+_CHILD_CACHE_MAX = 100_000
+
+
+def child(schema: Schema | None, key: str) -> Schema | None:
+    """`resolve(field(schema, key))`, memoized (the entry keeps `schema` alive, so its id is
+    not reused while cached)."""
+    if schema is None:
+        return None
+    ck = (id(schema), key)
+    hit = _CHILD_CACHE.get(ck)
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    out = resolve(field(schema, key))
+    if len(_CHILD_CACHE) < _CHILD_CACHE_MAX:
+        _CHILD_CACHE[ck] = (schema, out)
+    return out
