@@ -1,7 +1,7 @@
 from fractions import Fraction as F
 
 from gpushare.model.quantities import RESOURCES
-from gpushare.scheduler.fairshare import ShareInput, divide
+from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
 
 UNL = F(-1)
 

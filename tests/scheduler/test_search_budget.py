@@ -8,7 +8,7 @@ import pytest
 from test_victim_actions import NOW, PENDING, job, queue, running, scenario
 
 from gpushare.scheduler import Config, run_cycle
-from gpushare.scheduler.victims.options import DEFAULT_SEARCH_BUDGET, VictimOptions
+from gpushare.scheduler.actions.common.options import DEFAULT_SEARCH_BUDGET, VictimOptions
 from gpushare.simulator import ScenarioError, build_state, parse, settle
 
 

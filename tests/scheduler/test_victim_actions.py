@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from gpushare.scheduler import run_cycle
+from gpushare.scheduler.actions.common.solver import Search
 from gpushare.scheduler.cycle import open_session
-from gpushare.scheduler.victims.solver import Search
 from gpushare.simulator import ScenarioError, build_state, parse, settle
 
 NOW = 0.0

@@ -10,9 +10,9 @@ from scheduler_builders import add_job, cluster, queue
 
 from gpushare.model import PodStatus
 from gpushare.scheduler import Config
+from gpushare.scheduler.actions.common.candidates import victim_lists
 from gpushare.scheduler.cycle import open_session
 from gpushare.scheduler.state import ClusterState
-from gpushare.scheduler.victims.candidates import victim_lists
 
 QUEUES = ("qa", "qb")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpushare.model import Queue
-from gpushare.scheduler.victims.minruntime import (
+from gpushare.scheduler.plugins.minruntime import (
     is_protected,
     preempt_min_runtime,
     reclaim_min_runtime,

@@ -5,13 +5,13 @@ from __future__ import annotations
 from fractions import Fraction as F
 
 from gpushare.model import CPU, GPU, MEMORY
-from gpushare.scheduler.victims.reclaim_rules import (
+from gpushare.scheduler.plugins.proportion.reclaimable import (
     Reclaimer,
     can_reclaim,
     reclaimable,
     victim_queue_allowed,
 )
-from gpushare.scheduler.victims.shares import UNLIMITED, QueueShare
+from gpushare.scheduler.plugins.proportion.resource_share import UNLIMITED, QueueShare
 
 
 def q(name, parent=None, deserved=0, fair=0, alloc=0, alloc_np=0, priority=100, limit=-1):

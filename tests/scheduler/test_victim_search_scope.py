@@ -9,7 +9,7 @@ import random
 from test_victim_actions import PENDING, cycle, job, queue, running, scenario
 
 from gpushare.model import Job
-from gpushare.scheduler.victims.victim_queue import _Candidate, _Leaf
+from gpushare.scheduler.actions.common.victim_queue import _Candidate, _Leaf
 
 
 def _gpu_node_with_cpu_pods(**config):
@@ -118,8 +118,8 @@ class _GroupedSources(dict):
 
 def test_a_refused_step_skips_steps_as_large_in_every_queue_of_its_group():
     from gpushare.model import GpuRequest, Pod, PodStatus
-    from gpushare.scheduler.victims.shares import QueueShare
-    from gpushare.scheduler.victims.victim_queue import VictimQueue
+    from gpushare.scheduler.actions.common.victim_queue import VictimQueue
+    from gpushare.scheduler.plugins.proportion.resource_share import QueueShare
 
     pods: dict[str, list[Pod]] = {}
     lists: dict[str, list] = {"a1": [], "a2": []}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fractions import Fraction as F
 
 from gpushare.model import CPU, GPU, MEMORY
-from gpushare.scheduler.victims.shares import QueueShare
-from gpushare.scheduler.victims.steady import (
+from gpushare.scheduler.plugins.proportion.resource_share import QueueShare
+from gpushare.scheduler.plugins.proportion.steady import (
     SteadyShares,
     branch_surplus,
     may_reclaim,

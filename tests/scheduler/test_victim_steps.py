@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gpushare.model import Job, Pod, PodStatus, SubGroup
 from gpushare.model.pod import GpuRequest
-from gpushare.scheduler.victims.signatures import FailedJobs
-from gpushare.scheduler.victims.steps import VictimSteps
+from gpushare.scheduler.actions.common.signatures import FailedJobs
+from gpushare.scheduler.actions.common.steps import VictimSteps
 
 
 def _job(min_member: int = 1, subgroups: dict[str, SubGroup] | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpushare.model.pod import PodStatus
 from gpushare.model.quantities import MIB, MILLI, Res
-from gpushare.scheduler.actions import get_action
+from gpushare.scheduler.actions.registry import get_action
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.decisions import Bind, CycleResult, Evict, Pipeline, QueueReport
 from gpushare.scheduler.session import Session, Vec
@@ -24,9 +24,7 @@ def run_cycle(state: ClusterState, config: Config, now: float) -> CycleResult:
     """
     session = open_session(state, config, now)
     for name in config.actions:
-        action = get_action(name)
-        if action is not None:
-            action(session)
+        get_action(name)(session)
     return collect(session)
 
 

@@ -16,8 +16,8 @@ from gpushare.model.pod import Pod
 from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, Res
 from gpushare.model.queue import UNLIMITED
 from gpushare.scheduler.config import Config
-from gpushare.scheduler.fairshare import ShareInput, divide
 from gpushare.scheduler.gang import GangView
+from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
 from gpushare.scheduler.state import ClusterState
 
 F0 = Fraction(0)

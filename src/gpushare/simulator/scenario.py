@@ -14,11 +14,12 @@ from gpushare.model.node import Node
 from gpushare.model.pod import GpuRequest, Pod, PodStatus
 from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, mib_to_bytes
 from gpushare.model.queue import UNLIMITED, Queue, ResourceSpec
+from gpushare.scheduler.actions.common.options import CONFIG_KEYS as VICTIM_CONFIG_KEYS
+from gpushare.scheduler.actions.common.options import OptionError
+from gpushare.scheduler.actions.common.options import read_config as read_victim_config
+from gpushare.scheduler.actions.registry import action_names
 from gpushare.scheduler.config import DEFAULT_ACTIONS, Config
 from gpushare.scheduler.nodeplacement import placement_strategy_names
-from gpushare.scheduler.victims.options import CONFIG_KEYS as VICTIM_CONFIG_KEYS
-from gpushare.scheduler.victims.options import OptionError
-from gpushare.scheduler.victims.options import read_config as read_victim_config
 from gpushare.simulator.schema import (
     ScenarioError,
     as_bool,
@@ -68,7 +69,7 @@ EXPECT_KEYS = frozenset({"tasks", "jobs", "queues"})
 EXPECT_POD_KEYS = frozenset({"status", "node", "gpus"})
 EXPECT_QUEUE_KEYS = frozenset({"fairShare"})
 STATES = tuple(s.value for s in PodStatus)
-ACTION_NAMES = DEFAULT_ACTIONS
+ACTION_NAMES = action_names()
 
 
 @dataclass(slots=True)
@@ -206,7 +207,7 @@ def _config(raw: Any, actions: tuple[str, ...]) -> Config:
 
 
 def _victim_config(c: dict[str, Any]) -> dict[str, object]:
-    """The eviction actions' own keys (gpushare.scheduler.victims.options)."""
+    """The eviction actions' own keys (gpushare.scheduler.actions.common.options)."""
     try:
         return read_victim_config(c, "config")
     except OptionError as err:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from gpushare.model.job import Job
 from gpushare.model.pod import Pod
-from gpushare.scheduler.actions import register_action
 from gpushare.scheduler.ordering import JobQueue
 from gpushare.scheduler.placement import place_step
 from gpushare.scheduler.session import Session
@@ -76,4 +75,3 @@ def allocate(session: Session) -> None:
             order.push(job)
 
 
-register_action("allocate", allocate)

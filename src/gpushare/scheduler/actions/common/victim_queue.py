@@ -8,10 +8,10 @@ from fractions import Fraction
 
 from gpushare.model import Job, Pod, PodStatus
 from gpushare.model.quantities import res_natural
-from gpushare.scheduler.victims.candidates import Entry, Source, VictimKey, victim_key
-from gpushare.scheduler.victims.ordering import QueueSide, compare_sides, queue_side
-from gpushare.scheduler.victims.shares import Quantities, QueueShare, add, zeros
-from gpushare.scheduler.victims.steps import VictimSteps
+from gpushare.scheduler.actions.common.candidates import Entry, Source, VictimKey, victim_key
+from gpushare.scheduler.actions.common.ordering import QueueSide, compare_sides, queue_side
+from gpushare.scheduler.actions.common.steps import VictimSteps
+from gpushare.scheduler.plugins.proportion.resource_share import Quantities, QueueShare, add, zeros
 
 
 def pod_quantities(pod: Pod) -> Quantities:

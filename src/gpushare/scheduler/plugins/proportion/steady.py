@@ -32,9 +32,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from gpushare.model.quantities import GPU, RESOURCES
-from gpushare.scheduler.fairshare import ShareInput, divide
+from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
+from gpushare.scheduler.plugins.proportion.resource_share import (
+    UNLIMITED,
+    Quantities,
+    Shares,
+    leveled,
+)
 from gpushare.scheduler.session import Session
-from gpushare.scheduler.victims.shares import UNLIMITED, Quantities, Shares, leveled
 
 ZERO = Fraction(0)
 

@@ -21,11 +21,8 @@ from fractions import Fraction
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
 from gpushare.model.quantities import MILLI, RESOURCES, Res, res_natural
-from gpushare.scheduler.session import Session
-from gpushare.scheduler.victims import minruntime
-from gpushare.scheduler.victims import steady as steady_rules
-from gpushare.scheduler.victims.candidates import LazyFilters, LeafFilters, victim_lists
-from gpushare.scheduler.victims.common import (
+from gpushare.scheduler.actions.common.candidates import LazyFilters, LeafFilters, victim_lists
+from gpushare.scheduler.actions.common.eviction import (
     elastic_memo,
     elastic_victims_keep_gang,
     in_preemption_delay,
@@ -33,19 +30,22 @@ from gpushare.scheduler.victims.common import (
     run_action,
     running_seconds,
 )
-from gpushare.scheduler.victims.options import VictimOptions
-from gpushare.scheduler.victims.reclaim_rules import (
+from gpushare.scheduler.actions.common.options import VictimOptions
+from gpushare.scheduler.actions.common.solver import Outcome, Search, victim_units
+from gpushare.scheduler.actions.common.steps import VictimSteps
+from gpushare.scheduler.actions.common.victim_queue import pod_quantities
+from gpushare.scheduler.plugins import minruntime
+from gpushare.scheduler.plugins.proportion import steady as steady_rules
+from gpushare.scheduler.plugins.proportion.reclaimable import (
     Reclaimer,
     can_reclaim,
     reclaimable,
     victim_queue_allowed,
     within_quota_if_non_preemptible,
 )
-from gpushare.scheduler.victims.shares import Quantities, Shares, path_to
-from gpushare.scheduler.victims.solver import Outcome, Search, victim_units
-from gpushare.scheduler.victims.steady import SteadyShares
-from gpushare.scheduler.victims.steps import VictimSteps
-from gpushare.scheduler.victims.victim_queue import pod_quantities
+from gpushare.scheduler.plugins.proportion.resource_share import Quantities, Shares, path_to
+from gpushare.scheduler.plugins.proportion.steady import SteadyShares
+from gpushare.scheduler.session import Session
 
 ACTION = "reclaim"
 

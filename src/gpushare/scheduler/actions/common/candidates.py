@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from gpushare.model import Job, PodStatus
 from gpushare.model.quantities import MILLI
+from gpushare.scheduler.actions.common.relevance import StepNeeds
+from gpushare.scheduler.actions.common.steps import VictimSteps
 from gpushare.scheduler.session import Session
-from gpushare.scheduler.victims.relevance import StepNeeds
-from gpushare.scheduler.victims.steps import VictimSteps
 
 #: Per allowed leaf queue, which of its candidate jobs qualify for one search.
 LeafFilters = Mapping[str, Callable[[Job], bool]]

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from gpushare.model import Job, Pod
 from gpushare.model.quantities import MILLI
-from gpushare.scheduler.nodeplacement import placement_strategy
-from gpushare.scheduler.session import Session
-from gpushare.scheduler.victims.candidates import LeafFilters, victim_lists
-from gpushare.scheduler.victims.common import (
+from gpushare.scheduler.actions.common.candidates import LeafFilters, victim_lists
+from gpushare.scheduler.actions.common.eviction import (
     in_preemption_delay,
     pending_candidates,
     run_action,
 )
-from gpushare.scheduler.victims.options import VictimOptions
-from gpushare.scheduler.victims.solver import Outcome, Search
+from gpushare.scheduler.actions.common.options import VictimOptions
+from gpushare.scheduler.actions.common.solver import Outcome, Search
+from gpushare.scheduler.nodeplacement import placement_strategy
+from gpushare.scheduler.session import Session
 
 ACTION = "consolidation"
 

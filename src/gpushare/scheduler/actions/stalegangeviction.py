@@ -10,8 +10,8 @@ time it became stale is kept on the job (``stale_since``) and reported by the cy
 from __future__ import annotations
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, PodStatus
+from gpushare.scheduler.actions.common.steps import VictimSteps
 from gpushare.scheduler.session import Session
-from gpushare.scheduler.victims.steps import VictimSteps
 
 ACTION = "stalegangeviction"
 

@@ -29,17 +29,17 @@ from fractions import Fraction
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod, PodStatus
 from gpushare.model.quantities import MILLI, RESOURCES
+from gpushare.scheduler.actions.common.candidates import LeafFilters, SearchSources, victim_lists
+from gpushare.scheduler.actions.common.capacity import Capacity, Room
+from gpushare.scheduler.actions.common.ordering import CompareMemo, pick_fair
+from gpushare.scheduler.actions.common.relevance import StepNeeds
+from gpushare.scheduler.actions.common.victim_queue import VictimQueue, pod_quantities
 from gpushare.scheduler.gang import GangView
 from gpushare.scheduler.ordering import job_order_key
 from gpushare.scheduler.placement import place_pod, place_step
+from gpushare.scheduler.plugins.proportion.resource_share import Quantities, QueueShare
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import Statement
-from gpushare.scheduler.victims.candidates import LeafFilters, SearchSources, victim_lists
-from gpushare.scheduler.victims.capacity import Capacity, Room
-from gpushare.scheduler.victims.ordering import CompareMemo, pick_fair
-from gpushare.scheduler.victims.relevance import StepNeeds
-from gpushare.scheduler.victims.shares import Quantities, QueueShare
-from gpushare.scheduler.victims.victim_queue import VictimQueue, pod_quantities
 
 #: Simulations per generator in each round of a job's search before it gives up.
 DEFAULT_MAX_SIMULATIONS = 256

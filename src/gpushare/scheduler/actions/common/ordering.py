@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from gpushare.model import RESOURCES
-from gpushare.scheduler.victims.shares import (
+from gpushare.scheduler.plugins.proportion.resource_share import (
     UNLIMITED,
     ZERO,
     Quantities,

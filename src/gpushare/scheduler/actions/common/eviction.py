@@ -8,13 +8,13 @@ from collections.abc import Callable
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
 from gpushare.model.quantities import RESOURCES
 from gpushare.scheduler.actions.allocate import eligible_jobs
+from gpushare.scheduler.actions.common.candidates import victim_lists
+from gpushare.scheduler.actions.common.options import VictimOptions
+from gpushare.scheduler.actions.common.signatures import FailedJobs
+from gpushare.scheduler.actions.common.solver import Outcome, Search
+from gpushare.scheduler.actions.common.steps import VictimSteps
 from gpushare.scheduler.ordering import JobQueue
 from gpushare.scheduler.session import Session
-from gpushare.scheduler.victims.candidates import victim_lists
-from gpushare.scheduler.victims.options import VictimOptions
-from gpushare.scheduler.victims.signatures import FailedJobs
-from gpushare.scheduler.victims.solver import Outcome, Search
-from gpushare.scheduler.victims.steps import VictimSteps
 
 
 def active_pods(session: Session, job: Job) -> list[Pod]:

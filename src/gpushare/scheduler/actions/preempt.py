@@ -10,10 +10,8 @@
 from __future__ import annotations
 
 from gpushare.model import Job, Pod
-from gpushare.scheduler.session import Session
-from gpushare.scheduler.victims import minruntime
-from gpushare.scheduler.victims.candidates import LeafFilters, victim_lists
-from gpushare.scheduler.victims.common import (
+from gpushare.scheduler.actions.common.candidates import LeafFilters, victim_lists
+from gpushare.scheduler.actions.common.eviction import (
     elastic_memo,
     elastic_victims_keep_gang,
     in_preemption_delay,
@@ -22,8 +20,10 @@ from gpushare.scheduler.victims.common import (
     run_action,
     running_seconds,
 )
-from gpushare.scheduler.victims.options import VictimOptions
-from gpushare.scheduler.victims.solver import Outcome, Search
+from gpushare.scheduler.actions.common.options import VictimOptions
+from gpushare.scheduler.actions.common.solver import Outcome, Search
+from gpushare.scheduler.plugins import minruntime
+from gpushare.scheduler.session import Session
 
 ACTION = "preempt"
 
