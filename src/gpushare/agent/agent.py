@@ -34,9 +34,19 @@ from gpushare.agent.nvml import NvmlBackend
 from gpushare.agent.planning import make_planner
 from gpushare.agent.podspec import decode_secret
 from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig, kill_leftovers
+from gpushare.agent.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
 from gpushare.agent.timefmt import rfc3339, rfc3339_micro
 from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
-from gpushare.kube.client import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, ApiError, KubeClient
+from gpushare.kube.client import (
+    CONFIGMAPS,
+    EVENTS,
+    NODES,
+    PODS,
+    SECRETS,
+    ApiError,
+    KubeClient,
+    Stopper,
+)
 from gpushare.kube.lease import renew_node_lease
 
 log = logging.getLogger("gpushare.agent")
@@ -62,6 +72,9 @@ class AgentConfig:
     shutdown_grace_s: float = 5.0  # SIGTERM → SIGKILL when the agent stops its pods
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
     version: str = "0.1.0"
+    #: Seconds between measurements sent to the control plane (/metrics, kubectl top);
+    #: 0 sends none.
+    telemetry_s: float = 5.0
 
 
 class _StatusSink:
@@ -133,6 +146,14 @@ class Agent:
         self._ready_since = time.time()
         self._last_usage: dict[str, str] = {}
         self._usage_at = 0.0
+        self.metrics = AgentMetrics(config.node_name, inventory, enforcement.annotation)
+        self._gpu_mib: dict[str, dict[int, int]] = {}
+        self._telemetry_stop = Stopper()
+        self.telemetry: AgentTelemetry | None = None
+        if config.telemetry_s > 0:
+            self.telemetry = AgentTelemetry(kube, self.metrics, inventory, self.pod_views,
+                                            lambda: self._gpu_mib, self._telemetry_stop,
+                                            config.telemetry_s)
         self.monitor: GpuMonitor | None = None
         if nvml is not None and enforcement.watchdog:
             self.monitor = GpuMonitor(
@@ -167,6 +188,8 @@ class Agent:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+        if self.telemetry is not None:
+            self._threads.append(self.telemetry.start())
         log.info(
             "agent for node %s started; logs on port %d; enforcement: %s",
             self.config.node_name,
@@ -179,6 +202,7 @@ class Agent:
         (the pods stay; a restarted agent restarts them by their policy); without, leave them
         running for a restarted agent to adopt."""
         self._stop.set()
+        self._telemetry_stop.stop()
         if stop_pods:
             with self._lock:
                 running = list(self._pods.values())
@@ -547,13 +571,33 @@ class Agent:
             ]
 
     def _on_kill(self, pod: WatchedPod, violation: Violation) -> None:
+        self.metrics.killed()
         self.event(pod.supervisor.pod, "GPUMemoryExceeded", violation.message)
+
+    def pod_views(self) -> list[PodView]:
+        """The pods with processes now, for the telemetry."""
+        with self._lock:
+            entries = [e for e in self._pods.values() if not e.supervisor.finished]
+        out = []
+        for e in entries:
+            key = f"{e.namespace}/{e.name}"
+            groups = [ContainerGroup(key, name, pgid)
+                      for name, pgid in e.supervisor.container_groups()]
+            out.append(PodView(e.namespace, e.name, e.share, groups))
+        return out
 
     def monitor_once(self) -> list[str]:
         """One watchdog pass; the pods it killed."""
         if self.monitor is None:
             return []
         result = self.monitor.once()
+        self._gpu_mib = {key: dict(u.memory_mib) for key, u in result.usage.items()}
+        if self.nvml is not None:
+            used: dict[int, int] = {}
+            for device in self.inventory.devices:
+                with contextlib.suppress(Exception):
+                    used[device.index] = self.nvml.used_memory_bytes(device.index)
+            self.metrics.gpu_memory(used, self._gpu_mib)
         self._report_usage(result.usage, result.limits, [d.index for d in self.inventory.devices])
         return [v.pod for v in result.killed]
 

@@ -144,6 +144,11 @@ class PodSupervisor:
     def process_groups(self) -> list[int]:
         return [s.process.pgid for s in self._init + self._main if s.process is not None]
 
+    def container_groups(self) -> list[tuple[str, int]]:
+        """(container name, process group) of each container running now."""
+        return [(s.record.name, s.process.pgid) for s in self._init + self._main
+                if s.process is not None]
+
     def container_running(self, container: str) -> bool:
         """Whether the container's current run is going (a log follow ends with the run)."""
         return any(

@@ -34,8 +34,10 @@ from gpushare.apiserver.objects import status_success
 from gpushare.apiserver.openapi import OpenApiCache
 from gpushare.apiserver.patch import json_patch, merge_patch
 from gpushare.apiserver.query import paginate, select
+from gpushare.apiserver.resource_metrics import METRICS_GROUP, resource_metrics_response
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.selectors import parse_field_selector, parse_label_selector
+from gpushare.apiserver.telemetry import ComponentMetrics, ResourceUsage
 from gpushare.apiserver.watch import Watcher, WatchHub, encode_event, stream
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,10 @@ class App:
         self.metrics = Metrics(lambda: self.hub.count, api.store.total_objects,
                                lambda: api.store.rv, lambda: api.store.writes,
                                lambda: api.store.commits)
+        # What the controllers and node agents push (their figures, their measurements).
+        self.components = ComponentMetrics()
+        self.usage = ResourceUsage()
+        self.metrics.registry.register(self.components)
         self._gc_task: asyncio.Task[None] | None = None
 
     # -- ASGI ------------------------------------------------------------------------------
@@ -152,6 +158,8 @@ class App:
         if cluster not in self.api.registries and not user.is_admin:
             # Only cluster admins bring a new logical cluster into being (by using it).
             raise ApiError(404, f'logical cluster "{cluster}" does not exist', "NotFound")
+        if path.startswith("/metrics/"):
+            return await self._telemetry_push(request, cluster, user, path), "put", "telemetry"
         parts = [p for p in path.split("/") if p]
         if not parts:
             return json_response({"paths": ["/api", "/api/v1", "/apis", "/healthz",
@@ -201,6 +209,32 @@ class App:
             return Response(self.metrics.render(), 200,
                             media_type="text/plain; version=0.0.4; charset=utf-8")
         return Response(b"ok", 200, media_type="text/plain")
+
+    async def _telemetry_push(self, request: Request, cluster: str, user: User,
+                              path: str) -> Response:
+        """``PUT /metrics/components/<component>/<instance>`` (Prometheus text) and
+        ``PUT /metrics/resource/<node>`` (an agent's measurements, JSON)."""
+        parts = path.split("/")[2:]
+        if cluster != DEFAULT_CLUSTER or len(parts) not in (2, 3) or parts[0] not in (
+            "components", "resource"
+        ) or (parts[0] == "components") != (len(parts) == 3):
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if request.method not in ("PUT", "POST"):
+            raise ApiError(405, f"method {request.method} is not allowed", "MethodNotAllowed")
+        if not self.authorizer.non_resource_allowed(cluster, user, path, "put"):
+            raise ApiError(403, f'forbidden: User "{user.name}" cannot put path "{path}"',
+                           "Forbidden")
+        raw = await request.body()
+        interval = request.query_params.get("interval")
+        if parts[0] == "components":
+            samples = self.components.push(parts[1], parts[2], raw, interval)
+            return json_response({"samples": samples})
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            raise bad_request(f"body: not JSON: {e}") from e
+        self.usage.push(parts[1], body, interval)
+        return json_response({"nodes": 1})
 
     def _authenticate(self, request: Request, cluster: str) -> User:
         header = request.headers.get("authorization", "")
@@ -309,6 +343,9 @@ class App:
         if not self.authorizer.allowed(cluster, user, attrs):
             shown = f"{info.resource}/{sub_rbac}" if sub_rbac else info.resource
             raise forbidden(user.name, verb, info.group, shown, name or "", ns or "")
+        if info.group == METRICS_GROUP:
+            return resource_metrics_response(self.store, self.usage, cluster, info, ns, name,
+                                             query), verb, info.resource
         metric_resource = f"{info.resource}/{sub}" if sub else info.resource
         gr = info.group_resource
         api = self.api

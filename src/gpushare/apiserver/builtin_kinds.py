@@ -52,6 +52,9 @@ def builtin_resources() -> list[ResourceInfo]:
           subresources=("status",), columns=_CREATED_AT),
         r("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
           False, verbs=("create",)),
+        # Served from the node agents' measurements (apiserver/resource_metrics.py).
+        r("metrics.k8s.io", "v1beta1", "nodes", "NodeMetrics", False, verbs=("get", "list")),
+        r("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", True, verbs=("get", "list")),
     ]
 
 

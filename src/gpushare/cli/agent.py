@@ -44,6 +44,13 @@ def agent(
             "their policy with the next agent) or leave them running for it to adopt",
         ),
     ] = True,
+    metrics_interval: Annotated[
+        float, typer.Option(help="seconds between the measurements and Prometheus figures "
+                            "sent to the control plane (/metrics, kubectl top; 0: none)")
+    ] = 5.0,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="also serve the figures on this port's /metrics")
+    ] = None,
 ) -> None:
     """Register this machine as a Node and run the pods bound to it as local processes."""
     from gpushare import __version__
@@ -96,6 +103,7 @@ def agent(
         heartbeat_s=heartbeat,
         supervisor=SupervisorConfig(host_ip=address, backoff_base_s=restart_backoff),
         version=__version__,
+        telemetry_s=metrics_interval,
     )
     try:
         kube = KubeClient.from_kubeconfig(str(kubeconfig))
@@ -106,6 +114,10 @@ def agent(
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
+    if metrics_port is not None:
+        from gpushare.kube.metrics_push import serve
+
+        serve(runner.metrics.registry, metrics_port)
     try:
         runner.start()
     except Exception as exc:

@@ -65,6 +65,13 @@ def controllers(
         typer.Option(help="YAML with the scenario format's `actions` and `config` keys "
                      "(compat: kai, placement, staleness, ...)"),
     ] = None,
+    metrics_interval: Annotated[
+        float, typer.Option(help="seconds between pushes of the controllers' Prometheus "
+                            "figures to the control plane's /metrics (0: none)")
+    ] = 5.0,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="also serve them on this port's /metrics")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run all controllers in one process (pod-grouper, workloads, scheduler, queue status)."""
@@ -88,6 +95,7 @@ def controllers(
             path, enabled=enabled,
             scheduler_names=tuple(scheduler_name) if scheduler_name else SCHEDULER_NAMES,
             scheduler_config=config,
+            metrics_push_interval=metrics_interval or None, metrics_port=metrics_port,
         )
     except (ValueError, TimeoutError) as error:
         typer.echo(f"error: {error}", err=True)

@@ -7,6 +7,8 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
+from prometheus_client import CollectorRegistry, Gauge
+
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.job_controller import JobController
 from gpushare.controllers.pod_grouper import SCHEDULER_NAMES, PodGrouper
@@ -16,6 +18,7 @@ from gpushare.controllers.static_node_pods import StaticNodePods
 from gpushare.controllers.workload_controllers import DeploymentController, ReplicaSetController
 from gpushare.kube.client import KubeClient, Stopper
 from gpushare.kube.informers import InformerFactory
+from gpushare.kube.metrics_push import MetricsPusher
 from gpushare.scheduler.config import Config
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,8 @@ class ControllerSet:
     events: EventRecorder
     controllers: dict[str, object] = field(default_factory=dict)
     threads: list[threading.Thread] = field(default_factory=list)
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    pusher: MetricsPusher | None = None
 
     @property
     def scheduler(self) -> SchedulerLoop | None:
@@ -56,8 +61,13 @@ def start_controllers(
     scheduler_names: tuple[str, ...] = SCHEDULER_NAMES,
     scheduler_config: Config | None = None,
     sync_timeout: float = 30.0,
+    metrics_push_interval: float | None = 5.0,
+    metrics_port: int | None = None,
 ) -> ControllerSet:
-    """Build, sync and start the controllers; returns once they run."""
+    """Build, sync and start the controllers; returns once they run.
+
+    Their Prometheus figures go to the control plane every ``metrics_push_interval``
+    seconds (None: not pushed) and, with ``metrics_port``, are served there too."""
     unknown = [name for name in enabled if name not in ALL]
     if unknown:
         raise ValueError(f"unknown controllers {unknown}; known: {', '.join(ALL)}")
@@ -85,12 +95,14 @@ def start_controllers(
     if "scheduler" in enabled or "queue-status" in enabled:
         loop = SchedulerLoop(client, informers, stopper, events, scheduler_names=scheduler_names,
                              config=scheduler_config)
+        out.registry = loop.metrics.registry
         if "scheduler" in enabled:
             out.controllers["scheduler"] = loop
         if "queue-status" in enabled:
             out.controllers["queue-status"] = QueueStatusController(
                 client, informers, stopper, loop
             )
+    _process_gauges(out)
     informers.start()
     if not informers.wait_synced(sync_timeout):
         out.stop()
@@ -110,4 +122,28 @@ def start_controllers(
         thread.start()
         out.threads.append(thread)
         log.info("started node-lifecycle")
+    if metrics_port is not None:
+        from gpushare.kube.metrics_push import serve
+
+        serve(out.registry, metrics_port)
+        log.info("serving metrics on port %d", metrics_port)
+    if metrics_push_interval:
+        out.pusher = MetricsPusher(client, out.registry, "controllers", stopper,
+                                   interval=metrics_push_interval)
+        out.threads.append(out.pusher.start())
     return out
+
+
+def _process_gauges(out: ControllerSet) -> None:
+    """Figures of the controllers process sampled when rendered."""
+    r = out.registry
+    Gauge("gpushare_controller_events_written", "Events written by the controllers",
+          registry=r).set_function(lambda: float(out.events.written))
+    status = out.controllers.get("queue-status")
+    if isinstance(status, QueueStatusController):
+        Gauge("gpushare_queue_status_writes", "Queue status writes", registry=r
+              ).set_function(lambda: float(status.writes))
+    loop = out.scheduler
+    if loop is not None:
+        Gauge("gpushare_scheduler_pending_deltas", "Watched changes not yet applied to the "
+              "scheduler's state", registry=r).set_function(lambda: float(len(loop._deltas)))

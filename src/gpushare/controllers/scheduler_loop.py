@@ -23,6 +23,7 @@ from typing import Any
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.heap import HeapKeeper
 from gpushare.controllers.mirror import Mirror
+from gpushare.controllers.scheduler_metrics import SchedulerMetrics
 from gpushare.controllers.translate import (
     INDICES_ANNOTATION,
     MEMORY_MIB_ANNOTATION,
@@ -43,9 +44,11 @@ from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
 from gpushare.kube.quantity import format_bytes, format_milli
 from gpushare.model import PodStatus
+from gpushare.scheduler.actions import get_action
 from gpushare.scheduler.config import Config
-from gpushare.scheduler.cycle import run_cycle
+from gpushare.scheduler.cycle import collect, open_session
 from gpushare.scheduler.decisions import CycleResult, QueueReport
+from gpushare.scheduler.state import ClusterState
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +136,37 @@ def figures_of(report: QueueReport) -> dict[str, dict[str, str]]:
     }
 
 
+PLACED = frozenset({PodStatus.BINDING, PodStatus.PIPELINED})
+
+
+@dataclass(slots=True)
+class TimedCycle:
+    result: CycleResult
+    action_seconds: dict[str, float]
+    placed_by: dict[str, str]  # pod key -> the action that placed it this cycle
+
+
+def timed_cycle(state: ClusterState, config: Config, now: float) -> TimedCycle:
+    """The core's cycle (`run_cycle`), action by action, timing each on the shell's clock
+    and noting which action placed each pod (for the decision counts)."""
+    session = open_session(state, config, now)
+    took: dict[str, float] = {}
+    placed_by: dict[str, str] = {}
+    for name in config.actions:
+        action = get_action(name)
+        if action is None:
+            continue
+        started = time.perf_counter()
+        action(session)
+        took[name] = took.get(name, 0.0) + time.perf_counter() - started
+        for key in state.touched():
+            if key not in placed_by:
+                pod = state.pods.get(key)
+                if pod is not None and pod.status in PLACED:
+                    placed_by[key] = name
+    return TimedCycle(collect(session), took, placed_by)
+
+
 class SchedulerLoop:
     name = "scheduler"
 
@@ -162,6 +196,8 @@ class SchedulerLoop:
         self.period = period
         self.mirror = Mirror(scheduler_names=scheduler_names)
         self.stats = LoopStats()
+        self.metrics = SchedulerMetrics()
+        self._queue_changes: set[str] = set()
         self.heap = HeapKeeper()
         self.figures = QueueFigures()
         self.figures_changed = threading.Condition()
@@ -260,6 +296,8 @@ class SchedulerLoop:
                     self.mirror.evict_failed(str(obj["key"]))
                 else:
                     handlers[kind](event, obj)
+                    if kind == "queue":
+                        self._queue_changes.add(str((obj.get("metadata") or {}).get("name")))
                     if kind == "podgroup" and event == "DELETED":
                         # A PodGroup made again under this name starts with no phase.
                         meta = obj.get("metadata") or {}
@@ -271,10 +309,13 @@ class SchedulerLoop:
 
     def step(self, now: float, full: bool = True) -> CycleResult:
         """Apply deltas, run one cycle (every action when ``full``) and act on it."""
+        step_started = time.perf_counter()
         self.drain()
+        self._queue_specs_changed()
         started = time.perf_counter()
         config = self.config if full else self.event_config
-        result = run_cycle(self.mirror.state, config, now)
+        timed = timed_cycle(self.mirror.state, config, now)
+        result = timed.result
         elapsed = time.perf_counter() - started
         self.stats.cycles += 1
         self.stats.cycle_seconds += elapsed
@@ -283,8 +324,16 @@ class SchedulerLoop:
             self.stats.budget_cycles += 1
             self._wake.set()  # the rest of the work in the next cycle, not a period later
         self.act(result, now)
+        self.metrics.decided(result, timed.placed_by)
+        self.metrics.cycle(time.perf_counter() - step_started, timed.action_seconds, full)
         self.heap.between_cycles()
         return result
+
+    def _queue_specs_changed(self) -> None:
+        state = self.mirror.state
+        for name in self._queue_changes:
+            self.metrics.queue_spec(name, state.queues.get(name))
+        self._queue_changes.clear()
 
     # -- acting on decisions ------------------------------------------------------------
 
@@ -359,10 +408,13 @@ class SchedulerLoop:
             "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
+        started = time.perf_counter()
         try:
             self.client.create(PODS.item(name, namespace, "binding"), body)
+            self.metrics.bind(time.perf_counter() - started, True)
             return
         except Exception as error:
+            self.metrics.bind(time.perf_counter() - started, False)
             self.stats.bind_failures += 1
             log.warning("bind %s to %s failed: %s", key, node, error)
             failure = error
@@ -423,6 +475,7 @@ class SchedulerLoop:
                 continue
             self._reasons[subject] = reason
             kind, _, key = subject.partition("/")
+            self.metrics.pending_set(subject, self._queue_of(kind, key), reason)
             if kind == "pod":
                 raw = mirror.raw_pods.get(key)
                 if raw is not None:
@@ -445,9 +498,22 @@ class SchedulerLoop:
                 self._pool.submit(self._write_condition, key, queue, reason)
         for subject in [k for k in self._reasons if k not in wanted]:
             del self._reasons[subject]
+            self.metrics.pending_clear(subject)
             kind, _, key = subject.partition("/")
             if kind == "job" and key in mirror.raw_podgroups:
                 self._pool.submit(self._write_condition, key, "", "")
+
+    def _queue_of(self, kind: str, key: str) -> str:
+        mirror = self.mirror
+        if kind == "job":
+            job = mirror.state.jobs.get(key)
+            if job is not None:
+                return job.queue
+            pg = mirror.raw_podgroups.get(key)
+            return str(((pg or {}).get("spec") or {}).get("queue", ""))
+        raw = mirror.raw_pods.get(key) or {}
+        return str(((raw.get("metadata") or {}).get("labels") or {}).get(
+            "kai.scheduler/queue", ""))
 
     def _write_condition(self, job_key: str, queue: str, reason: str) -> None:
         namespace, _, name = job_key.partition("/")
@@ -511,6 +577,9 @@ class SchedulerLoop:
     def _publish_queues(self, result: CycleResult) -> None:
         reports = {name: figures_of(report) for name, report in result.queues.items()}
         if reports != self.figures.reports:
+            old = self.figures.reports
+            self.metrics.queue_reports(
+                result.queues, [n for n, r in reports.items() if old.get(n) != r])
             with self.figures_changed:
                 self.figures.reports = reports
                 self.figures.version += 1

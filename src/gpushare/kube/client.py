@@ -184,7 +184,8 @@ class KubeClient:
         params = list(query or ()) + self._auth_query
         if params:
             url += "?" + urlencode([(k, _query_value(v)) for k, v in params], quote_via=quote)
-        payload = orjson.dumps(body) if body is not None else None
+        # bytes go as they are (Prometheus text to the control plane's metrics endpoint)
+        payload = body if isinstance(body, bytes) or body is None else orjson.dumps(body)
         try:
             return self.api_client.rest_client.pool_manager.urlopen(
                 method, url, body=payload, headers=headers, timeout=_timeout(timeout),
