@@ -99,6 +99,7 @@ def test_kubectl_top_shows_what_the_agent_measures(server, agent, kubectl):
     done = kubectl.run("top", "node", "--no-headers")
     (line,) = [x for x in done.stdout.splitlines() if x.split()[0] == NODE]
     cpu, cpu_pct, mem, mem_pct = line.split()[1:5]
+    assert mem_pct.endswith("%")
     assert _millicores(cpu) > 0 and cpu_pct.endswith("%") and _mi(mem) > 96
 
     # The agent's own figures reach the control plane's /metrics.

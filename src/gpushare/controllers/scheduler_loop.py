@@ -44,7 +44,7 @@ from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
 from gpushare.kube.quantity import format_bytes, format_milli
 from gpushare.model import PodStatus
-from gpushare.scheduler.actions import get_action
+from gpushare.scheduler.actions.registry import get_action
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.cycle import collect, open_session
 from gpushare.scheduler.decisions import CycleResult, QueueReport
@@ -154,8 +154,6 @@ def timed_cycle(state: ClusterState, config: Config, now: float) -> TimedCycle:
     placed_by: dict[str, str] = {}
     for name in config.actions:
         action = get_action(name)
-        if action is None:
-            continue
         started = time.perf_counter()
         action(session)
         took[name] = took.get(name, 0.0) + time.perf_counter() - started
