@@ -151,3 +151,93 @@ def test_server_side_apply_with_the_official_client(cluster: Cluster) -> None:
     assert "f:image" in container and "f:env" in container
     assert "f:replicas" not in owners["ci"]["f:spec"]
     apps.delete_namespaced_deployment("ssa", "default")
+
+
+def test_kubectl_create_subcommands(cluster: Cluster) -> None:
+    # Each of these sends a protobuf body of its kind.
+    cluster.kubectl("create", "service", "clusterip", "db", "--tcp=5432:5432")
+    svc = _get(cluster, "service", "db")
+    assert svc["spec"]["ports"][0]["port"] == 5432
+    assert svc["spec"]["ports"][0]["targetPort"] == 5432
+    assert svc["spec"]["selector"] == {"app": "db"} and svc["spec"]["type"] == "ClusterIP"
+    cluster.kubectl("create", "service", "externalname", "ext", "--external-name=db.example")
+    assert _get(cluster, "service", "ext")["spec"]["externalName"] == "db.example"
+    cluster.kubectl("create", "pdb", "db", "--selector=app=db", "--min-available=50%")
+    pdb = _get(cluster, "pdb", "db")
+    assert pdb["spec"]["minAvailable"] == "50%"
+    assert pdb["spec"]["selector"] == {"matchLabels": {"app": "db"}}
+    cluster.kubectl("create", "quota", "small", "--hard=cpu=2,nvidia.com/gpu=1,pods=10")
+    quota = _get(cluster, "resourcequota", "small")
+    assert quota["spec"]["hard"] == {"cpu": "2", "nvidia.com/gpu": "1", "pods": "10"}
+    cluster.kubectl("create", "ingress", "web", "--class=default",
+                    "--rule=web.example/api*=db:5432,tls=web-cert")
+    ing = _get(cluster, "ingress", "web")
+    assert ing["spec"]["ingressClassName"] == "default"
+    rule = ing["spec"]["rules"][0]
+    assert rule["host"] == "web.example"
+    path = rule["http"]["paths"][0]
+    assert path["path"] == "/api" and path["pathType"] == "Prefix"
+    assert path["backend"] == {"service": {"name": "db", "port": {"number": 5432}}}
+    assert ing["spec"]["tls"] == [{"hosts": ["web.example"], "secretName": "web-cert"}]
+    cluster.kubectl("apply", "-f", "-", stdin=(
+        "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {name: default}\n"
+        "spec: {controller: example.com/ingress}\n"))
+    assert "default" in cluster.kubectl("get", "ingressclasses").stdout
+    for what in (("service", "db"), ("service", "ext"), ("pdb", "db"), ("quota", "small"),
+                 ("ingress", "web"), ("ingressclass", "default")):
+        cluster.kubectl("delete", *what)
+
+
+def test_extended_resources_must_be_whole(cluster: Cluster) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "half"},
+           "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {
+               "limits": {"nvidia.com/gpu": "0.5"}}}]}}
+    done = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pod), check=False)
+    assert done.returncode != 0
+    assert ('spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "0.5": '
+            "must be an integer") in done.stderr
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"},
+                                                 "requests": {"nvidia.com/gpu": "1"}}
+    done = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pod), check=False)
+    assert done.returncode != 0 and "must be equal to nvidia.com/gpu limit of 2" in done.stderr
+    assert cluster.kubectl("get", "pod", "half", check=False).returncode != 0
+
+
+def test_auth_whoami_and_can_i_list(cluster: Cluster) -> None:
+    who = cluster.kubectl("auth", "whoami", "-o", "json").stdout
+    info = json.loads(who)["status"]["userInfo"]
+    assert "system:masters" in info["groups"]
+    listing = cluster.kubectl("auth", "can-i", "--list").stdout
+    assert "*.*" in listing and "[*]" in listing
+    cluster.kubectl("create", "role", "reader", "--verb=get,list", "--resource=pods")
+    cluster.kubectl("create", "rolebinding", "alice-reads", "--role=reader", "--user=alice")
+    mine = cluster.kubectl("auth", "can-i", "--list", "--as=alice").stdout
+    row = next(line for line in mine.splitlines() if line.startswith("pods "))
+    assert "[get list]" in row
+    assert "configmaps" not in mine
+    cluster.kubectl("delete", "rolebinding", "alice-reads")
+    cluster.kubectl("delete", "role", "reader")
+
+
+def test_status_shapes(cluster: Cluster) -> None:
+    from apiserver_harness import http_client
+
+    http = http_client(cluster.server)
+    queue = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
+             "metadata": {"name": "gone"}, "spec": {"resources": {"gpu": {"quota": 1}}}}
+    assert http.post("/apis/scheduling.run.ai/v2/queues", json=queue).status_code == 201
+    deleted = http.delete("/apis/scheduling.run.ai/v2/queues/gone").json()
+    assert deleted["kind"] == "Status" and deleted["status"] == "Success"
+    assert deleted["details"]["name"] == "gone" and deleted["details"]["kind"] == "queues"
+    http.post("/api/v1/namespaces/default/configmaps",
+              json={"metadata": {"name": "jp"}, "data": {"a": "1"}})
+    bad = http.patch("/api/v1/namespaces/default/configmaps/jp",
+                     content=json.dumps([{"op": "remove", "path": "/data/nope"}]),
+                     headers={"content-type": "application/json-patch+json"})
+    assert bad.status_code == 422
+    status = bad.json()
+    assert status["kind"] == "Status" and status["reason"] == "Invalid"
+    assert status["message"] == ('jsonpatch remove operation does not apply: doc is missing '
+                                 'path: "/data/nope": missing value')
+    http.delete("/api/v1/namespaces/default/configmaps/jp")
+    http.close()

@@ -743,7 +743,9 @@ class Api:
 def scale_of(obj: dict[str, Any]) -> dict[str, Any]:
     """The autoscaling/v1 Scale view of a workload."""
     m = obj["metadata"]
-    selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    selector = (obj.get("spec") or {}).get("selector") or {}
+    if "matchLabels" in selector or "matchExpressions" in selector:
+        selector = selector.get("matchLabels") or {}  # a ReplicationController's is a map
     return {
         "kind": "Scale", "apiVersion": "autoscaling/v1",
         "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion",

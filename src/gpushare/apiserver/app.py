@@ -17,7 +17,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gpushare import __version__
-from gpushare.apiserver import discovery, logs, protobuf, tables
+from gpushare.apiserver import discovery, logs, protobuf, reviews, tables
 from gpushare.apiserver.api import (
     DEFAULT_CLUSTER,
     PATCH_APPLY,
@@ -337,6 +337,14 @@ class App:
             sub_rbac = sub or ""
         if info.resource == "selfsubjectaccessreviews":
             return await self._access_review(request, cluster, user), "create", info.resource
+        if info.resource == "selfsubjectreviews":
+            review = reviews.self_subject_review(await self._body(request, allow_empty=True),
+                                                 user)
+            return json_response(review, 201), "create", info.resource
+        if info.resource == "selfsubjectrulesreviews":
+            review = reviews.self_subject_rules_review(await self._body(request), user,
+                                                       self.authorizer, cluster)
+            return json_response(review, 201), "create", info.resource
         if verb not in info.verbs:
             raise ApiError(405, f"{verb} is not supported on {info.resource}", "MethodNotAllowed")
         attrs = Attributes(verb, info.group, info.resource, sub_rbac, ns or "", name or "")
@@ -397,6 +405,8 @@ class App:
             body = await self._body(request)
             if sub == "finalize":
                 sub = None
+            elif sub == "approval":
+                sub = "status"  # the approval conditions live in the status
             obj = api.update(cluster, info, ns or "", name, body, sub, dry_run=dry_run,
                              field_validation=strictness, manager=manager)
             return json_response(api.served(info, obj)), verb, metric_resource
@@ -404,6 +414,8 @@ class App:
             assert name is not None
             content_type = request.headers.get("content-type", "").split(";")[0].strip()
             body = await self._body(request, content_type)
+            if sub == "approval":
+                sub = "status"
             obj, created = api.patch(cluster, info, ns or "", name, content_type, body, sub,
                                      dry_run=dry_run, force=query.get("force") == "true",
                                      field_validation=strictness, manager=manager)
@@ -414,7 +426,7 @@ class App:
             body = await self._body(request, allow_empty=True)
             opts = DeleteOptions.parse(body, query)
             obj, removed = api.delete(cluster, info, ns or "", name, opts)
-            if removed and gr != "pods" and not info.crd:
+            if removed and gr != "pods":
                 uid = obj["metadata"].get("uid", "")
                 return (json_response(status_success(info.resource, name, uid, info.group)),
                         verb, metric_resource)

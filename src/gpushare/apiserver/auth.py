@@ -192,6 +192,10 @@ class Authorizer:
                     return True
         return False
 
+    def rules(self, cluster: str, user: User, namespace: str) -> list[list[dict[str, Any]]]:
+        """The rules of every role bound to `user` (cluster-wide and in `namespace`)."""
+        return self._rules_for(cluster, user, namespace)
+
     def _rules_for(self, cluster: str, user: User, namespace: str) -> list[list[dict[str, Any]]]:
         out: list[list[dict[str, Any]]] = []
         store = self.store

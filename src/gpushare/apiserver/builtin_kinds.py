@@ -55,6 +55,27 @@ def builtin_resources() -> list[ResourceInfo]:
         # Served from the node agents' measurements (apiserver/resource_metrics.py).
         r("metrics.k8s.io", "v1beta1", "nodes", "NodeMetrics", False, verbs=("get", "list")),
         r("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", True, verbs=("get", "list")),
+        r("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview",
+          False, verbs=("create",)),
+        r("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False,
+          verbs=("create",)),
+        # Stored and validated as Kubernetes does; nothing here routes traffic or runs them.
+        r("", "v1", "resourcequotas", "ResourceQuota", True, short_names=("quota",),
+          subresources=("status",)),
+        r("", "v1", "limitranges", "LimitRange", True, short_names=("limits",)),
+        r("", "v1", "replicationcontrollers", "ReplicationController", True,
+          short_names=("rc",), categories=("all",), subresources=("status", "scale")),
+        r("", "v1", "podtemplates", "PodTemplate", True),
+        r("", "v1", "endpoints", "Endpoints", True, short_names=("ep",)),
+        r("apps", "v1", "controllerrevisions", "ControllerRevision", True),
+        r("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
+        r("networking.k8s.io", "v1", "ingresses", "Ingress", True, short_names=("ing",),
+          subresources=("status",)),
+        r("networking.k8s.io", "v1", "ingressclasses", "IngressClass", False),
+        r("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
+        r("certificates.k8s.io", "v1", "certificatesigningrequests",
+          "CertificateSigningRequest", False, short_names=("csr",),
+          subresources=("status", "approval")),
     ]
 
 

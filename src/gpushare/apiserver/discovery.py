@@ -15,6 +15,7 @@ _SUBRESOURCE_VERBS = {
     "eviction": ["create"],
     "log": ["get"],
     "finalize": ["update"],
+    "approval": ["get", "patch", "update"],
     "scale": ["get", "patch", "update"],
 }
 _SUBRESOURCE_KIND = {

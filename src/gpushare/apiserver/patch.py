@@ -39,24 +39,31 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def json_patch(target: Any, ops: Any) -> Any:
+    """RFC 6902, one operation at a time, so that a failure names the operation and path
+    (never the document)."""
     if not isinstance(ops, list):
         raise ApiError(400, "a JSON patch must be a list of operations")
-    try:
-        return jsonpatch.JsonPatch(ops).apply(target)
-    except jsonpatch.JsonPatchTestFailed as e:
-        raise ApiError(422, f"the server rejected our request due to an error in our request: "
-                            f"{_op_text(e)}", "Invalid") from e
-    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError,
-            KeyError, IndexError) as e:
-        raise ApiError(422, f"the JSON patch could not be applied: {_op_text(e)}",
-                       "Invalid") from e
-
-
-def _op_text(error: Exception) -> str:
-    # jsonpatch's messages may quote whole documents as Python reprs: keep the first line,
-    # cut to a readable length.
-    text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+    doc = copy.deepcopy(target)
+    for i, op in enumerate(ops):
+        if not isinstance(op, dict) or not isinstance(op.get("op"), str):
+            raise ApiError(400, f"the JSON patch operation at index {i} is not an object "
+                                'with an "op"', "BadRequest")
+        name, path = op["op"], op.get("path")
+        if name not in ("add", "remove", "replace", "move", "copy", "test"):
+            raise ApiError(400, f"Unexpected kind: {name}", "BadRequest")
+        if not isinstance(path, str):
+            raise ApiError(400, f'the JSON patch operation "{name}" at index {i} has no '
+                                "path", "BadRequest")
+        try:
+            doc = jsonpatch.JsonPatch([op]).apply(doc, in_place=True)
+        except jsonpatch.JsonPatchTestFailed as e:
+            raise ApiError(422, f"testing value {path} failed", "Invalid") from e
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError,
+                KeyError, IndexError, ValueError) as e:
+            where = op.get("from", path) if name in ("move", "copy") else path
+            raise ApiError(422, f"jsonpatch {name} operation does not apply: doc is missing "
+                                f'path: "{where}": missing value', "Invalid") from e
+    return doc
 
 
 def strategic_merge_patch(target: Any, patch: Any, schema: Schema | None = None) -> Any:

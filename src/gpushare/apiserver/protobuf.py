@@ -128,6 +128,50 @@ SCHEMAS: dict[str, dict[int, F]] = {
     "ContainerPort": {1: _f("name"), 2: _f("hostPort", "int"), 3: _f("containerPort", "int"),
                       4: _f("protocol"), 5: _f("hostIP")},
     "EnvVar": {1: _f("name"), 2: _f("value")},
+    # `kubectl create service|poddisruptionbudget|quota|ingress`, `auth whoami|can-i --list`.
+    "Service": {1: _f("metadata", "ObjectMeta"), 2: _f("spec", "ServiceSpec")},
+    "ServiceSpec": {1: _f("ports", "ServicePort", True), 2: _f("selector", "map:str"),
+                    3: _f("clusterIP"), 4: _f("type"), 5: _f("externalIPs", "str", True),
+                    7: _f("sessionAffinity"), 8: _f("loadBalancerIP"),
+                    9: _f("loadBalancerSourceRanges", "str", True), 10: _f("externalName"),
+                    11: _f("externalTrafficPolicy"), 12: _f("healthCheckNodePort", "int"),
+                    13: _f("publishNotReadyAddresses", "bool"),
+                    17: _f("ipFamilyPolicy"), 18: _f("clusterIPs", "str", True),
+                    19: _f("ipFamilies", "str", True),
+                    20: _f("allocateLoadBalancerNodePorts", "bool"),
+                    21: _f("loadBalancerClass"), 22: _f("internalTrafficPolicy")},
+    "ServicePort": {1: _f("name"), 2: _f("protocol"), 3: _f("port", "int"),
+                    4: _f("targetPort", "intorstr"), 5: _f("nodePort", "int"),
+                    6: _f("appProtocol")},
+    "PodDisruptionBudget": {1: _f("metadata", "ObjectMeta"),
+                            2: _f("spec", "PodDisruptionBudgetSpec")},
+    "PodDisruptionBudgetSpec": {1: _f("minAvailable", "intorstr"),
+                                2: _f("selector", "LabelSelector"),
+                                3: _f("maxUnavailable", "intorstr"),
+                                4: _f("unhealthyPodEvictionPolicy")},
+    "ResourceQuota": {1: _f("metadata", "ObjectMeta"), 2: _f("spec", "ResourceQuotaSpec")},
+    "ResourceQuotaSpec": {1: _f("hard", "map:quantity"), 2: _f("scopes", "str", True),
+                          3: _f("scopeSelector", "ScopeSelector")},
+    "ScopeSelector": {1: _f("matchExpressions", "ScopedResourceSelectorRequirement", True)},
+    "ScopedResourceSelectorRequirement": {1: _f("scopeName"), 2: _f("operator"),
+                                          3: _f("values", "str", True)},
+    "Ingress": {1: _f("metadata", "ObjectMeta"), 2: _f("spec", "IngressSpec")},
+    "IngressSpec": {1: _f("defaultBackend", "IngressBackend"), 2: _f("tls", "IngressTLS", True),
+                    3: _f("rules", "IngressRule", True), 4: _f("ingressClassName")},
+    "IngressTLS": {1: _f("hosts", "str", True), 2: _f("secretName")},
+    "IngressRule": {1: _f("host"), 2: _f("", "inline:IngressRuleValue")},
+    "IngressRuleValue": {1: _f("http", "HTTPIngressRuleValue")},
+    "HTTPIngressRuleValue": {1: _f("paths", "HTTPIngressPath", True)},
+    "HTTPIngressPath": {1: _f("path"), 2: _f("backend", "IngressBackend"), 3: _f("pathType")},
+    "IngressBackend": {3: _f("resource", "TypedLocalObjectReference"),
+                       4: _f("service", "IngressServiceBackend")},
+    "TypedLocalObjectReference": {1: _f("apiGroup"), 2: _f("kind"), 3: _f("name")},
+    "IngressServiceBackend": {1: _f("name"), 2: _f("port", "ServiceBackendPort")},
+    "ServiceBackendPort": {1: _f("name"), 2: _f("number", "int")},
+    "SelfSubjectReview": {1: _f("metadata", "ObjectMeta")},
+    "SelfSubjectRulesReview": {1: _f("metadata", "ObjectMeta"),
+                               2: _f("spec", "SelfSubjectRulesReviewSpec")},
+    "SelfSubjectRulesReviewSpec": {1: _f("namespace")},
     "ResourceRequirements": {1: _f("limits", "map:quantity"), 2: _f("requests",
                                                                       "map:quantity")},
 }
@@ -219,6 +263,9 @@ def decode_message(name: str, data: bytes) -> dict[str, Any]:
         if spec is None:
             continue
         field, typ, rep = spec
+        if typ.startswith("inline:"):
+            out.update(decode_message(typ[len("inline:"):], value))
+            continue
         if typ.startswith("map:"):
             entry = {n: v for n, _w, v in _fields(value)}
             key = bytes(entry.get(1, b"")).decode()
