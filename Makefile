@@ -20,6 +20,7 @@ demo: install
 # The whole test suite, lint first.
 test: install
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q
 
 lint: install

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import pytest
 from scheduler_builders import add_job, cluster, queue
 
+from gpushare.model.schema import ScenarioError
 from gpushare.scheduler import Config, nodeplacement, run_cycle
 from gpushare.scheduler.nodeplacement import (
     BINPACK,
@@ -15,7 +16,6 @@ from gpushare.scheduler.nodeplacement import (
     register_placement_strategy,
 )
 from gpushare.simulator.scenario import parse
-from gpushare.simulator.schema import ScenarioError
 
 
 def test_builtin_strategies_by_name_and_unknown_name_fails_with_known_ones():

@@ -35,7 +35,6 @@ from gpushare.agent.planning import make_planner
 from gpushare.agent.podspec import decode_secret
 from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig, kill_leftovers
 from gpushare.agent.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
-from gpushare.agent.timefmt import rfc3339, rfc3339_micro
 from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
 from gpushare.kube.client import (
     CONFIGMAPS,
@@ -48,6 +47,7 @@ from gpushare.kube.client import (
     Stopper,
 )
 from gpushare.kube.lease import renew_node_lease
+from gpushare.kube.timefmt import rfc3339, rfc3339_micro
 
 log = logging.getLogger("gpushare.agent")
 

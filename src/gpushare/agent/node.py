@@ -6,7 +6,7 @@ import platform
 from typing import Any
 
 from gpushare.agent.inventory import GpuInventory, HostResources
-from gpushare.agent.timefmt import rfc3339
+from gpushare.kube.timefmt import rfc3339
 
 ANN_GPUS = "gpushare.io/gpus"
 ANN_DECLARED = "gpushare.io/gpus-declared"

@@ -25,9 +25,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gpushare.agent.gpu_share import GpuShare
 from gpushare.agent.inventory import GpuInventory
-from gpushare.agent.timefmt import rfc3339
 from gpushare.kube.client import ApiError, KubeClient, Stopper
 from gpushare.kube.metrics_push import MetricsPusher
+from gpushare.kube.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
 

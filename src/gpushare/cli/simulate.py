@@ -7,9 +7,9 @@ from pathlib import Path
 import orjson
 import typer
 
+from gpushare.model.schema import ScenarioError
 from gpushare.simulator.runner import ScenarioResult, run
 from gpushare.simulator.scenario import load_file
-from gpushare.simulator.schema import ScenarioError
 
 simulate_app = typer.Typer(
     name="simulate",

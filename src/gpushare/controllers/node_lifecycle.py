@@ -19,9 +19,9 @@ from typing import Any
 
 from kubernetes import client
 
-from gpushare.agent.timefmt import parse_rfc3339, rfc3339
 from gpushare.kube.client import NODES, KubeClient
 from gpushare.kube.lease import node_lease
+from gpushare.kube.timefmt import parse_rfc3339, rfc3339
 
 log = logging.getLogger("gpushare.controllers.node_lifecycle")
 

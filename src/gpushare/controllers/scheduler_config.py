@@ -14,10 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from gpushare.scheduler.config import DEFAULT_ACTIONS, Config
-from gpushare.simulator.scenario import ACTION_NAMES
-from gpushare.simulator.scenario import _config as scenario_config
-from gpushare.simulator.schema import ScenarioError, as_list, as_str, check_keys, join
+from gpushare.model.schema import ScenarioError, check_keys
+from gpushare.scheduler.config import Config
+from gpushare.scheduler.config_file import parse_actions, parse_config
 
 TOP_KEYS = frozenset({"actions", "config"})
 
@@ -38,12 +37,6 @@ def scheduler_config(raw: object, source: str = "") -> Config:
     prefix = f"{source}: " if source else ""
     try:
         top = check_keys(raw, "", TOP_KEYS)
-        actions = DEFAULT_ACTIONS
-        if "actions" in top:
-            actions = tuple(
-                as_str(a, join("actions", i), ACTION_NAMES)
-                for i, a in enumerate(as_list(top["actions"], "actions"))
-            )
-        return scenario_config(top.get("config"), actions)
+        return parse_config(top.get("config"), parse_actions(top))
     except ScenarioError as error:
         raise SchedulerConfigError(f"{prefix}{error}") from None

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import orjson
 
-from gpushare.agent.inventory import declared_gpus
 from gpushare.kube.client import NODES, ApiError, KubeClient
 from gpushare.kube.quantity import format_bytes, to_int, to_milli
+from gpushare.model.gpu_inventory import declared_gpus
 
 STATIC_NODE_ANNOTATION = "gpushare.io/static-node"
 GPUS_ANNOTATION = "gpushare.io/gpus"

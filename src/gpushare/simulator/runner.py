@@ -8,12 +8,12 @@ from typing import Any
 
 from gpushare.model.pod import Pod, PodStatus
 from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES
+from gpushare.model.schema import ScenarioError
 from gpushare.scheduler.cycle import run_cycle
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import ClusterState
 from gpushare.simulator.scenario import NOW, PodExpectation, Scenario
-from gpushare.simulator.schema import ScenarioError
 
 TOLERANCE = 1e-6
 

@@ -14,13 +14,7 @@ from gpushare.model.node import Node
 from gpushare.model.pod import GpuRequest, Pod, PodStatus
 from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, mib_to_bytes
 from gpushare.model.queue import UNLIMITED, Queue, ResourceSpec
-from gpushare.scheduler.actions.common.options import CONFIG_KEYS as VICTIM_CONFIG_KEYS
-from gpushare.scheduler.actions.common.options import OptionError
-from gpushare.scheduler.actions.common.options import read_config as read_victim_config
-from gpushare.scheduler.actions.registry import action_names
-from gpushare.scheduler.config import DEFAULT_ACTIONS, Config
-from gpushare.scheduler.nodeplacement import placement_strategy_names
-from gpushare.simulator.schema import (
+from gpushare.model.schema import (
     ScenarioError,
     as_bool,
     as_int,
@@ -33,6 +27,8 @@ from gpushare.simulator.schema import (
     get,
     join,
 )
+from gpushare.scheduler.config import Config
+from gpushare.scheduler.config_file import parse_actions, parse_config
 
 #: The simulator's clock: scenario ages are measured back from it.
 NOW = 0.0
@@ -42,10 +38,6 @@ TOP_KEYS = frozenset({
     "format", "name", "about", "kind", "actions", "cycles", "stableCycles", "config",
     "nodes", "queues", "jobs", "expect", "source", "capacity",
 })
-CONFIG_KEYS = frozenset({
-    "placement", "stalenessGracePeriodSeconds", "maxConsolidationPreemptees",
-    "allowConsolidatingReclaim", "kValue", "compat",
-}) | VICTIM_CONFIG_KEYS
 NODE_KEYS = frozenset({
     "name", "gpus", "gpuMemoryMiB", "cpuMillis", "memoryMiB", "maxPods", "labels", "ready",
 })
@@ -69,7 +61,6 @@ EXPECT_KEYS = frozenset({"tasks", "jobs", "queues"})
 EXPECT_POD_KEYS = frozenset({"status", "node", "gpus"})
 EXPECT_QUEUE_KEYS = frozenset({"fairShare"})
 STATES = tuple(s.value for s in PodStatus)
-ACTION_NAMES = action_names()
 
 
 @dataclass(slots=True)
@@ -125,13 +116,7 @@ def parse(data: Any, path: str = "<scenario>") -> Scenario:
     if name is None:
         raise ScenarioError("name", "required")
     kind = get(top, "kind", "", as_str, default="cycle", choices=("cycle", "fairshare"))
-    actions = DEFAULT_ACTIONS
-    if "actions" in top:
-        actions = tuple(
-            as_str(a, join("actions", i), ACTION_NAMES)
-            for i, a in enumerate(as_list(top["actions"], "actions"))
-        )
-    config = _config(top.get("config"), actions)
+    config = parse_config(top.get("config"), parse_actions(top))
     sc = Scenario(
         name=name,
         path=path,
@@ -173,45 +158,6 @@ def parse(data: Any, path: str = "<scenario>") -> Scenario:
         _job(raw, join("jobs", i), sc, queue_names, memory_of, task_names)
     sc.expect = _expect(top.get("expect"), "expect")
     return sc
-
-
-def _config(raw: Any, actions: tuple[str, ...]) -> Config:
-    c = check_keys(raw, "config", CONFIG_KEYS)
-    gpu_placement = cpu_placement = "binpack"
-    if "placement" in c:
-        p = check_keys(c["placement"], "config.placement", frozenset({"gpu", "cpu"}))
-        gpu_placement = get(p, "gpu", "config.placement", as_str, default="binpack",
-                            choices=placement_strategy_names())
-        cpu_placement = get(p, "cpu", "config.placement", as_str, default="binpack",
-                            choices=placement_strategy_names())
-    compat = c.get("compat")
-    if compat is not None:
-        compat = as_str(compat, "config.compat", ("kai",))
-    return Config(
-        actions=actions,
-        gpu_placement=gpu_placement,
-        cpu_placement=cpu_placement,
-        staleness_grace_seconds=float(
-            get(c, "stalenessGracePeriodSeconds", "config", as_number, default=Fraction(60))
-        ),
-        max_consolidation_preemptees=get(
-            c, "maxConsolidationPreemptees", "config", as_int, default=16, minimum=-1
-        ),
-        allow_consolidating_reclaim=get(
-            c, "allowConsolidatingReclaim", "config", as_bool, default=True
-        ),
-        k_value=float(get(c, "kValue", "config", as_number, default=Fraction(1), minimum=0)),
-        compat=compat,
-        extra=_victim_config(c),
-    )
-
-
-def _victim_config(c: dict[str, Any]) -> dict[str, object]:
-    """The eviction actions' own keys (gpushare.scheduler.actions.common.options)."""
-    try:
-        return read_victim_config(c, "config")
-    except OptionError as err:
-        raise ScenarioError(err.path, err.message) from None
 
 
 def _node(raw: Any, path: str) -> Node:

@@ -1,4 +1,5 @@
-"""Strict reading of scenario YAML: every key known, every value checked, errors by path.
+"""Strict reading of YAML documents (scenario files, the scheduler's configuration): every
+key known, every value checked, errors by path.
 
 Keys that start with ``x-`` are annotations and ignored wherever they appear.
 """
@@ -13,7 +14,7 @@ from gpushare.model.quantities import QuantityError, to_fraction
 
 
 class ScenarioError(ValueError):
-    """A scenario file that does not follow the format; the message names the path."""
+    """A document that does not follow its format; the message names the path."""
 
     def __init__(self, path: str, message: str) -> None:
         super().__init__(f"{path}: {message}" if path else message)
