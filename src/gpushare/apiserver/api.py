@@ -83,6 +83,9 @@ class Api:
     terminating_namespaces: set[tuple[str, str]] = field(default_factory=set)
     finalizing: set[tuple[str, str, str, str]] = field(default_factory=set)
     wake_gc: Callable[[], None] = lambda: None
+    # Extra admission (tenancy): hook(api, cluster, info, obj, old) runs before validation
+    # of every create and update and raises ApiError to refuse; it may set defaults.
+    admission_hooks: list[Callable[..., None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for cluster in sorted(self.store.clusters() | {DEFAULT_CLUSTER}):
@@ -208,6 +211,8 @@ class Api:
             entry = managed.Entry(manager, "Apply" if applied else "Update", info.api_version,
                                   m["creationTimestamp"], set(fields))
             m["managedFields"] = managed.render_entries([entry])
+        for hook in self.admission_hooks:
+            hook(self, cluster, info, obj, None)
         self._admit(cluster, info, obj, None)
         self._validate(cluster, info, obj, None)
         if gr == CRD_GR:
@@ -501,6 +506,8 @@ class Api:
             obj["metadata"].pop("managedFields", None)
         if obj == old:
             return old  # a no-op write keeps the resourceVersion, like Kubernetes
+        for hook in self.admission_hooks:
+            hook(self, cluster, info, obj, old)
         self._validate(cluster, info, obj, old)
         if gr == CRD_GR:
             if obj["spec"].get("group") != old["spec"].get("group") or obj["spec"]["names"].get(

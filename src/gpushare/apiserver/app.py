@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +90,11 @@ class App:
         self.usage = ResourceUsage()
         self.metrics.registry.register(self.components)
         self._gc_task: asyncio.Task[None] | None = None
+        # Extra authorization (tenancy): policy(cluster, user, attrs) -> why it is refused,
+        # or None; and where a pod's logs are: target(cluster, ns, name) -> (cluster, ns,
+        # name) of the pod that really runs, or None for the pod itself.
+        self.request_policies: list[Callable[[str, User, Attributes], str | None]] = []
+        self.log_targets: list[Callable[[str, str, str], tuple[str, str, str] | None]] = []
 
     # -- ASGI ------------------------------------------------------------------------------
 
@@ -351,6 +356,11 @@ class App:
         if not self.authorizer.allowed(cluster, user, attrs):
             shown = f"{info.resource}/{sub_rbac}" if sub_rbac else info.resource
             raise forbidden(user.name, verb, info.group, shown, name or "", ns or "")
+        for policy in self.request_policies:
+            reason = policy(cluster, user, attrs)
+            if reason:
+                raise ApiError(403, reason, "Forbidden", {"name": name or "",
+                                                          "kind": info.resource})
         if info.group == METRICS_GROUP:
             return resource_metrics_response(self.store, self.usage, cluster, info, ns, name,
                                              query), verb, info.resource
@@ -604,6 +614,14 @@ class App:
         if pod is None:
             raise not_found("", "pods", name)
         container = logs.container_name(pod, query.get("container"))
+        for target in self.log_targets:
+            elsewhere = target(cluster, ns, name)
+            if elsewhere is not None:
+                cluster, ns, name = elsewhere
+                pod = self.store.get(cluster, "pods", ns, name)
+                if pod is None:
+                    raise not_found("", "pods", name)
+                break
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name:
             raise bad_request(f'container "{container}" in pod "{name}" is waiting to start: '
@@ -626,7 +644,8 @@ class App:
             attrs = Attributes(ra.get("verb", ""), ra.get("group", ""), ra.get("resource", ""),
                                ra.get("subresource", ""), ra.get("namespace", ""),
                                ra.get("name", ""))
-            allowed = self.authorizer.allowed(cluster, user, attrs)
+            allowed = self.authorizer.allowed(cluster, user, attrs) and not any(
+                policy(cluster, user, attrs) for policy in self.request_policies)
         elif isinstance(spec.get("nonResourceAttributes"), dict):
             nra = spec["nonResourceAttributes"]
             allowed = self.authorizer.non_resource_allowed(cluster, user, nra.get("path", ""),

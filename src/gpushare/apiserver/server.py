@@ -19,6 +19,7 @@ from gpushare.apiserver.app import App
 from gpushare.apiserver.auth import TokenFile
 from gpushare.apiserver.store import Store
 from gpushare.apiserver.tls import ensure_certificates
+from gpushare.tenancy import admission as tenancy_admission
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ class ApiServer:
         self.api = Api(self.store)
         self.app = App(self.api, self.tokens, f"{host}:{self.port}",
                        bookmark_interval=bookmark_interval, event_ttl=event_ttl)
+        tenancy_admission.install(self.api, self.app)
         self.tls = tls
         ssl: dict[str, Any] = {}
         self.ca_path: Path | None = None

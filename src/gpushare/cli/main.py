@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpushare.cli import agent, demo, server, simulate, up
+from gpushare.cli import agent, demo, server, simulate, tenant, up
 
 app = typer.Typer(
     name="gpushare",
@@ -28,7 +28,7 @@ def version() -> None:
     typer.echo(__version__)
 
 
-for module in (demo, up, server, agent, simulate):
+for module in (demo, up, server, agent, simulate, tenant):
     module.register(app)
 
 

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # No garbage collector: the embedded API server collects dependents of deleted (or never
 # existing) owners itself, as kube-controller-manager does on a real cluster.
 ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
-       "scheduler", "queue-status", "static-node-pods", "node-lifecycle")
+       "scheduler", "queue-status", "static-node-pods", "node-lifecycle", "tenancy")
 DEFAULT = ALL
 
 
@@ -48,6 +48,10 @@ class ControllerSet:
 
     def stop(self) -> None:
         self.stopper.stop()
+        for controller in self.controllers.values():
+            stop = getattr(controller, "stop", None)
+            if callable(stop):
+                stop()
         self.informers.stop()
         for thread in self.threads:
             thread.join(3.0)
@@ -102,6 +106,11 @@ def start_controllers(
             out.controllers["queue-status"] = QueueStatusController(
                 client, informers, stopper, loop
             )
+    if "tenancy" in enabled:
+        # Virtual clusters: their syncers and the tenants' own workload controllers.
+        from gpushare.tenancy.controller import TenancyController
+
+        out.controllers["tenancy"] = TenancyController(client, informers, stopper, kubeconfig)
     _process_gauges(out)
     informers.start()
     if not informers.wait_synced(sync_timeout):

@@ -1,0 +1,369 @@
+"""The tenancy controller: VirtualCluster objects on the host → running virtual clusters.
+
+For each VirtualCluster it
+
+* provisions the tenant: the host namespace ``vc-<name>`` (labelled as the tenant's), and
+  inside the tenant cluster its system namespaces, the Queue/PodGroup CRDs, the
+  ``cluster-admin``/``edit``/``view`` ClusterRoles and a binding that makes the holders of
+  the tenant's admin token (the group ``tenancy.gpushare.io:<uid>:admins``) cluster-admin
+  there — and nowhere else, since the token is valid for that logical cluster only;
+* runs its syncer (``syncer.TenantSyncer``) and the tenant's own workload controllers
+  (Jobs, ReplicaSets, Deployments), so its Jobs make pods inside the tenant;
+* pauses and resumes it (``spec.paused``);
+* writes ``status``: phase (Pending, Ready, Paused, Deleting, Failed), endpoint, host
+  namespace, live pods, GPUs held on the host;
+* on deletion (finalizer ``tenancy.gpushare.io/cleanup``) removes everything of the tenant:
+  its host namespace with every host object in it, then every object inside the tenant
+  cluster, and only then lets the VirtualCluster go. Nothing outside the tenant's host
+  namespace and logical cluster is touched.
+
+Everything goes through the Kubernetes API: the host's with the controllers' kubeconfig,
+the tenant's at ``<server>/clusters/<name>`` with the same credentials.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from gpushare.apiserver import crds as builtin_crds
+from gpushare.kube.client import (
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    PODGROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+    ApiError,
+    KubeClient,
+    Resource,
+    Stopper,
+)
+from gpushare.kube.informer import WorkQueue, start_workers
+from gpushare.kube.informers import InformerFactory
+from gpushare.kube.quantity import format_milli
+from gpushare.tenancy import metrics, names, views
+from gpushare.tenancy.policy import TenantPolicy
+from gpushare.tenancy.syncer import HostViews, TenantSyncer
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+VIRTUALCLUSTERS = Resource(names.API_VERSION, names.PLURAL, False)
+CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", False)
+CLUSTERROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", False)
+CLUSTERROLEBINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebindings", False)
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+ADMINS_BINDING = "tenancy:cluster-admins"
+STATUS_PERIOD = 1.0
+WORKERS = 4
+
+_READ = ["get", "list", "watch"]
+_WRITE = ["create", "update", "patch", "delete", "deletecollection"]
+_VIEW_RESOURCES = ["pods", "pods/log", "pods/status", "configmaps", "services", "endpoints",
+                   "events", "namespaces", "nodes", "serviceaccounts", "persistentvolumeclaims",
+                   "jobs", "cronjobs", "deployments", "replicasets", "statefulsets",
+                   "daemonsets", "podgroups", "queues", "priorityclasses", "leases",
+                   "customresourcedefinitions"]
+
+
+def tenant_roles() -> list[Obj]:
+    """The ClusterRoles every tenant cluster starts with."""
+    def role(name: str, rules: list[Obj]) -> Obj:
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": name, "labels": {names.VIEW_LABEL: "bootstrap"}},
+                "rules": rules}
+    return [
+        role("cluster-admin", [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                               {"nonResourceURLs": ["*"], "verbs": ["*"]}]),
+        role("edit", [{"apiGroups": ["*"], "resources": [*_VIEW_RESOURCES, "secrets",
+                                                         "pods/eviction"],
+                       "verbs": [*_READ, *_WRITE]}]),
+        role("view", [{"apiGroups": ["*"], "resources": _VIEW_RESOURCES, "verbs": _READ}]),
+    ]
+
+
+def tenant_client(kubeconfig: str, tenant: str) -> KubeClient:
+    """A client for the logical cluster ``tenant`` of the server in ``kubeconfig``."""
+    client = KubeClient.from_kubeconfig(kubeconfig, pool_size=16)
+    configuration = client.api_client.configuration
+    base = str(configuration.host).split("/clusters/", 1)[0].rstrip("/")
+    configuration.host = f"{base}/clusters/{tenant}"
+    return client
+
+
+class TenancyController:
+    name = "tenancy"
+
+    def __init__(self, client: KubeClient, informers: InformerFactory, stopper: Stopper,
+                 kubeconfig: str, *, tenant_kubeconfig: str | None = None,
+                 workload_controllers: bool = True) -> None:
+        self.client = client
+        self.stopper = stopper
+        self.kubeconfig = kubeconfig
+        self.tenant_kubeconfig = tenant_kubeconfig or kubeconfig
+        self.workload_controllers = workload_controllers
+        self.vcs = informers.get(VIRTUALCLUSTERS)
+        self.h = HostViews(pods=informers.get(PODS), events=informers.get(EVENTS),
+                           podgroups=informers.get(PODGROUPS), nodes=informers.get(NODES),
+                           queues=informers.get(QUEUES),
+                           priority_classes=informers.get(PRIORITY_CLASSES))
+        self.queue = WorkQueue()
+        self.syncers: dict[str, TenantSyncer] = {}
+        self._provisioned: dict[str, str] = {}  # tenant -> uid provisioned
+        self._status_written: dict[str, Obj] = {}
+        self._lock = threading.Lock()
+        self.vcs.add_handler(lambda kind, vc, old: self.queue.add(
+            str((vc.get("metadata") or {}).get("name"))))
+        self.h.pods.add_handler(self._dispatch("on_host_pod"))
+        self.h.events.add_handler(self._dispatch("on_host_event"))
+        for informer in (self.h.nodes, self.h.queues, self.h.priority_classes):
+            informer.add_handler(lambda *_: self._all_views_changed())
+
+    def start(self) -> list[threading.Thread]:
+        threads = start_workers(self.queue, self.reconcile, self.stopper, self.name, WORKERS)
+        ticker = threading.Thread(target=self._tick, name="tenancy-status", daemon=True)
+        ticker.start()
+        return [*threads, ticker]
+
+    def stop(self) -> None:
+        with self._lock:
+            syncers = list(self.syncers.values())
+            self.syncers.clear()
+        for syncer in syncers:
+            syncer.stop()
+
+    # -- routing host changes to the tenant's syncer ----------------------------------------
+
+    def _dispatch(self, method: str) -> Any:
+        def handler(kind: str, obj: Obj, old: Obj | None) -> None:
+            tenant = names.tenant_of_namespace(str((obj.get("metadata") or {}).get("namespace")))
+            syncer = self.syncers.get(tenant) if tenant else None
+            if syncer is not None and syncer.ready.is_set():
+                getattr(syncer, method)(kind, obj, old)
+            if method == "on_host_pod":
+                # GPUs free on a node change every tenant's share of it.
+                for other in list(self.syncers.values()):
+                    if other is not syncer and other.ready.is_set():
+                        other.view_changed()
+        return handler
+
+    def _all_views_changed(self) -> None:
+        for syncer in list(self.syncers.values()):
+            if syncer.ready.is_set():
+                syncer.view_changed()
+
+    def _tick(self) -> None:
+        while not self.stopper.wait(STATUS_PERIOD):
+            keys = self.vcs.keys()
+            for key in keys:
+                self.queue.add(key)
+
+    # -- reconcile --------------------------------------------------------------------------
+
+    def reconcile(self, name: str) -> None:
+        vc = self.vcs.get(name)
+        if vc is None:
+            self._stop_syncer(name)
+            metrics.forget(name)
+            return
+        policy = TenantPolicy.from_object(vc)
+        meta = vc.get("metadata") or {}
+        if policy.deleting:
+            self._delete(vc, policy)
+            return
+        if names.FINALIZER not in (meta.get("finalizers") or ()):
+            self.client.merge_patch(VIRTUALCLUSTERS.item(name), {"metadata": {
+                "finalizers": [*(meta.get("finalizers") or ()), names.FINALIZER]}})
+            return  # the watch brings the object back with its finalizer
+        problem = None
+        if self._provisioned.get(name) != policy.uid:
+            problem = self._provision(policy)
+            if problem is None:
+                self._provisioned[name] = policy.uid
+        syncer = self.syncers.get(name)
+        if problem is None and (syncer is None or syncer.uid != policy.uid):
+            self._stop_syncer(name)
+            syncer = TenantSyncer(policy, self.client, self.h,
+                                  tenant_client(self.tenant_kubeconfig, name),
+                                  workload_controllers=self.workload_controllers)
+            try:
+                syncer.start()
+            except Exception:
+                syncer.stop()
+                raise
+            with self._lock:
+                self.syncers[name] = syncer
+        elif syncer is not None:
+            syncer.set_policy(policy)
+        self._write_status(vc, policy, problem)
+
+    # -- provisioning -------------------------------------------------------------------------
+
+    def _provision(self, policy: TenantPolicy) -> str | None:
+        """Make what the tenant needs on both sides; a reason it cannot be, or None."""
+        host_ns = names.host_namespace(policy.name)
+        ns = self.client.get(NAMESPACES.item(host_ns))
+        if ns is None:
+            self._create(self.client, NAMESPACES.collection(), {
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": host_ns, "labels": {names.TENANT_LABEL: policy.name}}})
+        elif ((ns.get("metadata") or {}).get("labels") or {}).get(names.TENANT_LABEL) != \
+                policy.name:
+            return (f"host namespace {host_ns} exists and does not belong to virtual cluster "
+                    f"{policy.name}")
+        elif (ns.get("metadata") or {}).get("deletionTimestamp"):
+            return f"host namespace {host_ns} is still being deleted"
+        tenant = tenant_client(self.tenant_kubeconfig, policy.name)
+        try:
+            for ns_name in SYSTEM_NAMESPACES:
+                self._create(tenant, NAMESPACES.collection(), {
+                    "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns_name}})
+            for crd in (builtin_crds.queue_crd(), builtin_crds.podgroup_crd()):
+                self._create(tenant, CRDS.collection(), crd)
+            for role in tenant_roles():
+                self._create(tenant, CLUSTERROLES.collection(), role)
+            binding = {
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": ADMINS_BINDING},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "cluster-admin"},
+                "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
+                              "name": names.admins_group(policy.uid)}]}
+            current = tenant.get(CLUSTERROLEBINDINGS.item(ADMINS_BINDING))
+            if current is None:
+                self._create(tenant, CLUSTERROLEBINDINGS.collection(), binding)
+            elif current.get("subjects") != binding["subjects"]:
+                binding["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                tenant.replace(CLUSTERROLEBINDINGS.item(ADMINS_BINDING), binding)
+        finally:
+            tenant.close()
+        return None
+
+    @staticmethod
+    def _create(client: KubeClient, path: str, body: Obj) -> None:
+        try:
+            client.create(path, body)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+
+    def _stop_syncer(self, name: str) -> None:
+        with self._lock:
+            syncer = self.syncers.pop(name, None)
+        if syncer is not None:
+            syncer.stop()
+
+    # -- status -------------------------------------------------------------------------------
+
+    def _write_status(self, vc: Obj, policy: TenantPolicy, problem: str | None) -> None:
+        name = policy.name
+        syncer = self.syncers.get(name)
+        host_ns = names.host_namespace(name)
+        gpu = sum(views.pod_gpu_milli(p) for p in self.h.pods.items()
+                  if (p.get("metadata") or {}).get("namespace") == host_ns)
+        pods = 0
+        if syncer is not None:
+            pods = sum(1 for p in syncer.pods.items()
+                       if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                       and not (p.get("metadata") or {}).get("deletionTimestamp"))
+        missing = [q for q in policy.queues if self.h.queues.get(q) is None]
+        if problem is not None:
+            phase, message = "Failed", problem
+        elif syncer is None:
+            phase, message = "Pending", "starting"
+        elif policy.paused:
+            phase, message = "Paused", "its pods are off the host until it is resumed"
+        elif missing:
+            phase, message = "Pending", f"queue(s) {', '.join(missing)} do not exist on the host"
+        else:
+            phase, message = "Ready", ""
+        status = {"phase": phase, "endpoint": f"/clusters/{name}", "hostNamespace": host_ns,
+                  "pods": pods, "gpuAllocated": format_milli(gpu),
+                  "observedGeneration": (vc.get("metadata") or {}).get("generation", 1)}
+        if message:
+            status["message"] = message
+        metrics.TENANT_PODS.labels(name).set(pods)
+        metrics.TENANT_GPU_ALLOCATED.labels(name).set(gpu / 1000)
+        for p in ("Pending", "Ready", "Paused", "Deleting", "Failed"):
+            metrics.TENANT_PHASE.labels(name, p).set(1 if p == phase else 0)
+        if (vc.get("status") or {}) == status:
+            return
+        try:
+            self.client.merge_patch(VIRTUALCLUSTERS.item(name, None, "status"), {"status": status})
+        except ApiError as error:
+            if error.status != 404:
+                raise
+
+    # -- deletion -----------------------------------------------------------------------------
+
+    def _delete(self, vc: Obj, policy: TenantPolicy) -> None:
+        name = policy.name
+        meta = vc.get("metadata") or {}
+        if names.FINALIZER not in (meta.get("finalizers") or ()):
+            return
+        self._stop_syncer(name)
+        self._provisioned.pop(name, None)
+        if (vc.get("status") or {}).get("phase") != "Deleting":
+            self.client.merge_patch(VIRTUALCLUSTERS.item(name, None, "status"),
+                                    {"status": {**(vc.get("status") or {}), "phase": "Deleting",
+                                                "message": "removing its objects"}})
+        host_ns = names.host_namespace(name)
+        ns = self.client.get(NAMESPACES.item(host_ns))
+        if ns is not None and ((ns.get("metadata") or {}).get("labels") or {}).get(
+                names.TENANT_LABEL) == name:
+            if not (ns.get("metadata") or {}).get("deletionTimestamp"):
+                self.client.delete(NAMESPACES.item(host_ns))
+            self.queue.add_after(name, 0.5)
+            return
+        tenant = tenant_client(self.tenant_kubeconfig, name)
+        try:
+            if purge_cluster(tenant):
+                self.queue.add_after(name, 0.5)
+                return
+        finally:
+            tenant.close()
+        finalizers = [f for f in meta.get("finalizers") or () if f != names.FINALIZER]
+        self.client.merge_patch(VIRTUALCLUSTERS.item(name), {"metadata": {
+            "finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}})
+        metrics.forget(name)
+
+
+def purge_cluster(client: KubeClient) -> bool:
+    """Delete every object of the cluster ``client`` points at; True while some remain."""
+    remaining = False
+    namespaces = (client.list(NAMESPACES.collection()).get("items") or [])
+    for ns in namespaces:
+        remaining = True
+        if not (ns.get("metadata") or {}).get("deletionTimestamp"):
+            client.delete(NAMESPACES.item(ns["metadata"]["name"]))
+    if remaining:
+        return True
+    for resource in _cluster_scoped(client):
+        listing = client.list(resource.collection())
+        for item in listing.get("items") or ():
+            remaining = True
+            client.delete(resource.item(item["metadata"]["name"]))
+    return remaining
+
+
+def _cluster_scoped(client: KubeClient) -> list[Resource]:
+    """Every cluster-scoped resource (but namespaces) the cluster serves, CRDs last (so
+    their objects go with them only after the rest)."""
+    out: list[Resource] = []
+    lists = [("v1", client.list("/api/v1"))]
+    for group in (client.list("/apis").get("groups") or ()):
+        preferred = (group.get("preferredVersion") or {}).get("groupVersion")
+        if preferred:
+            lists.append((preferred, client.list(f"/apis/{preferred}")))
+    for gv, listing in lists:
+        for r in listing.get("resources") or ():
+            if "/" in r.get("name", "") or r.get("namespaced") or r.get("name") == "namespaces":
+                continue
+            if "delete" not in (r.get("verbs") or ()) or "list" not in (r.get("verbs") or ()):
+                continue
+            out.append(Resource(gv, r["name"], False))
+    out.sort(key=lambda r: r.plural == "customresourcedefinitions")
+    return out

@@ -1,0 +1,663 @@
+"""The syncer of one virtual cluster: tenant pods onto the host, host state back.
+
+It speaks only the Kubernetes API: the tenant's objects through the tenant cluster's
+endpoint (``/clusters/<tenant>``), the host's through the host's, each with its own
+client, so that it runs the same against a real host cluster.
+
+Each tenant pod is one key. A reconcile looks at both sides and makes them agree:
+
+* tenant pod, no host pod: create it (and first the ConfigMaps/Secrets it references and
+  the PodGroup of its workload) — unless the tenant pod was synced before (it carries the
+  host pod's uid), in which case the host pod was deleted on the host and the tenant pod
+  goes too;
+* host pod, no tenant pod: the tenant deleted it, so the host pod is deleted;
+* both: deletion on one side is carried to the other with the same grace period, the
+  host's binding becomes the tenant pod's binding, the host's status the tenant pod's.
+
+A restart resumes from what is on both sides: the host pod's name is a function of the
+tenant pod's, and its labels and annotations say whose it is, so nothing is created twice
+or lost. Before deleting on the strength of an object missing from a cache, the syncer
+reads it once from the API (a cache that lags must not delete anything).
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpushare.controllers.events import EventRecorder
+from gpushare.controllers.grouping import (
+    PODGROUP_ANNOTATION,
+    PodGroupPlan,
+    controller_reference,
+    owner_chain,
+    plan_podgroup,
+    reference_to,
+)
+from gpushare.controllers.job_controller import JobController
+from gpushare.controllers.workload_controllers import DeploymentController, ReplicaSetController
+from gpushare.kube.client import (
+    BY_KIND,
+    CONFIGMAPS,
+    EVENTS,
+    NODES,
+    PODGROUPS,
+    PODS,
+    PRIORITY_CLASSES,
+    QUEUES,
+    SECRETS,
+    ApiError,
+    KubeClient,
+    Stopper,
+)
+from gpushare.kube.informer import Informer, WorkQueue, start_workers
+from gpushare.kube.informers import InformerFactory
+from gpushare.tenancy import metrics, names, translate, views
+from gpushare.tenancy.policy import TenantPolicy
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+WORKERS = 4
+SWEEP_SECONDS = 10.0
+PODGROUP_GRACE_SECONDS = 30.0
+PAUSED_REASON = "VirtualClusterPaused"
+
+
+@dataclass
+class HostViews:
+    """The host informers every tenant's syncer reads (one watch each, shared)."""
+
+    pods: Informer
+    events: Informer
+    podgroups: Informer
+    nodes: Informer
+    queues: Informer
+    priority_classes: Informer
+
+
+def _meta(obj: Obj | None) -> Obj:
+    if not obj:
+        return {}
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def _annotations(obj: Obj | None) -> dict[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def _labels(obj: Obj | None) -> dict[str, str]:
+    return _meta(obj).get("labels") or {}
+
+
+@dataclass
+class _Pending:
+    """Host pods created but not yet seen by the host watch (with their creation time)."""
+
+    created: dict[str, Obj] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class TenantSyncer:
+    """Keeps one virtual cluster's pods and the host's in agreement."""
+
+    def __init__(self, policy: TenantPolicy, host: KubeClient, views_: HostViews,
+                 tenant: KubeClient, *, workload_controllers: bool = True) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self.uid = policy.uid
+        self.host = host
+        self.h = views_
+        self.tenant = tenant
+        self.host_ns = names.host_namespace(self.name)
+        self.stopper = Stopper()
+        self.informers = InformerFactory(tenant, self.stopper)
+        self.pods = self.informers.get(PODS)
+        self.config_maps = self.informers.get(CONFIGMAPS)
+        self.secrets = self.informers.get(SECRETS)
+        self.podgroups = self.informers.get(PODGROUPS)
+        self.tenant_nodes = self.informers.get(NODES)
+        self.tenant_queues = self.informers.get(QUEUES)
+        self.tenant_classes = self.informers.get(PRIORITY_CLASSES)
+        self.events = EventRecorder(tenant, "gpushare-controllers", self.stopper)
+        self.controllers: list[Any] = []
+        if workload_controllers:
+            self.controllers = [
+                JobController(tenant, self.informers, self.stopper, self.events),
+                ReplicaSetController(tenant, self.informers, self.stopper, self.events),
+                DeploymentController(tenant, self.informers, self.stopper, self.events),
+            ]
+        self.queue = WorkQueue()
+        self.threads: list[threading.Thread] = []
+        self._pending = _Pending()
+        self._copies: dict[tuple[str, str, str], str] = {}  # (kind, ns, name) -> tenant rv
+        self._events_written: dict[str, tuple[Any, ...]] = {}
+        self._view_queued = False
+        self._view_lock = threading.Lock()
+        self._bind_seen: dict[str, float] = {}  # host pod name -> when its binding was seen
+        self._last_sweep = 0.0
+        self.ready = threading.Event()
+        self.pods.add_handler(self._on_tenant_pod)
+        self.config_maps.add_handler(self._on_tenant_ref("c"))
+        self.secrets.add_handler(self._on_tenant_ref("s"))
+        for informer in (self.tenant_nodes, self.tenant_queues, self.tenant_classes):
+            informer.add_handler(lambda *_: self.view_changed())
+
+    # -- running ----------------------------------------------------------------------------
+
+    def start(self, sync_timeout: float = 30.0) -> None:
+        self.informers.start()
+        if not self.informers.wait_synced(sync_timeout):
+            raise TimeoutError(f"virtual cluster {self.name}: caches did not fill in "
+                               f"{sync_timeout:.0f}s")
+        self.events.start()
+        for controller in self.controllers:
+            self.threads.extend(controller.start())
+        self.threads.extend(start_workers(self.queue, self.reconcile, self.stopper,
+                                          f"syncer-{self.name}", WORKERS))
+        # What is on the host now (a restart resumes from both sides).
+        for pod in self.h.pods.items():
+            self.on_host_pod("ADDED", pod, None)
+        for event in self.h.events.items():
+            self.on_host_event("ADDED", event, None)
+        self.view_changed()
+        self.ready.set()
+
+    def stop(self) -> None:
+        self.stopper.stop()
+        self.queue.close()
+        self.informers.stop()
+        self.tenant.close()
+
+    def set_policy(self, policy: TenantPolicy) -> None:
+        changed = policy != self.policy
+        paused_changed = policy.paused != self.policy.paused
+        self.policy = policy
+        if paused_changed:
+            keys = self.pods.keys()
+            for key in keys:
+                self.queue.add("p:" + key)
+            for pod in self.h.pods.items():
+                self.on_host_pod("MODIFIED", pod, None)
+        if changed:
+            self.view_changed()
+
+    # -- event handlers (informer threads: only enqueue) --------------------------------------
+
+    def _on_tenant_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
+        m = _meta(pod)
+        self.queue.add(f"p:{m.get('namespace')}/{m.get('name')}")
+
+    def _on_tenant_ref(self, prefix: str) -> Any:
+        def handler(kind: str, obj: Obj, old: Obj | None) -> None:
+            m = _meta(obj)
+            key = (prefix, str(m.get("namespace")), str(m.get("name")))
+            if key in self._copies:
+                self.queue.add(f"{prefix}:{key[1]}/{key[2]}")
+        return handler
+
+    def on_host_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
+        m = _meta(pod)
+        if m.get("namespace") != self.host_ns:
+            return
+        labels = _labels(pod)
+        if labels.get(names.TENANT_LABEL) != self.name:
+            return
+        with self._pending.lock:
+            self._pending.created.pop(str(m.get("name")), None)
+        if (pod.get("spec") or {}).get("nodeName") and not ((old or {}).get("spec") or {}).get(
+                "nodeName"):
+            self._bind_seen[str(m.get("name"))] = time.monotonic()
+        tenant_object = _annotations(pod).get(names.TENANT_OBJECT_ANNOTATION)
+        if tenant_object:
+            self.queue.add(f"p:{tenant_object}")
+        self.view_changed()
+
+    def on_host_event(self, kind: str, event: Obj, old: Obj | None) -> None:
+        m = _meta(event)
+        if kind == "DELETED" or m.get("namespace") != self.host_ns:
+            return
+        if (event.get("involvedObject") or {}).get("kind") == "Pod":
+            self.queue.add(f"e:{m.get('name')}")
+
+    def view_changed(self) -> None:
+        with self._view_lock:
+            if self._view_queued:
+                return
+            self._view_queued = True
+        self.queue.add_after("v:", 0.2)
+
+    # -- reconcile ------------------------------------------------------------------------
+
+    def reconcile(self, key: str) -> None:
+        kind, _, rest = key.partition(":")
+        try:
+            if kind == "p":
+                ns, _, name = rest.partition("/")
+                self.sync_pod(ns, name)
+            elif kind in ("c", "s"):
+                ns, _, name = rest.partition("/")
+                self.sync_copy(kind, ns, name)
+            elif kind == "e":
+                self.sync_event(rest)
+            elif kind == "v":
+                with self._view_lock:
+                    self._view_queued = False
+                self.sync_views()
+        except ApiError:
+            metrics.SYNC_ERRORS.labels(self.name).inc()
+            raise
+        if time.monotonic() - self._last_sweep > SWEEP_SECONDS:
+            self._last_sweep = time.monotonic()
+            self.sweep()
+
+    def _host_pod(self, host_name: str) -> Obj | None:
+        pod = self.h.pods.get(f"{self.host_ns}/{host_name}")
+        if pod is None:
+            with self._pending.lock:
+                pod = self._pending.created.get(host_name)
+        return pod
+
+    def sync_pod(self, ns: str, name: str) -> None:
+        t = self.pods.get(f"{ns}/{name}")
+        hname = names.host_name(name, ns)
+        h = self._host_pod(hname)
+        if h is not None and _annotations(h).get(names.TENANT_OBJECT_ANNOTATION) != f"{ns}/{name}":
+            log.error("%s: host pod %s/%s belongs to another tenant pod; %s/%s not synced",
+                      self.name, self.host_ns, hname, ns, name)
+            return
+        if t is None:
+            if (h is not None and not _meta(h).get("deletionTimestamp")
+                    and self.tenant.get(PODS.item(name, ns)) is None):  # not a lagging cache
+                self._delete_host(hname, None, "tenant pod deleted")
+            return
+        tm = _meta(t)
+        if h is not None and _annotations(h).get(names.TENANT_UID_ANNOTATION) != tm.get("uid"):
+            # The host pod of an older tenant pod of the same name.
+            if not _meta(h).get("deletionTimestamp"):
+                self._delete_host(hname, _meta(h).get("uid"), "replaced tenant pod")
+            return
+        if tm.get("deletionTimestamp"):
+            if h is None:
+                if self.host.get(PODS.item(hname, self.host_ns)) is None:
+                    self._delete_tenant(t, 0)
+            elif not _meta(h).get("deletionTimestamp"):
+                grace = tm.get("deletionGracePeriodSeconds")
+                self._delete_host(hname, None, "tenant pod deleted",
+                                  int(grace) if grace is not None else None)
+            return
+        synced_uid = _annotations(t).get(names.HOST_UID_ANNOTATION)
+        if h is None:
+            if synced_uid:
+                live = self.host.get(PODS.item(hname, self.host_ns))
+                if live is None or _meta(live).get("uid") != synced_uid:
+                    # Deleted on the host (evicted, reclaimed, removed by an admin).
+                    if self.policy.paused:
+                        self._park(t)
+                    else:
+                        self._delete_tenant(t, 0)
+                    return
+                h = live
+            elif self.policy.paused:
+                self._mark_paused(t)
+                return
+            else:
+                self._create_host(t, hname)
+                return
+        hm = _meta(h)
+        if self.policy.paused and not hm.get("deletionTimestamp"):
+            self._delete_host(hname, None, "virtual cluster paused")
+            return
+        if hm.get("deletionTimestamp"):
+            grace = hm.get("deletionGracePeriodSeconds")
+            self._delete_tenant(t, int(grace) if grace is not None else 0)
+            return
+        if synced_uid != hm.get("uid"):
+            self.tenant.merge_patch(PODS.item(name, ns), {"metadata": {"annotations": {
+                names.HOST_UID_ANNOTATION: hm.get("uid"), names.HOST_NAME_ANNOTATION: hname}}})
+        host_node = (h.get("spec") or {}).get("nodeName")
+        if host_node and not (t.get("spec") or {}).get("nodeName"):
+            try:
+                self.tenant.create(PODS.item(name, ns, "binding"), translate.binding_for(t, h))
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+            seen = self._bind_seen.pop(hname, None)
+            if seen is not None:
+                metrics.SYNC_SECONDS.labels(self.name, "to_tenant").observe(
+                    time.monotonic() - seen)
+            metrics.SYNC_ACTIONS.labels(self.name, "pod", "bind").inc()
+            return  # the status follows on the binding's watch event
+        status = translate.tenant_status(h)
+        if status and status != (t.get("status") or {}):
+            body = {**t, "status": status}
+            self.tenant.replace(PODS.item(name, ns, "status"), body)
+            metrics.SYNC_ACTIONS.labels(self.name, "pod", "status").inc()
+
+    def _create_host(self, t: Obj, hname: str) -> None:
+        tm = _meta(t)
+        ns, name = str(tm.get("namespace")), str(tm.get("name"))
+        self._sync_references(t)
+        queue, pg_name = self._ensure_podgroup(t)
+        body = translate.host_pod(self.name, t, queue, pg_name)
+        try:
+            created = self.host.create(PODS.collection(self.host_ns), body)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            created = self.host.get(PODS.item(hname, self.host_ns)) or {}
+        else:
+            metrics.SYNC_ACTIONS.labels(self.name, "pod", "create").inc()
+            with self._pending.lock:
+                self._pending.created[hname] = created
+        if _annotations(created).get(names.TENANT_UID_ANNOTATION) != tm.get("uid"):
+            self.queue.add_after(f"p:{ns}/{name}", 0.5)  # an old host pod still going away
+            return
+        self.tenant.merge_patch(PODS.item(name, ns), {"metadata": {"annotations": {
+            names.HOST_UID_ANNOTATION: _meta(created).get("uid"),
+            names.HOST_NAME_ANNOTATION: hname}}})
+
+    def _delete_host(self, hname: str, uid: str | None, why: str,
+                     grace: int | None = None) -> None:
+        log.debug("%s: deleting host pod %s (%s)", self.name, hname, why)
+        try:
+            self.host.delete(PODS.item(hname, self.host_ns), uid=uid,
+                             grace_period_seconds=grace)
+        except ApiError as error:
+            if error.status != 409:  # 409: a newer pod of that name; it is not ours to delete
+                raise
+        metrics.SYNC_ACTIONS.labels(self.name, "pod", "delete-host").inc()
+
+    def _delete_tenant(self, t: Obj, grace: int) -> None:
+        tm = _meta(t)
+        self.tenant.delete(PODS.item(str(tm.get("name")), str(tm.get("namespace"))),
+                           uid=tm.get("uid"), grace_period_seconds=grace)
+        metrics.SYNC_ACTIONS.labels(self.name, "pod", "delete-tenant").inc()
+
+    # -- pause --------------------------------------------------------------------------------
+
+    def _park(self, t: Obj) -> None:
+        """A paused tenant's pod whose host pod is gone: a pod of a workload is deleted (its
+        controller makes a new one, which waits); a bare pod is made again, unbound, with
+        its spec, so that it comes back on resume."""
+        tm = _meta(t)
+        ns, name = str(tm.get("namespace")), str(tm.get("name"))
+        self._delete_tenant(t, 0)
+        if controller_reference(t) is not None:
+            return
+        spec = dict(t.get("spec") or {})
+        spec.pop("nodeName", None)
+        annotations = {k: v for k, v in _annotations(t).items()
+                       if k not in (names.HOST_UID_ANNOTATION, names.HOST_NAME_ANNOTATION)
+                       and not k.startswith("gpushare.io/")}
+        again = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": name, "namespace": ns, "labels": _labels(t),
+                              "annotations": annotations},
+                 "spec": spec}
+        for _ in range(50):
+            try:
+                self.tenant.create(PODS.collection(ns), again)
+                return
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+                time.sleep(0.1)  # the old one is still being removed
+
+    def _mark_paused(self, t: Obj) -> None:
+        status = dict(t.get("status") or {})
+        conditions = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
+        want = {"type": "PodScheduled", "status": "False", "reason": PAUSED_REASON,
+                "message": f"virtual cluster {self.name!r} is paused; the pod runs again when "
+                           "it is resumed"}
+        if any(c.get("type") == "PodScheduled" and c.get("reason") == PAUSED_REASON
+               for c in status.get("conditions") or ()):
+            return
+        status["conditions"] = [*conditions, {**want, "lastTransitionTime": _now()}]
+        status.setdefault("phase", "Pending")
+        tm = _meta(t)
+        self.tenant.replace(PODS.item(str(tm.get("name")), str(tm.get("namespace")), "status"),
+                            {**t, "status": status})
+
+    # -- ConfigMaps and Secrets -----------------------------------------------------------------
+
+    def _sync_references(self, t: Obj) -> None:
+        refs = translate.references(t)
+        ns = str(_meta(t).get("namespace"))
+        for name in refs.config_maps:
+            self.sync_copy("c", ns, name)
+        for name in refs.secrets:
+            self.sync_copy("s", ns, name)
+
+    def sync_copy(self, kind: str, ns: str, name: str) -> None:
+        informer, resource = ((self.config_maps, CONFIGMAPS) if kind == "c"
+                              else (self.secrets, SECRETS))
+        obj = informer.get(f"{ns}/{name}")
+        key = (kind, ns, name)
+        hname = names.host_name(name, ns, 253)
+        if obj is None:
+            if key in self._copies:
+                self._copies.pop(key, None)
+                self.host.delete(resource.item(hname, self.host_ns))
+            return
+        rv = str(_meta(obj).get("resourceVersion"))
+        if self._copies.get(key) == rv:
+            return
+        want = translate.host_copy(self.name, {**obj, "kind": "ConfigMap" if kind == "c"
+                                               else "Secret"})
+        current = self.host.get(resource.item(hname, self.host_ns))
+        if current is None:
+            try:
+                self.host.create(resource.collection(self.host_ns), want)
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+                current = self.host.get(resource.item(hname, self.host_ns))
+        if current is not None and translate.copy_differs(current, want):
+            want["metadata"]["resourceVersion"] = _meta(current).get("resourceVersion")
+            self.host.replace(resource.item(hname, self.host_ns), want)
+        self._copies[key] = rv
+        metrics.SYNC_ACTIONS.labels(self.name, resource.plural, "sync").inc()
+
+    # -- workload identity --------------------------------------------------------------------
+
+    def _lookup(self, kind: str, namespace: str, name: str, uid: str) -> Obj | None:
+        resource = BY_KIND.get(kind)
+        if resource is None:
+            return None
+        informer = self.informers.existing(resource)
+        found = None
+        if informer is not None:
+            found = informer.get(f"{namespace}/{name}" if resource.namespaced else name)
+        if found is None:
+            with contextlib.suppress(ApiError):
+                found = self.tenant.get(resource.item(name, namespace if resource.namespaced
+                                                      else None))
+        if found is not None and _meta(found).get("uid") != uid:
+            return None
+        return found
+
+    def _ensure_podgroup(self, t: Obj) -> tuple[str, str]:
+        """The host PodGroup of the pod's workload (made or brought up to date): the
+        tenant's explicit PodGroup, else its owner chain's. Returns (queue, name)."""
+        policy = self.policy
+        tm = _meta(t)
+        ns = str(tm.get("namespace"))
+        tenant_pg = None
+        named = _annotations(t).get(PODGROUP_ANNOTATION)
+        if named:
+            tenant_pg = self.podgroups.get(f"{ns}/{named}")
+        chain = owner_chain(t, self._lookup)
+        plan = plan_podgroup(chain, policy.default_queue)
+        if tenant_pg is not None:
+            plan = PodGroupPlan(
+                name=str(_meta(tenant_pg).get("name")), namespace=ns,
+                owner=reference_to({**tenant_pg, "kind": "PodGroup"}),
+                min_member=int((tenant_pg.get("spec") or {}).get("minMember") or 1),
+                queue=str((tenant_pg.get("spec") or {}).get("queue") or plan.queue),
+                priority_class_name=str((tenant_pg.get("spec") or {}).get("priorityClassName")
+                                        or plan.priority_class_name),
+                preemptibility=plan.preemptibility, top_owner_kind="PodGroup")
+        queue = plan.queue if plan.queue in policy.queues else policy.default_queue
+        priority = plan.priority_class_name
+        if policy.priority_classes is not None and priority not in policy.priority_classes:
+            priority = policy.priority_classes[0]
+        plan = PodGroupPlan(plan.name, plan.namespace, plan.owner, plan.min_member, queue,
+                            priority, plan.preemptibility, plan.top_owner_kind)
+        want = translate.host_podgroup(self.name, plan, queue, tenant_pg)
+        want["spec"]["priorityClassName"] = priority
+        pg_name = want["metadata"]["name"]
+        current = self.h.podgroups.get(f"{self.host_ns}/{pg_name}")
+        if current is None:
+            try:
+                self.host.create(PODGROUPS.collection(self.host_ns), want)
+                metrics.SYNC_ACTIONS.labels(self.name, "podgroup", "create").inc()
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+                current = self.host.get(PODGROUPS.item(pg_name, self.host_ns))
+        if current is not None and translate.podgroup_differs(current, want):
+            self.host.merge_patch(PODGROUPS.item(pg_name, self.host_ns), {"spec": want["spec"]})
+        return queue, pg_name
+
+    # -- events -------------------------------------------------------------------------------
+
+    def sync_event(self, name: str) -> None:
+        ev = self.h.events.get(f"{self.host_ns}/{name}")
+        if ev is None:
+            return
+        involved = ev.get("involvedObject") or {}
+        h = self.h.pods.get(f"{self.host_ns}/{involved.get('name')}")
+        if h is None:
+            return
+        tns, _, tname = str(_annotations(h).get(names.TENANT_OBJECT_ANNOTATION, "")).partition("/")
+        t = self.pods.get(f"{tns}/{tname}")
+        if t is None or _meta(t).get("uid") != _annotations(h).get(names.TENANT_UID_ANNOTATION):
+            return
+        digest = hashlib.sha256(str(name).encode()).hexdigest()[:10]
+        ename = f"{str(tname)[:200]}.{digest}"
+        fields = (ev.get("reason"), ev.get("message"), ev.get("count"), ev.get("lastTimestamp"),
+                  ev.get("type"))
+        if self._events_written.get(ename) == fields:
+            return
+        body: Obj = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": ename, "namespace": tns},
+            "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": tns,
+                               "name": tname, "uid": _meta(t).get("uid")},
+            "reason": ev.get("reason"), "message": ev.get("message"), "type": ev.get("type"),
+            "count": ev.get("count") or 1, "firstTimestamp": ev.get("firstTimestamp"),
+            "lastTimestamp": ev.get("lastTimestamp"),
+            "source": ev.get("source") or {"component": "gpushare"},
+            "reportingComponent": ev.get("reportingComponent") or "",
+        }
+        body = {k: v for k, v in body.items() if v is not None}
+        try:
+            self.tenant.create(EVENTS.collection(str(tns)), body)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            current = self.tenant.get(EVENTS.item(ename, str(tns)))
+            if current is not None and (current.get("count"), current.get("message")) != (
+                    body.get("count"), body.get("message")):
+                body["metadata"]["resourceVersion"] = _meta(current).get("resourceVersion")
+                self.tenant.replace(EVENTS.item(ename, str(tns)), body)
+        self._events_written[ename] = fields
+        if len(self._events_written) > 20_000:
+            self._events_written.clear()
+
+    # -- views --------------------------------------------------------------------------------
+
+    def sync_views(self) -> None:
+        queues = [q for q in self.h.queues.items() if _meta(q).get("name") in self.policy.queues]
+        want_nodes = views.tenant_nodes(self.h.nodes.items(), self.h.pods.items(), self.name,
+                                        queues)
+        self._sync_view(NODES, self.tenant_nodes, want_nodes, ("spec", "status"), status=True)
+        want_queues = {str(_meta(q).get("name")): views.tenant_queue(q) for q in queues}
+        self._sync_view(QUEUES, self.tenant_queues, want_queues, ("spec", "status"), status=True)
+        classes = self.policy.priority_classes
+        want_classes = {str(_meta(pc).get("name")): views.tenant_priority_class(pc)
+                        for pc in self.h.priority_classes.items()
+                        if classes is None or _meta(pc).get("name") in classes}
+        self._sync_view(PRIORITY_CLASSES, self.tenant_classes, want_classes,
+                        ("value", "description", "preemptionPolicy"), status=False,
+                        remove_unlabelled=True)
+
+    def _sync_view(self, resource: Any, informer: Informer, want: dict[str, Obj],
+                   keys: tuple[str, ...], *, status: bool, remove_unlabelled: bool = False
+                   ) -> None:
+        for name, obj in want.items():
+            current = informer.get(name)
+            if current is None:
+                try:
+                    created = self.tenant.create(resource.collection(), obj)
+                except ApiError as error:
+                    if error.status != 409:
+                        raise
+                    continue
+                if status and obj.get("status") and created.get("status") != obj["status"]:
+                    self.tenant.replace(resource.item(name, None, "status"),
+                                        {**created, "status": obj["status"]})
+                continue
+            if not views.differs(current, obj, keys):
+                continue
+            body = {**obj, "metadata": {**obj["metadata"],
+                                        "resourceVersion": _meta(current).get("resourceVersion")}}
+            updated = self.tenant.replace(resource.item(name), body)
+            if status and updated.get("status") != obj.get("status"):
+                self.tenant.replace(resource.item(name, None, "status"),
+                                    {**updated, "status": obj.get("status")})
+        for current in informer.items():
+            name = str(_meta(current).get("name"))
+            if name in want:
+                continue
+            if _labels(current).get(names.VIEW_LABEL) == "true" or remove_unlabelled:
+                self.tenant.delete(resource.item(name))
+
+    # -- sweeping -----------------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """Host PodGroups and ConfigMap/Secret copies no tenant pod needs any more."""
+        used_groups = {_annotations(p).get(PODGROUP_ANNOTATION) for p in self.h.pods.items()
+                       if _meta(p).get("namespace") == self.host_ns}
+        now = time.time()
+        for pg in self.h.podgroups.items():
+            m = _meta(pg)
+            if m.get("namespace") != self.host_ns or m.get("name") in used_groups:
+                continue
+            if now - _timestamp(m.get("creationTimestamp")) < PODGROUP_GRACE_SECONDS:
+                continue
+            self.host.delete(PODGROUPS.item(str(m.get("name")), self.host_ns))
+        needed: set[tuple[str, str, str]] = set()
+        for pod in self.pods.items():
+            refs = translate.references(pod)
+            ns = str(_meta(pod).get("namespace"))
+            needed |= {("c", ns, n) for n in refs.config_maps}
+            needed |= {("s", ns, n) for n in refs.secrets}
+        for resource, kind in ((CONFIGMAPS, "c"), (SECRETS, "s")):
+            listing = self.host.list(resource.collection(self.host_ns),
+                                     labelSelector=f"{names.TENANT_LABEL}={self.name}")
+            for obj in listing.get("items") or ():
+                tns, _, tname = str(_annotations(obj).get(names.TENANT_OBJECT_ANNOTATION,
+                                                          "")).partition("/")
+                key = (kind, tns, tname)
+                if key not in needed:
+                    self._copies.pop(key, None)
+                    self.host.delete(resource.item(str(_meta(obj).get("name")), self.host_ns))
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _timestamp(text: Any) -> float:
+    try:
+        return float(calendar.timegm(time.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ")))
+    except (TypeError, ValueError):
+        return 0.0

@@ -1,0 +1,173 @@
+"""What a tenant sees of the host: its share of the GPU nodes, its queues, its priority
+classes. Pure: host objects in, tenant objects out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from gpushare.controllers.translate import bound_gpus, gpu_request
+from gpushare.kube.quantity import format_milli, to_milli
+from gpushare.tenancy import names
+
+Obj = dict[str, Any]
+GPU = "nvidia.com/gpu"
+SHARE_ANNOTATION = f"{names.GROUP}/gpu-share"
+USED_ANNOTATION = f"{names.GROUP}/gpu-allocated"
+NODE_GPUS_ANNOTATION = f"{names.GROUP}/node-gpus"
+PARENT_ANNOTATION = f"{names.GROUP}/parent-queue"
+_NODE_LABELS = ("kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch",
+                "nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
+_NODE_ANNOTATIONS = ("gpushare.io/enforcement", "gpushare.io/gpus-declared")
+
+
+def _meta(obj: Obj) -> Obj:
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def pod_gpu_milli(pod: Obj) -> int:
+    """GPUs (in thousandths) a bound, unfinished pod holds; 0 for any other pod."""
+    spec = pod.get("spec") or {}
+    if not spec.get("nodeName") or (pod.get("status") or {}).get("phase") in ("Succeeded",
+                                                                              "Failed"):
+        return 0
+    try:
+        indices, portion = bound_gpus(pod)
+        if indices and not portion:
+            portion = 1000
+        if indices:
+            return len(indices) * portion
+        request = gpu_request(pod)
+    except Exception:  # an unreadable GPU annotation holds nothing
+        return 0
+    if request.whole:
+        return request.whole * 1000
+    return request.devices * request.portion if request.portion else 0
+
+
+def node_gpu_milli(node: Obj) -> int:
+    status = node.get("status") or {}
+    value = (status.get("allocatable") or {}).get(GPU) or (status.get("capacity") or {}).get(GPU)
+    try:
+        return to_milli(str(value)) if value is not None else 0
+    except (ValueError, ArithmeticError):
+        return 0
+
+
+def _ready(node: Obj) -> bool:
+    for c in (node.get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
+def _queue_milli(queue: Obj, where: str, key: str) -> int:
+    if where == "spec":
+        value = (((queue.get("spec") or {}).get("resources") or {}).get("gpu") or {}).get(key)
+        try:
+            return max(int(float(value) * 1000), 0) if value is not None else 0
+        except (TypeError, ValueError):
+            return 0
+    value = ((queue.get("status") or {}).get(key) or {}).get(GPU)
+    try:
+        return to_milli(str(value)) if value is not None else 0
+    except (ValueError, ArithmeticError):
+        return 0
+
+
+def headroom_milli(queues: Iterable[Obj]) -> int:
+    """GPUs the tenant's queues may still take: what they deserve (fair share, at least
+    the quota) less what they hold."""
+    total = 0
+    for q in queues:
+        deserved = max(_queue_milli(q, "status", "fairShare"), _queue_milli(q, "spec", "quota"))
+        total += max(deserved - _queue_milli(q, "status", "allocated"), 0)
+    return total
+
+
+def tenant_nodes(host_nodes: Iterable[Obj], host_pods: Iterable[Obj], tenant: str,
+                 queues: list[Obj]) -> dict[str, Obj]:
+    """The tenant's Node objects: each node its pods run on or may run on (Ready,
+    schedulable, with GPUs), with its share of the node's GPUs as allocatable GPU."""
+    ns = names.host_namespace(tenant)
+    used_all: dict[str, int] = {}
+    used_own: dict[str, int] = {}
+    for pod in host_pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        milli = pod_gpu_milli(pod)
+        used_all[node] = used_all.get(node, 0) + milli
+        if _meta(pod).get("namespace") == ns:
+            used_own[node] = used_own.get(node, 0) + milli
+    room = headroom_milli(queues)
+    out: dict[str, Obj] = {}
+    for node in host_nodes:
+        name = str(_meta(node).get("name", ""))
+        gpus = node_gpu_milli(node)
+        usable = gpus > 0 and _ready(node) and not (node.get("spec") or {}).get("unschedulable")
+        if not usable and name not in used_own:
+            continue
+        own = used_own.get(name, 0)
+        free = max(gpus - used_all.get(name, 0), 0) if usable else 0
+        share = own + min(free, room)
+        out[name] = _tenant_node(node, share, own, gpus)
+    return out
+
+
+def _tenant_node(node: Obj, share: int, own: int, gpus: int) -> Obj:
+    meta = _meta(node)
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k in _NODE_LABELS}
+    labels[names.VIEW_LABEL] = "true"
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if k in _NODE_ANNOTATIONS}
+    annotations[SHARE_ANNOTATION] = format_milli(share)
+    annotations[USED_ANNOTATION] = format_milli(own)
+    annotations[NODE_GPUS_ANNOTATION] = format_milli(gpus)
+    status = node.get("status") or {}
+    resources = {k: v for k, v in (status.get("allocatable") or {}).items()
+                 if k in ("cpu", "memory", "pods")}
+    resources[GPU] = format_milli(share)
+    conditions = [c for c in status.get("conditions") or ()
+                  if isinstance(c, dict) and c.get("type") == "Ready"]
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": meta.get("name"), "labels": labels, "annotations": annotations},
+        "spec": {"unschedulable": True} if (node.get("spec") or {}).get("unschedulable") else {},
+        "status": {"capacity": dict(resources), "allocatable": dict(resources),
+                   "conditions": conditions, "nodeInfo": status.get("nodeInfo") or {},
+                   "addresses": [{"type": "Hostname", "address": meta.get("name")}]},
+    }
+
+
+def tenant_queue(queue: Obj) -> Obj:
+    """The read-only copy of a host queue inside the tenant (without its parent, which
+    the tenant does not have; named in an annotation)."""
+    spec = dict(queue.get("spec") or {})
+    parent = spec.pop("parentQueue", None)
+    annotations = {PARENT_ANNOTATION: str(parent)} if parent else {}
+    status = {k: v for k, v in (queue.get("status") or {}).items() if k != "childQueues"}
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
+            "metadata": {"name": _meta(queue).get("name"), "labels": {names.VIEW_LABEL: "true"},
+                         "annotations": annotations},
+            "spec": spec, "status": status}
+
+
+def tenant_priority_class(pc: Obj) -> Obj:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": _meta(pc).get("name"), "labels": {names.VIEW_LABEL: "true"}},
+            "value": pc.get("value", 0), "description": pc.get("description", ""),
+            "preemptionPolicy": pc.get("preemptionPolicy", "PreemptLowerPriority"),
+            "globalDefault": False}
+
+
+def differs(current: Obj, want: Obj, keys: tuple[str, ...]) -> bool:
+    cm, wm = _meta(current), _meta(want)
+    if (cm.get("labels") or {}) != (wm.get("labels") or {}) or (
+            cm.get("annotations") or {}) != (wm.get("annotations") or {}):
+        return True
+    return any(json.dumps(current.get(k), sort_keys=True) != json.dumps(want.get(k),
+                                                                       sort_keys=True)
+               for k in keys)

@@ -1,0 +1,48 @@
+"""Three teams, each with its own virtual cluster, share one declared L40S."""
+
+from __future__ import annotations
+
+from tenancy_support import pod_manifest, wait_for
+
+TEAMS = ("nlp", "vision", "recsys")
+
+
+def test_three_tenants_share_the_gpu_each_seeing_only_its_own_pod(platform):
+    tenants = {t: platform.tenant(t, "--queue", t) for t in TEAMS}
+    for team, kubectl in tenants.items():
+        kubectl.apply(pod_manifest(f"{team}-train"))  # no queue label: the tenant's own
+    host = platform.host
+
+    def all_bound():
+        pods = host.json("get", "pods", "-A", "-l", "tenancy.gpushare.io/tenant")["items"]
+        return len(pods) == 3 and all(p["spec"].get("nodeName") == "box" for p in pods)
+
+    wait_for(all_bound, 60, "three host pods bound to the one node")
+    for team in TEAMS:
+        wait_for(lambda t=team: (host.json("get", "queue", t).get("status") or {})
+                 .get("allocated", {}).get("nvidia.com/gpu") == "330m", 30, f"{team} 330m")
+    for team, kubectl in tenants.items():
+        names = [p["metadata"]["name"] for p in kubectl.json("get", "pods", "-A")["items"]]
+        assert names == [f"{team}-train"], names
+        pod = wait_for(lambda k=kubectl, t=team: _running(k.json("get", "pod", f"{t}-train")),
+                       60, f"{team} pod Running in the tenant")
+        assert pod["spec"]["nodeName"] == "box"
+        assert pod["metadata"]["labels"]["kai.scheduler/queue"] == team
+        wait_for(lambda k=kubectl, t=team: "hello from" in k.run("logs", f"{t}-train").stdout,
+                 30, f"{team} logs in the tenant")
+        nodes = kubectl.json("get", "nodes")["items"]
+        assert [n["metadata"]["name"] for n in nodes] == ["box"]
+        queues = [q["metadata"]["name"] for q in kubectl.json("get", "queues")["items"]]
+        assert queues == [team]
+
+    # Delete in the tenant: the host pod goes too.
+    tenants["nlp"].run("delete", "pod", "nlp-train", "--wait=false")
+    wait_for(lambda: not host.json("get", "pods", "-A", "-l",
+                                   "tenancy.gpushare.io/tenant=nlp")["items"], 60,
+             "nlp's host pod deleted")
+    wait_for(lambda: not tenants["nlp"].json("get", "pods")["items"], 60,
+             "nlp's tenant pod gone")
+
+
+def _running(pod):
+    return pod if pod["status"].get("phase") == "Running" else None
