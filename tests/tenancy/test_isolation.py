@@ -141,7 +141,7 @@ def test_kubectl_in_a_tenant_sees_only_its_own_cluster(tenants):
     assert [n["metadata"]["name"] for n in nlp.json("get", "namespaces")["items"]] == sorted(
         ["default", "kube-node-lease", "kube-public", "kube-system", "research"])
     # Another tenant's endpoint with this token: refused.
-    token, server, _ = _token_and_server(nlp)
+    _token, server, _ = _token_and_server(nlp)
     other = server.replace("/clusters/nlp", "/clusters/vision")
     done = nlp.run("--server", other, "get", "pods", check=False)
     assert done.returncode != 0 and "vision-train" not in done.stdout
@@ -290,7 +290,7 @@ def test_a_read_only_colleague_is_really_read_only(tenants, platform, tmp_path):
         done = alice.run(*args, check=False)
         assert done.returncode != 0 and "forbidden" in done.stderr.lower(), (args, done.stderr)
     # Alice's token is valid in nlp only.
-    token, server, _ = _token_and_server(alice)
+    _token, server, _ = _token_and_server(alice)
     done = alice.run("--server", server.replace("/clusters/nlp", "/clusters/vision"), "get",
                      "pods", check=False)
     assert done.returncode != 0

@@ -9,8 +9,9 @@ Installed by the API server at start (``install``):
   live pods are capped at ``maxPods``, and what would reach around the host's scheduler
   or into the host machine (``nodeName``, host namespaces, ``hostPath``, privileged
   containers) is refused — each with a 403 that names the rule and what is allowed;
-* in a tenant cluster, the platform's views (nodes, queues, priority classes) and the scheduler's verbs
-  (binding, pod status) are read-only for everybody but the platform (``system:masters``);
+* in a tenant cluster, the platform's views (nodes, queues, priority classes) and the
+  scheduler's verbs (binding, pod status) are read-only for everybody but the platform
+  (``system:masters``);
 * ``pods/log`` of a tenant pod is served from the host pod it is synced to.
 """
 
