@@ -241,3 +241,92 @@ def test_status_shapes(cluster: Cluster) -> None:
                                  'path: "/data/nope": missing value')
     http.delete("/api/v1/namespaces/default/configmaps/jp")
     http.close()
+
+
+def test_conformance_setup_and_core_rules(cluster: Cluster) -> None:
+    from apiserver_harness import http_client
+
+    http = http_client(cluster.server)
+    http.post("/api/v1/nodes", json={"metadata": {"name": "plain"}})
+    listed = http.get("/api/v1/nodes", params={"fieldSelector": "spec.unschedulable=false"})
+    assert "plain" in {n["metadata"]["name"] for n in listed.json()["items"]}
+    http.delete("/api/v1/nodes/plain")
+    svc = _get(cluster, "service", "kubernetes", "-n", "default")
+    assert svc["spec"]["ports"][0]["port"] == 443
+    # Secrets and ConfigMaps: keys must be valid; immutable ones stay as they are.
+    bad = http.post("/api/v1/namespaces/default/secrets",
+                    json={"metadata": {"name": "empty-key"}, "data": {"": "dmFsdWU="}})
+    assert bad.status_code == 422 and bad.json()["details"]["causes"][0]["field"] == "data[]"
+    cluster.kubectl("apply", "-f", "-", stdin=(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: frozen}\nimmutable: true\n"
+        "data: {a: '1'}\n"))
+    done = cluster.kubectl("patch", "configmap", "frozen", "--type=merge", "-p",
+                           '{"data": {"a": "2"}}', check=False)
+    assert done.returncode != 0 and "field is immutable when `immutable` is set" in done.stderr
+    done = cluster.kubectl("patch", "configmap", "frozen", "--type=merge", "-p",
+                           '{"immutable": false}', check=False)
+    assert done.returncode != 0
+    cluster.kubectl("delete", "configmap", "frozen")
+    # A client that accepts only Tables of a version that is not served gets 406.
+    table = http.get("/api/v1/namespaces/default/services",
+                     headers={"Accept": "application/json;as=Table;v=v1beta1;g=meta.k8s.io"})
+    assert table.status_code == 406 and table.json()["reason"] == "NotAcceptable"
+    http.close()
+
+
+def test_events_api_shares_core_storage(cluster: Cluster) -> None:
+    from apiserver_harness import http_client
+
+    http = http_client(cluster.server)
+    event = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+             "metadata": {"name": "e1", "labels": {"test": "ev"}},
+             "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "me",
+             "reportingInstance": "me-1", "action": "Test", "reason": "Testing",
+             "note": "hello", "type": "Normal",
+             "regarding": {"kind": "Pod", "name": "p", "namespace": "default"}}
+    created = http.post("/apis/events.k8s.io/v1/namespaces/default/events", json=event)
+    assert created.status_code == 201, created.text
+    assert created.json()["note"] == "hello"
+    core = http.get("/api/v1/namespaces/default/events/e1").json()
+    assert core["message"] == "hello" and core["involvedObject"]["name"] == "p"
+    assert core["apiVersion"] == "v1" and core["reportingComponent"] == "me"
+    patched = http.patch("/apis/events.k8s.io/v1/namespaces/default/events/e1",
+                         content=b'{"note": "changed"}',
+                         headers={"content-type": "application/merge-patch+json"})
+    assert patched.json()["note"] == "changed"
+    assert http.get("/api/v1/namespaces/default/events/e1").json()["message"] == "changed"
+    listed = cluster.kubectl("get", "events.events.k8s.io", "-l", "test=ev", "-o",
+                             "json").stdout
+    assert [e["note"] for e in json.loads(listed)["items"]] == ["changed"]
+    gone = http.delete("/apis/events.k8s.io/v1/namespaces/default/events",
+                       params={"labelSelector": "test=ev"})
+    assert gone.status_code == 200
+    assert http.get("/api/v1/namespaces/default/events/e1").status_code == 404
+    http.close()
+
+
+def test_replication_controllers_and_their_garbage(cluster: Cluster) -> None:
+    import time
+
+    rc = {"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "rc"},
+          "spec": {"replicas": 1, "selector": {"app": "rc"}, "template": {
+              "metadata": {"labels": {"app": "rc"}},
+              "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(rc))
+    owner = _get(cluster, "rc", "rc")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "rc-pod", "labels": {"app": "rc"}, "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ReplicationController", "name": "rc",
+            "uid": owner["metadata"]["uid"], "controller": True}]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    assert "1" in cluster.kubectl("get", "rc", "rc", "-o", "jsonpath={.spec.replicas}").stdout
+    cluster.kubectl("scale", "rc", "rc", "--replicas=3")
+    assert _get(cluster, "rc", "rc")["spec"]["replicas"] == 3
+    cluster.kubectl("delete", "rc", "rc")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if cluster.kubectl("get", "pod", "rc-pod", check=False).returncode != 0:
+            break
+        time.sleep(0.2)
+    assert cluster.kubectl("get", "pod", "rc-pod", check=False).returncode != 0

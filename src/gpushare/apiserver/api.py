@@ -12,7 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.apiserver import builtin_kinds, crds, managed, pods, schemas, validation
+from gpushare.apiserver import (
+    builtin_kinds,
+    conversions,
+    crds,
+    kind_rules,
+    managed,
+    pods,
+    schemas,
+    validation,
+)
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
 from gpushare.apiserver.objects import deep_copy, meta, new_uid, now_rfc3339, rfc3339_after
 from gpushare.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
@@ -115,6 +124,10 @@ class Api:
         for name in builtin_kinds.SYSTEM_NAMESPACES:
             if self.store.get(cluster, "namespaces", "", name) is None:
                 self.create(cluster, ns_info, None, {"metadata": {"name": name}})
+        svc_info = reg.get("", "v1", "services")
+        assert svc_info is not None
+        if self.store.get(cluster, "services", "default", "kubernetes") is None:
+            self.create(cluster, svc_info, "default", builtin_kinds.kubernetes_service())
         pc_info = reg.get("scheduling.k8s.io", "v1", "priorityclasses")
         assert pc_info is not None
         for name, value in builtin_kinds.PRIORITY_CLASSES.items():
@@ -153,6 +166,8 @@ class Api:
     @staticmethod
     def served(info: ResourceInfo, obj: dict[str, Any]) -> dict[str, Any]:
         """The object as seen through `info`'s version (CRD versions convert with None)."""
+        if info.storage_group_resource:
+            return conversions.from_storage(info, obj)
         if obj.get("apiVersion") != info.api_version:
             obj = dict(obj)
             obj["apiVersion"] = info.api_version
@@ -175,8 +190,8 @@ class Api:
         """Create `body`; `manager` (fieldManager) owns its fields, as an Apply if `applied`."""
         if not isinstance(body, dict):
             raise bad_request("the request body must be a JSON object")
-        obj = body
-        self._check_type(info, obj)
+        self._check_type(info, body)
+        obj = conversions.to_storage(info, body)
         m = meta(obj)
         ns = self._namespace_for_write(cluster, info, ns, m)
         gr = info.group_resource
@@ -329,6 +344,8 @@ class Api:
             causes = validation.validate_priority_class(obj)
         elif gr.startswith("rbac.authorization.k8s.io/"):
             causes = validation.validate_rbac(gr, obj)
+        elif gr in kind_rules.RULES:
+            causes = kind_rules.RULES[gr](obj, old)
         if info.crd and info.schema and gr != QUEUE_GR:
             schema_causes: list[Cause] = []
             crds.validate_against_schema(obj, info.schema, "", schema_causes)
@@ -427,6 +444,7 @@ class Api:
         if old is None:
             raise not_found(info.group, info.resource, name)
         self._check_type(info, body)
+        body = conversions.to_storage(info, body)
         m = meta(body)
         if m.get("name") and m["name"] != name:
             raise bad_request(f"the name of the object ({m['name']}) does not match the name on "
@@ -564,7 +582,7 @@ class Api:
                                    field_validation=field_validation, manager=manager,
                                    applied=True), True
             raise not_found(info.group, info.resource, name)
-        current = deep_copy(old)
+        current = self.served(info, deep_copy(old))
         if content_type == PATCH_MERGE:
             patched = merge_patch(current, body)
         elif content_type == PATCH_JSON:
@@ -597,6 +615,7 @@ class Api:
                            "UnsupportedMediaType")
         if not isinstance(patched, dict):
             raise ApiError(422, "the patched object is not a JSON object", "Invalid")
+        patched = conversions.to_storage(info, patched)
         pm = meta(patched)
         if pm.get("name") != name:
             raise bad_request("the patch may not change metadata.name")
@@ -769,6 +788,8 @@ def _schema(info: ResourceInfo) -> dict[str, Any] | None:
 
 
 def _builtin_schema(info: ResourceInfo) -> dict[str, Any] | None:
+    if info.storage_group_resource:  # stored in the core form
+        return schemas.kind_schema("", "v1", info.kind)
     return None if info.crd else schemas.kind_schema(info.group, info.version, info.kind)
 
 

@@ -52,6 +52,28 @@ def json_response(obj: Any, code: int = 200, media_type: str = JSON) -> Response
     return Response(orjson.dumps(obj), code, media_type=media_type)
 
 
+def wants_table(accept: str) -> bool:
+    """Whether an Accept header asks for a meta.k8s.io/v1 Table; a client that accepts only
+    Tables of other versions gets 406, as from Kubernetes."""
+    plain = False
+    for entry in accept.split(","):
+        params = [p.strip() for p in entry.split(";")]
+        options = dict(p.split("=", 1) for p in params[1:] if "=" in p)
+        if options.get("as") == "Table":
+            if options.get("v", "v1") == "v1" and options.get("g", "meta.k8s.io") == "meta.k8s.io":
+                return True
+        elif params[0] in ("application/json", "application/*", "*/*", "", PROTOBUF_MEDIA):
+            plain = True
+    if not plain:
+        raise ApiError(406, "only the following media types are accepted: application/json, "
+                            "application/yaml, application/vnd.kubernetes.protobuf, "
+                            "application/json;as=Table;v=v1;g=meta.k8s.io", "NotAcceptable")
+    return False
+
+
+PROTOBUF_MEDIA = protobuf.PROTOBUF
+
+
 def field_manager(query: dict[str, str], user_agent: str) -> str:
     """The manager a write is recorded under: `fieldManager`, else the user agent's name."""
     name = query.get("fieldManager") or user_agent.split("/", 1)[0].strip()
@@ -499,7 +521,7 @@ class App:
     def _render(self, request: Request, info: ResourceInfo, items: list[dict[str, Any]],
                 single: bool, list_meta: dict[str, Any] | None = None) -> Response:
         accept = request.headers.get("accept", "")
-        if "as=Table" in accept:
+        if "as=Table" in accept and wants_table(accept):
             include = request.query_params.get("includeObject", "Metadata")
             meta = list_meta or {"resourceVersion": items[0]["metadata"]["resourceVersion"]}
             return json_response(tables.to_table(info, items, include, meta))
@@ -531,7 +553,8 @@ class App:
         watcher = Watcher(cluster, gr, ns if info.namespaced else None, labels, fields,
                           min_rv=self.store.rv)
         initial: list[tuple[str, dict[str, Any]]] = []
-        as_table = "as=Table" in request.headers.get("accept", "")
+        accept = request.headers.get("accept", "")
+        as_table = "as=Table" in accept and wants_table(accept)
         encode = self._table_encoder(info, request) if as_table else self._encoder(info)
         if send_initial == "true" or rv_param in ("", "0"):
             if send_initial != "false":
@@ -570,6 +593,8 @@ class App:
 
         def encode(typ: str, obj: dict[str, Any], data: bytes | None) -> bytes:
             if obj.get("apiVersion") != api_version and typ != "ERROR" and "kind" in obj:
+                if typ != "BOOKMARK" and info.storage_group_resource:
+                    return encode_event(typ, self.api.served(info, obj))
                 return encode_event(typ, {**obj, "apiVersion": api_version})
             return encode_event(typ, obj, data)
         return encode

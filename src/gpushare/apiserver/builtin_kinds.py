@@ -59,6 +59,8 @@ def builtin_resources() -> list[ResourceInfo]:
           False, verbs=("create",)),
         r("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", False,
           verbs=("create",)),
+        r("events.k8s.io", "v1", "events", "Event", True, short_names=("ev",),
+          storage_group_resource="events"),
         # Stored and validated as Kubernetes does; nothing here routes traffic or runs them.
         r("", "v1", "resourcequotas", "ResourceQuota", True, short_names=("quota",),
           subresources=("status",)),
@@ -77,6 +79,15 @@ def builtin_resources() -> list[ResourceInfo]:
           "CertificateSigningRequest", False, short_names=("csr",),
           subresources=("status", "approval")),
     ]
+
+
+def kubernetes_service() -> dict[str, Any]:
+    """The `kubernetes` Service of the `default` namespace, naming the API itself."""
+    return {"metadata": {"name": "kubernetes", "labels": {"component": "apiserver",
+                                                          "provider": "kubernetes"}},
+            "spec": {"type": "ClusterIP", "sessionAffinity": "None",
+                     "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                "targetPort": 6443}]}}
 
 
 PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}

@@ -37,6 +37,8 @@ class ResourceInfo:
     list_kind: str = ""
     # Top-level fields that are not spec-like: changing them does not bump generation.
     has_status: bool = False
+    # Stored as another group's resource (events.k8s.io events are core events).
+    storage_group_resource: str = ""
 
     def __post_init__(self) -> None:
         if not self.singular:
@@ -54,6 +56,8 @@ class ResourceInfo:
     @property
     def group_resource(self) -> str:
         """Storage key of the kind: objects of all versions of a group/resource share it."""
+        if self.storage_group_resource:
+            return self.storage_group_resource
         return f"{self.group}/{self.resource}" if self.group else self.resource
 
 
@@ -100,6 +104,6 @@ class Registry:
         """One info (the storage version) per group/resource."""
         out: dict[str, ResourceInfo] = {}
         for info in self.by_gvr.values():
-            if info.version == info.storage_version:
+            if info.version == info.storage_version and not info.storage_group_resource:
                 out[info.group_resource] = info
         return out

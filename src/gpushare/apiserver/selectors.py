@@ -171,9 +171,15 @@ def _event_source(obj: dict[str, Any]) -> str:
     return (obj.get("source") or {}).get("component", "")
 
 
+# Unset fields that select as their default value, as in Kubernetes.
+_FIELD_DEFAULTS = {"spec.unschedulable": "false"}
+
+
 def fields_match(reqs: tuple[FieldRequirement, ...], obj: dict[str, Any]) -> bool:
     for r in reqs:
         actual = _event_source(obj) if r.path == "source" else field_value(obj, r.path)
+        if not actual and r.path in _FIELD_DEFAULTS:
+            actual = _FIELD_DEFAULTS[r.path]
         if (actual == r.value) == r.negate:
             return False
     return True
