@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean chromium
 
 $(BIN)/gpushare: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,7 +11,14 @@ $(BIN)/gpushare: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-install: $(BIN)/gpushare
+install: $(BIN)/gpushare chromium
+
+# Headless Chromium for the dashboard's browser test (Debian's package; Playwright drives
+# it through executable_path, it never downloads a browser). Skipped when already there.
+chromium:
+	@test -x /usr/bin/chromium || { \
+	  apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
 # The three-team pattern, end to end on the embedded control plane.
 demo: install

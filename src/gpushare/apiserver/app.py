@@ -39,6 +39,7 @@ from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.selectors import parse_field_selector, parse_label_selector
 from gpushare.apiserver.telemetry import ComponentMetrics, ResourceUsage
 from gpushare.apiserver.watch import Watcher, WatchHub, encode_event, stream
+from gpushare.dashboard import dashboard_response
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,9 @@ class App:
         method = request.method
         if path in _PUBLIC:
             return self._public(path), "get", path
+        if path == "/dashboard" or path.startswith("/dashboard/"):
+            # static files only; the page reads everything through the API with its token
+            return dashboard_response(path), "get", "dashboard"
         user = self._authenticate(request, cluster)
         if cluster not in self.api.registries and not user.is_admin:
             # Only cluster admins bring a new logical cluster into being (by using it).

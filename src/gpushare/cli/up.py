@@ -399,6 +399,8 @@ def up(
             f"gpushare is up: API {server.url}\n"
             f"  export KUBECONFIG={kubeconfig.resolve()}\n"
             f"  kubectl get nodes,queues\n"
+            f"dashboard {server.url}/dashboard (log in with the kubeconfig's token)\n"
+            f"metrics {server.url}/metrics\n"
             f"logs under {logs.resolve()}; Ctrl-C stops everything."
         )
         while not stop.wait(1.0):

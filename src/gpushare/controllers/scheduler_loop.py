@@ -195,6 +195,7 @@ class SchedulerLoop:
         self.mirror = Mirror(scheduler_names=scheduler_names)
         self.stats = LoopStats()
         self.metrics = SchedulerMetrics()
+        self._beneficiaries: dict[str, str] = {}
         self._queue_changes: set[str] = set()
         self.heap = HeapKeeper()
         self.figures = QueueFigures()
@@ -321,11 +322,31 @@ class SchedulerLoop:
         if work_left(result):
             self.stats.budget_cycles += 1
             self._wake.set()  # the rest of the work in the next cycle, not a period later
+        self._beneficiaries = self._placed_for(timed.placed_by)
         self.act(result, now)
         self.metrics.decided(result, timed.placed_by)
         self.metrics.cycle(time.perf_counter() - step_started, timed.action_seconds, full)
         self.heap.between_cycles()
         return result
+
+    def _placed_for(self, placed_by: dict[str, str]) -> dict[str, str]:
+        """Per eviction action, whom it placed this cycle (``queue vision: default/p``),
+        so that an Evict event says who the room was made for."""
+        mirror = self.mirror
+        by_action: dict[str, dict[str, list[str]]] = {}
+        for pod_key, action in placed_by.items():
+            if action == "allocate":
+                continue
+            job_key = mirror.pod_group_of(pod_key)
+            job = mirror.state.jobs.get(job_key) if job_key else None
+            queue = job.queue if job is not None else "?"
+            by_action.setdefault(action, {}).setdefault(queue, []).append(pod_key)
+        return {
+            action: "; ".join(f"queue {q}: {', '.join(sorted(pods)[:5])}"
+                              + (f" and {len(pods) - 5} more" if len(pods) > 5 else "")
+                              for q, pods in sorted(queues.items()))
+            for action, queues in by_action.items()
+        }
 
     def _queue_specs_changed(self) -> None:
         state = self.mirror.state
@@ -363,6 +384,7 @@ class SchedulerLoop:
         for evict in result.evictions:
             raw = mirror.raw_pods.get(evict.pod)
             job_key = mirror.pod_group_of(evict.pod)
+            job = None
             if job_key is not None:
                 memory = mirror.job_memory.get(job_key)
                 if memory is not None:
@@ -371,8 +393,12 @@ class SchedulerLoop:
                 if job is not None:
                     job.last_eviction_at = now
             if raw is not None:
+                # who lost it and whom it was for, so the event tells the whole decision
+                victim_queue = job.queue if job is not None else "?"
+                for_whom = self._beneficiaries.get(evict.action)
                 self.events.emit(raw, "Warning", "Evict",
-                                 f"evicted by {evict.action}: {evict.reason}")
+                                 f"evicted by {evict.action}: {evict.reason} (from queue "
+                                 f"{victim_queue}" + (f" for {for_whom})" if for_whom else ")"))
             mirror.evicting.add(evict.pod)
             self._pool.submit(self._evict, evict.pod)
             self.stats.evictions += 1
