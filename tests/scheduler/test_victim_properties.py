@@ -134,3 +134,39 @@ def test_eviction_actions_are_deterministic(spec) -> None:
         state, config = build(spec)
         outs.append(run_cycle(state, config, 0.0))
     assert outs[0] == outs[1]
+
+
+@SETTINGS
+@given(clusters)
+def test_reclaim_keeps_victim_queues_at_min_of_quota_and_fair_share(spec) -> None:
+    """Reclaim never evicts non-preemptible work, and takes from a queue only while it is
+    above min(quota, fair share): after the cycle, the victim queue's GPUs plus its largest
+    evicted unit (a job's evicted pods) exceed that floor, i.e. the queue was still above
+    the floor before its last victim went. (A victim is indivisible: a 2-GPU pod of a queue
+    of quota 1 goes whole.) Allocate and reclaim only, so no other action moves the
+    queues."""
+    state, config = build(spec)
+    config = Config(actions=("allocate", "reclaim"), compat=config.compat,
+                    staleness_grace_seconds=config.staleness_grace_seconds)
+    for cycle in range(3):
+        if cycle:
+            settle(state, 0.0)
+        result = run_cycle(state, config, 0.0)
+        taken: dict[str, dict[str, Fraction]] = {}
+        for evict in result.evictions:
+            assert evict.action == "reclaim"
+            pod = state.pods[evict.pod]
+            job = state.jobs[pod.job]
+            assert job.preemptible, evict
+            if pod.status is PodStatus.PIPELINED:
+                continue  # moved, not taken: the queue keeps it
+            g = pod.gpu
+            gpus = Fraction(g.whole) if g.whole else Fraction(g.portion, MILLI) * g.devices
+            per_job = taken.setdefault(job.queue, {})
+            per_job[job.key] = per_job.get(job.key, Fraction(0)) + gpus
+        for name, per_job in taken.items():
+            report = result.queues[name]
+            floor = min(Fraction(str(report.deserved["gpu"])),
+                        Fraction(str(report.fair_share["gpu"])))
+            allocated = Fraction(str(report.allocated["gpu"]))
+            assert allocated + max(per_job.values()) > floor, (name, per_job, report)

@@ -16,6 +16,7 @@ from gpushare.scheduler.plugins.proportion.resource_share import (
     UNLIMITED,
     ZERO,
     Quantities,
+    QueueShare,
     Shares,
     add,
     less_equal,
@@ -75,17 +76,34 @@ def victim_queue_allowed(shares: Shares, reclaimer: Reclaimer, victim_queue: str
     return not under
 
 
+def maintain_fair_share(
+    mine: QueueShare, theirs: QueueShare, remaining: Quantities, request: Quantities
+) -> bool:
+    """KAI's MaintainFairShare: the victim's branch still holds more than it may keep
+    (its allocatable share: fair share or quota, capped by the limit) in some resource."""
+    return not less_equal(remaining, theirs.allocatable_share())
+
+
+def guarantee_deserved_quota(
+    mine: QueueShare, theirs: QueueShare, remaining: Quantities, request: Quantities
+) -> bool:
+    """KAI's GuaranteeDeservedQuota: the reclaimer's branch is taking back its guaranteed
+    quota (it stays within it with the request) from a branch still above its quota."""
+    return _fits_deserved(mine.allocated, mine.deserved, request) and not less_equal(
+        remaining, theirs.deserved
+    )
+
+
+#: The reclaim strategies, in KAI's order: a victim may go when one of them allows it.
+RECLAIM_STRATEGIES = (maintain_fair_share, guarantee_deserved_quota)
+
+
 def _strategy_allows(
     shares: Shares, reclaimer: Reclaimer, mine_name: str, theirs_name: str, remaining: Quantities
 ) -> bool:
     mine, theirs = shares[mine_name], shares[theirs_name]
-    # The victim's branch still holds more than it may keep (its fair share or quota).
-    if not less_equal(remaining, theirs.allocatable_share()):
-        return True
-    # The reclaimer's branch is taking back its guaranteed quota from a branch above quota.
-    return _fits_deserved(mine.allocated, mine.deserved, reclaimer.request) and not less_equal(
-        remaining, theirs.deserved
-    )
+    return any(strategy(mine, theirs, remaining, reclaimer.request)
+               for strategy in RECLAIM_STRATEGIES)
 
 
 def _ratio(allocated: Fraction, fair: Fraction) -> Fraction | float:
