@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from gpushare.controllers.translate import (
@@ -29,12 +30,28 @@ from gpushare.controllers.translate import (
     queue_from_api,
     timestamp,
 )
-from gpushare.model import Job, PodStatus
+from gpushare.model import Job, PodStatus, Queue
+from gpushare.model.quantities import RESOURCES
+from gpushare.model.queue import ResourceSpec
 from gpushare.scheduler.state import ClusterState, StateError
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+#: Where the jobs of a deleted (or never created) queue are kept in the core's state: a
+#: root of its own, outside every team's tree, with no quota and a limit of zero, so that
+#: their running pods still hold their node's GPUs while no parent counts them and nothing
+#: new is placed. Not a valid Kubernetes name, so no Queue object can ever clash with it.
+ORPHAN_QUEUE = "(deleted queues)"
+
+
+def _orphan_queue() -> Queue:
+    return Queue(
+        name=ORPHAN_QUEUE,
+        resources={r: ResourceSpec(quota=Fraction(0), limit=Fraction(0),
+                                   over_quota_weight=Fraction(0)) for r in RESOURCES},
+    )
 
 
 @dataclass(slots=True)
@@ -84,6 +101,7 @@ class Mirror:
     _pod_index: dict[str, int] = field(default_factory=dict)
     _counter: itertools.count = field(default_factory=itertools.count)
     _removed_queues: set[str] = field(default_factory=set)
+    _orphans: set[str] = field(default_factory=set)  # jobs kept in ORPHAN_QUEUE
 
     # -- priority classes ---------------------------------------------------------------
 
@@ -131,6 +149,10 @@ class Mirror:
         if kind == "DELETED":
             self.raw_queues.pop(name, None)
             self.invalid.pop(f"queue/{name}", None)
+            # Its jobs move out of the tree: pending pods wait (the reason names the queue),
+            # running ones keep their GPUs, and the parent no longer counts any of them.
+            for job_key in sorted(self._jobs_by_queue.get(name, ())):
+                self._apply_job(job_key)
             self._try_remove_queue(name)
             return
         self.raw_queues[name] = obj
@@ -147,8 +169,10 @@ class Mirror:
             self.invalid[f"queue/{name}"] = str(error)
             return
         for job_key in list(self._jobs_by_queue.get(name, ())):
-            if job_key not in self.state.jobs:
+            existing = self.state.jobs.get(job_key)
+            if existing is None or existing.queue == ORPHAN_QUEUE:
                 self._apply_job(job_key)
+        self._drop_orphan_queue()
         # A parent that was deleted while this child held it up can go now.
         for pending in list(self._removed_queues):
             self._try_remove_queue(pending)
@@ -177,10 +201,12 @@ class Mirror:
                     if self._pg_by_owner.get(uid) == key:
                         del self._pg_by_owner[uid]
             self.state.remove_job(key)
+            self._orphans.discard(key)
             self.job_memory.pop(key, None)
             self.invalid.pop(f"podgroup/{key}", None)
             for pending in list(self._removed_queues):
                 self._try_remove_queue(pending)
+            self._drop_orphan_queue()
             return
         old = self.raw_podgroups.get(key)
         if old is not None:
@@ -217,19 +243,56 @@ class Mirror:
         job.stale_since = memory.stale_since
         job.last_eviction_at = memory.last_eviction_at
         existing = self.state.jobs.get(key)
-        if job.queue not in self.state.queues:
+        if job.queue not in self.raw_queues or job.queue not in self.state.queues:
             self.invalid[f"podgroup/{key}"] = f"queue {job.queue!r} does not exist"
-            if existing is not None:
-                self.state.remove_job(key)
+            self._orphan_job(job, existing)
             return
         self.invalid.pop(f"podgroup/{key}", None)
         if existing is not None and existing.queue != job.queue:
             self.state.remove_job(key)  # moves its pods' accounting to the new queue
             existing = None
         self.state.upsert_job(job)
+        if key in self._orphans:
+            self._orphans.discard(key)
+            self._drop_orphan_queue()
         if existing is None:
             for pod_key in sorted(self._pods_by_job.get(key, ()), key=self._index_of):
                 self._apply_pod(pod_key)
+
+    def _orphan_job(self, job: Job, existing: Job | None) -> None:
+        """Keep a job whose queue is missing outside the queue tree: its bound pods still
+        hold their nodes' resources; its pending pods are left out (never placed), and no
+        eviction picks its pods (non-preemptible, never stale)."""
+        job.queue = ORPHAN_QUEUE
+        job.preemptible = False
+        job.staleness_grace = -1.0
+        if ORPHAN_QUEUE not in self.state.queues:
+            self.state.upsert_queue(_orphan_queue())
+        if existing is not None and existing.queue != ORPHAN_QUEUE:
+            self.state.remove_job(job.key)
+            existing = None
+        self.state.upsert_job(job)
+        self._orphans.add(job.key)
+        if existing is None:
+            for pod_key in sorted(self._pods_by_job.get(job.key, ()), key=self._index_of):
+                self._apply_pod(pod_key)
+
+    def _drop_orphan_queue(self) -> None:
+        if not self._orphans and ORPHAN_QUEUE in self.state.queues:
+            self.state.remove_queue(ORPHAN_QUEUE)
+
+    def orphaned(self, job_key: str) -> bool:
+        """Whether the job's queue is missing (it is kept outside the queue tree)."""
+        return job_key in self._orphans
+
+    def pending_pods_of(self, job_key: str) -> list[str]:
+        """The job's pods that wait to be placed, in creation order."""
+        job = self.state.jobs.get(job_key)
+        if job is not None and job.queue != ORPHAN_QUEUE:
+            return [k for k in job.pods if self.state.pods[k].status is PodStatus.PENDING]
+        return [k for k in sorted(self._pods_by_job.get(job_key, ()), key=self._index_of)
+                if not ((self.raw_pods.get(k) or {}).get("spec") or {}).get("nodeName")
+                and k not in self.assumed]
 
     def job(self, key: str) -> Job | None:
         return self.state.jobs.get(key)
@@ -351,6 +414,7 @@ class Mirror:
         if not job_key or job_key not in self.state.jobs:
             self.state.remove_pod(key)  # not schedulable until its PodGroup is known
             return
+        orphan = self.state.jobs[job_key].queue == ORPHAN_QUEUE
         status = raw.get("status") or {}
         started = timestamp(status.get("startTime")) or timestamp(
             (raw.get("metadata") or {}).get("creationTimestamp")
@@ -372,6 +436,9 @@ class Mirror:
             pod.portion = assumed.portion
         if pod.node is not None and pod.node not in self.state.nodes:
             self.state.remove_pod(key)  # its node is not registered (yet)
+            return
+        if orphan and pod.status is PodStatus.PENDING:
+            self.state.remove_pod(key)  # its queue is gone: it waits for it
             return
         existing = self.state.pods.get(key)
         if existing is not None and _same_pod(existing, pod):

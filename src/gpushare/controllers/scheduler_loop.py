@@ -22,8 +22,9 @@ from typing import Any
 
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.heap import HeapKeeper
-from gpushare.controllers.mirror import Mirror
+from gpushare.controllers.mirror import ORPHAN_QUEUE, Mirror
 from gpushare.controllers.scheduler_metrics import SchedulerMetrics
+from gpushare.controllers.scheduling_status import mark_unschedulable, record_scheduled
 from gpushare.controllers.translate import (
     INDICES_ANNOTATION,
     MEMORY_MIB_ANNOTATION,
@@ -204,6 +205,8 @@ class SchedulerLoop:
         self._wake = threading.Event()
         self._pool = ThreadPoolExecutor(bind_workers, thread_name_prefix="bind")
         self._reasons: dict[str, str] = {}  # job key -> last reported pending reason
+        self._told: dict[str, str] = {}  # pod key -> the pending reason it was told
+        self._cleared: set[str] = set()  # PodGroups whose conditions were cleared
         self._binds_in_flight = 0
         self._in_flight_lock = threading.Lock()
         self._phases: dict[str, str] = {}  # PodGroup key -> phase written (or to write)
@@ -436,6 +439,7 @@ class SchedulerLoop:
         try:
             self.client.create(PODS.item(name, namespace, "binding"), body)
             self.metrics.bind(time.perf_counter() - started, True)
+            record_scheduled(self.events, self.mirror.raw_pods.get(key), node)
             return
         except Exception as error:
             self.metrics.bind(time.perf_counter() - started, False)
@@ -494,38 +498,58 @@ class SchedulerLoop:
                 wanted[f"{'job' if kind == 'podgroup' else 'pod'}/{name}"] = (
                     f"cannot be scheduled: {why}"
                 )
+        dirty = mirror.dirty_jobs
         for subject, reason in wanted.items():
-            if self._reasons.get(subject) == reason:
+            kind, _, key = subject.partition("/")
+            changed = self._reasons.get(subject) != reason
+            if not changed and not (kind == "job" and key in dirty):
                 continue
             self._reasons[subject] = reason
-            kind, _, key = subject.partition("/")
-            self.metrics.pending_set(subject, self._queue_of(kind, key), reason)
+            if changed:
+                self.metrics.pending_set(subject, self._queue_of(kind, key), reason)
             if kind == "pod":
-                raw = mirror.raw_pods.get(key)
-                if raw is not None:
-                    self.events.emit(raw, "Warning", "Unschedulable", reason)
+                self._tell_pod(key, reason)
                 continue
-            job = mirror.state.jobs.get(key)
-            if job is not None:
-                pod_keys = [k for k in job.pods
-                            if mirror.state.pods[k].status is PodStatus.PENDING]
-            else:
-                pod_keys = sorted(mirror.pods_of_job(key))
-            for pod_key in pod_keys:
-                raw = mirror.raw_pods.get(pod_key)
-                if raw is not None:
-                    self.events.emit(raw, "Warning", "Unschedulable", reason)
+            # Every pending pod says why, also one the job made after the reason was
+            # first written (a replacement, a scale-up).
+            for pod_key in mirror.pending_pods_of(key):
+                self._tell_pod(pod_key, reason)
             pg = mirror.raw_podgroups.get(key)
-            if pg is not None:
+            if pg is not None and changed:
                 self.events.emit(pg, "Warning", "Unschedulable", reason)
                 queue = str((pg.get("spec") or {}).get("queue", ""))
+                self._cleared.discard(key)
                 self._pool.submit(self._write_condition, key, queue, reason)
         for subject in [k for k in self._reasons if k not in wanted]:
             del self._reasons[subject]
             self.metrics.pending_clear(subject)
             kind, _, key = subject.partition("/")
             if kind == "job" and key in mirror.raw_podgroups:
+                self._cleared.add(key)
                 self._pool.submit(self._write_condition, key, "", "")
+            for pod_key in mirror.pods_of_job(key) if kind == "job" else (key,):
+                self._told.pop(pod_key, None)
+        # A PodGroup whose stored conditions say it waits while it does not (written by
+        # an earlier run of the scheduler, or before a restart) is cleared once.
+        for key in dirty:
+            pg = mirror.raw_podgroups.get(key)
+            if pg is None or f"job/{key}" in wanted or key in self._cleared:
+                continue
+            if (pg.get("status") or {}).get("schedulingConditions"):
+                self._cleared.add(key)
+                self._pool.submit(self._write_condition, key, "", "")
+        if len(self._told) > len(mirror.raw_pods) + 1000:
+            self._told = {k: v for k, v in self._told.items() if k in mirror.raw_pods}
+
+    def _tell_pod(self, pod_key: str, reason: str) -> None:
+        """An ``Unschedulable`` event and ``PodScheduled=False`` on a pending pod, once per
+        reason."""
+        raw = self.mirror.raw_pods.get(pod_key)
+        if raw is None or self._told.get(pod_key) == reason:
+            return
+        self._told[pod_key] = reason
+        self.events.emit(raw, "Warning", "Unschedulable", reason)
+        self._pool.submit(mark_unschedulable, self.client, raw, reason)
 
     def _queue_of(self, kind: str, key: str) -> str:
         mirror = self.mirror
@@ -599,7 +623,8 @@ class SchedulerLoop:
                 raise
 
     def _publish_queues(self, result: CycleResult) -> None:
-        reports = {name: figures_of(report) for name, report in result.queues.items()}
+        reports = {name: figures_of(report) for name, report in result.queues.items()
+                   if name != ORPHAN_QUEUE}
         if reports != self.figures.reports:
             old = self.figures.reports
             self.metrics.queue_reports(

@@ -24,6 +24,7 @@ from kubernetes import config as k8s_config
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 
 class ApiError(Exception):
@@ -239,6 +240,11 @@ class KubeClient:
 
     def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
         return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
+
+    def strategic_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A strategic merge patch (built-in kinds only): lists such as ``conditions``
+        merge by their key instead of being replaced."""
+        return self.request("PATCH", path, body=patch, content_type=STRATEGIC_MERGE_PATCH)
 
     def delete(
         self,
