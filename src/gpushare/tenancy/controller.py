@@ -337,8 +337,13 @@ def purge_cluster(client: KubeClient) -> bool:
     namespaces = (client.list(NAMESPACES.collection()).get("items") or [])
     for ns in namespaces:
         remaining = True
+        name = ns["metadata"]["name"]
+        # Tenant pods have no node of their own to finish them: they go at once (their host
+        # pods, which ran, are already gone with the host namespace).
+        for pod in client.list(PODS.collection(name)).get("items") or ():
+            client.delete(PODS.item(pod["metadata"]["name"], name), grace_period_seconds=0)
         if not (ns.get("metadata") or {}).get("deletionTimestamp"):
-            client.delete(NAMESPACES.item(ns["metadata"]["name"]))
+            client.delete(NAMESPACES.item(name))
     if remaining:
         return True
     for resource in _cluster_scoped(client):

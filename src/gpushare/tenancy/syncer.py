@@ -316,6 +316,8 @@ class TenantSyncer:
             self._delete_host(hname, None, "virtual cluster paused")
             return
         if hm.get("deletionTimestamp"):
+            if self.policy.paused:
+                return  # parked (made again unbound) once the host pod is gone
             grace = hm.get("deletionGracePeriodSeconds")
             self._delete_tenant(t, int(grace) if grace is not None else 0)
             return
