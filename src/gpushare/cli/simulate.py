@@ -7,13 +7,14 @@ from pathlib import Path
 import orjson
 import typer
 
+from gpushare.cli import simulate_trace
 from gpushare.model.schema import ScenarioError
 from gpushare.simulator.runner import ScenarioResult, run
 from gpushare.simulator.scenario import load_file
 
 simulate_app = typer.Typer(
     name="simulate",
-    help="Replay scheduling scenarios on gpushare's scheduler.",
+    help="Replay scheduling scenarios and cluster traces on gpushare's scheduler.",
     no_args_is_help=True,
 )
 
@@ -64,6 +65,9 @@ def scenario(
                 typer.echo(f"      pending {job}: {reason}")
     if failed:
         raise typer.Exit(1)
+
+
+simulate_app.command("trace")(simulate_trace.trace)
 
 
 def register(app: typer.Typer) -> None:

@@ -109,6 +109,8 @@ class Pod:
     started_at: float = float("-inf")  # when it started running, caller's clock
     priority: int | None = None  # per-pod override of the job's priority
     node_selector: dict[str, str] = field(default_factory=dict)
+    #: Required node affinity: every (label, allowed values) must hold (``In`` terms).
+    node_affinity: tuple[tuple[str, tuple[str, ...]], ...] = ()
     task_order: int | None = None  # rank inside the job, higher first
     subgroup: str | None = None
     # What the last cycle did to it, for decisions and reasons.
@@ -118,6 +120,17 @@ class Pod:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def matches_labels(self, labels: dict[str, str]) -> bool:
+        """Whether a node with these labels satisfies the node selector and affinity."""
+        for k, v in self.node_selector.items():
+            if labels.get(k) != v:
+                return False
+        return all(labels.get(k) in values for k, values in self.node_affinity)
+
+    def constraints(self) -> tuple:
+        """The node selector and affinity as one hashable value (for shape keys)."""
+        return (tuple(sorted(self.node_selector.items())), self.node_affinity)
 
     def held(self) -> Res:
         """Milli-GPUs, millicores and bytes the pod holds (or would hold) at its portion."""

@@ -16,7 +16,7 @@ DEFAULT_ACTIONS: tuple[str, ...] = (
 @dataclass(frozen=True, slots=True)
 class Config:
     actions: tuple[str, ...] = DEFAULT_ACTIONS
-    gpu_placement: str = "binpack"  # binpack | spread
+    gpu_placement: str = "binpack"  # binpack | spread | fgd | fragmentation
     cpu_placement: str = "binpack"
     staleness_grace_seconds: float = 60.0
     max_consolidation_preemptees: int = 16  # -1: no limit

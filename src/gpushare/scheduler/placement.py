@@ -5,7 +5,8 @@ a node with a shared GPU the fraction fits on (10^4, under GPU binpack) > a node
 pod fits right now rather than after releases (10^3) > a GPU-less node for a CPU-only pod
 (10) > binpack / spread (0..9) > node name. GPU choice inside the node: gpupack takes the
 fullest fitting shared GPU first, gpuspread the emptiest; a whole free GPU starts a new
-shared GPU.
+shared GPU. The fragmentation rules (``fgd``, ``fragmentation``) choose node and GPU in
+``frag_placement``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from gpushare.model.job import Job
 from gpushare.model.pod import Pod, PodStatus
 from gpushare.model.quantities import MILLI
+from gpushare.scheduler import frag_placement
 from gpushare.scheduler.gang import is_gang
 from gpushare.scheduler.node_index import NodeIndex
 from gpushare.scheduler.nodeplacement import placement_strategy
@@ -39,8 +41,7 @@ class Fit:
 
 
 def _selector_ok(pod: Pod, usage: NodeUsage) -> bool:
-    labels = usage.node.labels
-    return all(labels.get(k) == v for k, v in pod.node_selector.items())
+    return pod.matches_labels(usage.node.labels)
 
 
 def fit_on_node(
@@ -114,6 +115,11 @@ def ordered_fits(
     """Every node the pod fits on, best first."""
     state = session.state
     names = nodes if nodes is not None else list(state.usage)
+    if _chooses_nodes(session):
+        return [
+            _fit_of(c)
+            for c in frag_placement.ordered_choices(session, pod, names, pipeline_only, fit_on_node)
+        ]
     fits: list[tuple[Fit, NodeUsage]] = []
     for name in names:
         usage = state.usage.get(name)
@@ -147,10 +153,13 @@ def best_fit(
     """The node ``ordered_fits`` would put first, found through the node index when the
     whole cluster is the choice (same order, far fewer nodes looked at)."""
     g = pod.gpu
+    config = session.config
+    if nodes is None and _chooses_nodes(session):
+        choice = frag_placement.best_choice(session, pod, pipeline_only, fit_on_node)
+        return None if choice is None else _fit_of(choice)
     if nodes is not None or (g.is_shared and g.devices > 1):
         fits = ordered_fits(session, pod, nodes, pipeline_only)
         return fits[0] if fits else None
-    config = session.config
     index = NodeIndex.of(session.state, config.gpu_placement, config.cpu_placement)
     usage = session.state.usage
     want_now = not pipeline_only
@@ -207,6 +216,15 @@ def best_fit(
         return now_cpu
     now_gpu, later_gpu = first(index.cpu_candidates(True, pod.cpu_millis))
     return now_gpu or later_cpu or later_gpu
+
+
+def _chooses_nodes(session: Session) -> bool:
+    """The GPU strategy makes its own node and GPU choice (the fragmentation rules)."""
+    return getattr(placement_strategy(session.config.gpu_placement), "chooses_nodes", False)
+
+
+def _fit_of(c: frag_placement._Choice) -> Fit:
+    return Fit(c.node, c.now, c.gpu_indices, c.portion, c.has_shared_fit)
 
 
 def _has_shared_fit(session: Session, pod: Pod, usage: NodeUsage) -> bool:

@@ -41,7 +41,7 @@ def eligible_jobs(session: Session) -> list[Job]:
 def step_shape(step: list[Pod]) -> tuple:
     """What placing a step depends on: every pod's requests and node selector."""
     return tuple(
-        (p.gpu, p.cpu_millis, p.memory_bytes, tuple(sorted(p.node_selector.items())))
+        (p.gpu, p.cpu_millis, p.memory_bytes, p.constraints())
         for p in step
     )
 

@@ -75,7 +75,7 @@ def non_preemptible_within_quota(session: Session, job: Job, pods: list[Pod]) ->
 
 def step_shape(session: Session, job: Job, step: list[Pod]) -> tuple:
     """What makes two jobs' steps comparable for scheduling signatures."""
-    selectors = tuple(sorted({tuple(sorted(p.node_selector.items())) for p in step}))
+    selectors = tuple(sorted({p.constraints() for p in step}))
     return (job.priority, job.preemptible, selectors)
 
 

@@ -63,8 +63,7 @@ class StepNeeds:
             return 0
         labels = node.labels
         usable = [
-            p for p in self._step
-            if all(labels.get(k) == v for k, v in p.node_selector.items())
+            p for p in self._step if p.matches_labels(labels)
         ]
         if not usable:
             return 0

@@ -1,0 +1,270 @@
+"""Placement under the fragmentation rules (``fgd``, ``fragmentation``; see
+``fragmentation.py``): which node and GPU a pod goes to.
+
+Every fitting node gets a key, smallest best::
+
+    (waits for releases, CPU-only pod on a GPU node, fragmentation growth, [packing,] name)
+
+The choice over the whole cluster goes through ``FragIndex``: per pod shape a heap of node
+keys, where only nodes whose usage changed since that shape last looked are scored again
+(``NodeUsage.version``), so a placement costs a pass of version checks plus a few scorings
+rather than a scoring of every node. ``ordered_fits`` gives the same order by scoring all.
+
+The distribution of task shapes comes from ``set_task_mix`` (a simulator that knows its
+workload) or, in the live scheduler, from the most recent pods placement was asked about
+(``RECENT_WINDOW`` of them, distribution refreshed every ``RECENT_REFRESH`` new ones).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from gpushare.model.pod import Pod
+from gpushare.model.quantities import MILLI
+from gpushare.scheduler.fragmentation import (
+    GPU_PRODUCT_LABEL,
+    FragmentationModel,
+    TaskMix,
+    TaskShape,
+    shape_of,
+)
+from gpushare.scheduler.nodeplacement import BINPACK, Key, register_placement_strategy
+from gpushare.scheduler.state import ClusterState, NodeUsage
+
+RECENT_WINDOW = 2000
+RECENT_REFRESH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class FragmentationStrategy:
+    """A placement strategy whose node and GPU choice is made here (``chooses_nodes``);
+    the score, index key and GPU order it supplies to the rest of the core (the node
+    index's buckets, reasons, victim searches over given nodes) are binpack's."""
+
+    name: str
+    shared_gpus_first: bool = False
+    allows_consolidation: bool = True
+    chooses_nodes: bool = True
+
+    def scores(self, figures) -> list[float]:
+        return BINPACK.scores(figures)
+
+    def index_key(self, free: int, total: int, name: str) -> Key:
+        return BINPACK.index_key(free, total, name)
+
+    def index_start(self, need: int) -> Key | None:
+        return BINPACK.index_start(need)
+
+    def gpu_order(self, fill: int) -> int:
+        return BINPACK.gpu_order(fill)
+
+
+FGD = FragmentationStrategy("fgd")
+FRAGMENTATION = FragmentationStrategy("fragmentation")
+register_placement_strategy(FGD)
+register_placement_strategy(FRAGMENTATION)
+
+
+@dataclass(slots=True)
+class _Choice:
+    key: tuple
+    node: str
+    now: bool
+    gpu_indices: tuple[int, ...]
+    portion: int
+    has_shared_fit: bool
+
+
+def score_node(
+    fm: FragmentationModel, policy: str, pod: Pod, usage: NodeUsage, fit,
+) -> _Choice:
+    """The key and GPUs of placing ``pod`` on a node it fits (``fit`` from ``fit_on_node``)."""
+    node = usage.node
+    model = node.labels.get(GPU_PRODUCT_LABEL)
+    cpu = usage.cpu_free_future()
+    mem = usage.mem_free_future()
+    frees = [usage.gpu_free_future(i) for i in range(node.gpus)]
+    before = fm.of(model, cpu, mem, tuple(frees))
+    cpu_after = cpu - pod.cpu_millis
+    mem_after = mem - pod.memory_bytes
+    g = pod.gpu
+    indices = fit.gpu_indices
+    if g.is_shared and g.devices == 1:
+        portion = fit.portion
+        best: tuple | None = None
+        tried: set[tuple[bool, int]] = set()
+        for i in range(node.gpus):
+            free = frees[i]
+            if free < portion or (usage.gpu_shared[i] == 0 and free != MILLI):
+                continue
+            now = portion <= usage.gpu_free_now(i)
+            if (now, free) in tried:
+                continue  # same room as a lower GPU: same outcome
+            tried.add((now, free))
+            frees[i] = free - portion
+            after = fm.of(model, cpu_after, mem_after, tuple(frees))
+            frees[i] = free
+            cand = (not now, round(after - before, 6), i)
+            if best is None or cand < best:
+                best = cand
+        assert best is not None  # fit_on_node found a GPU
+        delta = best[1]
+        indices = (best[2],)
+        now_all = fit.now and not best[0]
+    else:
+        take = fit.portion if indices else 0
+        for i in indices:
+            frees[i] -= take
+        after = fm.of(model, cpu_after, mem_after, tuple(frees))
+        delta = round(after - before, 6)
+        now_all = fit.now
+    cpu_pod_on_gpu_node = not g.wants_gpu and node.gpus > 0
+    key = (not now_all, cpu_pod_on_gpu_node, delta, node.name)
+    shared_fit = fit.has_shared_fit
+    if g.is_shared and g.devices == 1:
+        shared_fit = usage.gpu_shared[indices[0]] > 0
+    return _Choice(key, node.name, now_all, tuple(indices), fit.portion, shared_fit)
+
+
+# ------------------------------------------------------------------ task mix
+@dataclass(slots=True)
+class _Recent:
+    shapes: OrderedDict[str, TaskShape] = field(default_factory=OrderedDict)
+    new: int = 0
+    mix: TaskMix | None = None
+
+
+def set_task_mix(state: ClusterState, mix: TaskMix | None) -> None:
+    """Fix the distribution of task shapes the fragmentation rules use (None: learn it
+    from recent pods)."""
+    state._task_mix = mix  # type: ignore[attr-defined]
+
+
+def _mix_for(state: ClusterState, pod: Pod, by_demand: bool) -> TaskMix:
+    fixed: TaskMix | None = getattr(state, "_task_mix", None)
+    if fixed is not None:
+        return _cached_variant(state, fixed, by_demand) if by_demand else fixed
+    recent: _Recent | None = getattr(state, "_recent_shapes", None)
+    if recent is None:
+        recent = _Recent()
+        state._recent_shapes = recent  # type: ignore[attr-defined]
+    if pod.key not in recent.shapes:
+        recent.shapes[pod.key] = shape_of(pod)
+        recent.new += 1
+        while len(recent.shapes) > RECENT_WINDOW:
+            recent.shapes.popitem(last=False)
+    if recent.mix is None or recent.new >= RECENT_REFRESH:
+        recent.mix = TaskMix.of(recent.shapes.values())
+        recent.new = 0
+    return _cached_variant(state, recent.mix, by_demand) if by_demand else recent.mix
+
+
+def _cached_variant(state: ClusterState, mix: TaskMix, by_demand: bool) -> TaskMix:
+    """The mix weighted by GPU demand, as ``fragmentation`` uses it (kept per base mix)."""
+    cache = getattr(state, "_mix_variants", None)
+    if cache is None or cache[0] is not mix:
+        variant = mix.by_demand()
+        cache = (mix, variant)
+        state._mix_variants = cache  # type: ignore[attr-defined]
+    return cache[1]
+
+
+# --------------------------------------------------------------------- index
+class FragIndex:
+    """Per pod shape, the fitting nodes' keys, re-scored only where usage changed."""
+
+    def __init__(self, state: ClusterState, policy: str, mix: TaskMix) -> None:
+        self.state = state
+        self.policy = policy
+        self.mix = mix
+        self.model = FragmentationModel(mix)
+        self.node_version = state.node_version
+        self.shapes: dict[tuple, _ShapeEntry] = {}
+
+    @classmethod
+    def of(cls, state: ClusterState, policy: str, mix: TaskMix) -> FragIndex:
+        index: FragIndex | None = getattr(state, "_frag_index", None)
+        if (
+            index is None or index.policy != policy or index.mix is not mix
+            or index.node_version != state.node_version
+        ):
+            index = cls(state, policy, mix)
+            state._frag_index = index  # type: ignore[attr-defined]
+        return index
+
+
+@dataclass(slots=True)
+class _ShapeEntry:
+    heap: list[tuple] = field(default_factory=list)
+    seen: dict[str, int] = field(default_factory=dict)
+    current: dict[str, _Choice] = field(default_factory=dict)
+
+
+def pod_shape_key(pod: Pod, pipeline_only: bool) -> tuple:
+    return (pod.gpu, pod.cpu_millis, pod.memory_bytes, pod.constraints(), pipeline_only)
+
+
+def weighs_demand(policy: str) -> bool:
+    return policy == "fragmentation"
+
+
+def best_choice(session, pod: Pod, pipeline_only: bool, fit_on_node) -> _Choice | None:
+    """The best node for the pod over the whole cluster, through the index."""
+    state = session.state
+    policy = session.config.gpu_placement
+    mix = _mix_for(state, pod, weighs_demand(policy))
+    index = FragIndex.of(state, policy, mix)
+    skey = pod_shape_key(pod, pipeline_only)
+    entry = index.shapes.get(skey)
+    if entry is None:
+        entry = index.shapes[skey] = _ShapeEntry()
+    seen = entry.seen
+    current = entry.current
+    heap = entry.heap
+    fm = index.model
+    for name, usage in state.usage.items():
+        v = usage.version
+        if seen.get(name) == v:
+            continue
+        seen[name] = v
+        fit = fit_on_node(session, pod, usage, pipeline_only)
+        if fit is None:
+            current.pop(name, None)
+            continue
+        choice = score_node(fm, policy, pod, usage, fit)
+        current[name] = choice
+        heapq.heappush(heap, choice.key)
+    while heap:
+        top = heap[0]
+        choice = current.get(top[-1])
+        if choice is not None and choice.key == top:
+            break
+        heapq.heappop(heap)
+    else:
+        return None
+    if len(heap) > 4 * len(current) + 1024:
+        entry.heap = [c.key for c in current.values()]
+        heapq.heapify(entry.heap)
+    return choice
+
+
+def ordered_choices(
+    session, pod: Pod, names, pipeline_only: bool, fit_on_node,
+) -> list[_Choice]:
+    """Every node of ``names`` the pod fits on, best first (scores each)."""
+    state = session.state
+    policy = session.config.gpu_placement
+    mix = _mix_for(state, pod, weighs_demand(policy))
+    fm = FragIndex.of(state, policy, mix).model
+    out = []
+    for name in names:
+        usage = state.usage.get(name)
+        if usage is None:
+            continue
+        fit = fit_on_node(session, pod, usage, pipeline_only)
+        if fit is not None:
+            out.append(score_node(fm, policy, pod, usage, fit))
+    out.sort(key=lambda c: c.key)
+    return out

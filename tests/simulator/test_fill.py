@@ -1,0 +1,172 @@
+"""The fill protocol, its summary objects, and the fragmentation rules in the core."""
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpushare.model.pod import PodStatus
+from gpushare.scheduler.config import Config
+from gpushare.scheduler.cycle import open_session
+from gpushare.scheduler.frag_placement import set_task_mix
+from gpushare.scheduler.fragmentation import TaskMix
+from gpushare.scheduler.placement import best_fit, ordered_fits
+from gpushare.simulator.fill import build_cluster, capacity_of, run_fill, tune
+from gpushare.simulator.traces import TraceNode, TracePod, read_nodes, read_pods
+
+HERE = Path(__file__).parent / "traces"
+NODES = read_nodes(HERE / "tiny_nodes.csv")
+PODS = read_pods(HERE / "tiny_pods.csv")
+
+
+def _synthetic(n_nodes: int, n_pods: int, seed: int) -> tuple[list[TraceNode], list[TracePod]]:
+    rng = random.Random(seed)
+    nodes = [TraceNode(f"n{i:03d}", rng.choice([32000, 64000, 96000]), 262144,
+                       rng.choice([2, 4, 8]), rng.choice(["T4", "A10"])) for i in range(n_nodes)]
+    pods = []
+    for i in range(n_pods):
+        kind = rng.random()
+        if kind < 0.4:
+            num, milli = 1, rng.choice([100, 250, 460, 500, 810])
+        elif kind < 0.8:
+            num, milli = 1, 1000
+        elif kind < 0.9:
+            num, milli = rng.choice([2, 4, 8]), 1000
+        else:
+            num, milli = 0, 0
+        spec = (rng.choice(["T4", "A10"]),) if rng.random() < 0.2 else ()
+        pods.append(TracePod(f"p{i:04d}", rng.choice([1000, 4000, 8000, 16000]), 4096, num,
+                             milli, spec))
+    return nodes, pods
+
+
+def test_tune_reaches_the_demand_and_stops_below_it():
+    capacity = capacity_of(NODES)
+    for demand in (0.5, 1.3, 2.0):
+        out = tune(PODS, capacity, demand, random.Random(1))
+        total = sum(p.gpu_total for p in out)
+        assert total <= demand * capacity
+        assert total > demand * capacity - 8000  # the next pod would have crossed it
+    assert len({p.name for p in tune(PODS, capacity, 2.0, random.Random(1))}) == len(
+        tune(PODS, capacity, 2.0, random.Random(1)))
+
+
+@pytest.mark.parametrize("policy", ["binpack", "spread", "fgd", "fragmentation", "random"])
+def test_fill_is_reproducible_per_seed(policy):
+    a = run_fill(NODES, PODS, policy, 7)
+    b = run_fill(NODES, PODS, policy, 7)
+    assert [(s.pod, s.node) for s in a.steps] == [(s.pod, s.node) for s in b.steps]
+    c = run_fill(NODES, PODS, policy, 8)
+    assert [s.pod for s in a.steps] != [s.pod for s in c.steps]
+    last = a.steps[-1]
+    assert last.arrived <= 1.3 * a.capacity and last.allocated <= a.capacity
+
+
+def test_fill_places_through_the_core_respecting_gpu_types():
+    r = run_fill(NODES, PODS, "fragmentation", 3)
+    by_name = {p.name: p for p in PODS}
+    models = {n.name: n.model for n in NODES}
+    for step in r.steps:
+        base = by_name.get(step.pod.split("-tuned-")[0])
+        if step.node is not None and base.gpu_spec:
+            assert models[step.node] in base.gpu_spec
+    assert any(s.node is None for s in r.steps)  # 130 % cannot all fit
+
+
+def test_summary_object_shape():
+    r = run_fill(NODES, PODS, "fgd", 42)
+    s = json.loads(json.dumps(r.summary()))
+    assert s["kind"] == "summary" and s["policy"] == "fgd" and s["seed"] == 42
+    assert s["gpus"] == 16
+    alloc = s["allocation"]
+    for mark in [*range(10, 131, 10), 100, 130]:
+        assert str(mark) in alloc
+    values = [alloc[str(m)] for m in range(1, 131)]
+    assert values == sorted(values)  # no departures: allocation never falls
+    assert all(0 <= v <= 100 for v in values)
+    assert alloc["130"] == pytest.approx(100 * r.steps[-1].allocated / r.capacity, abs=1e-3)
+
+
+def _fill_state(policy: str, seed: int):
+    nodes, pods = _synthetic(30, 300, seed)
+    state = build_cluster(nodes)
+    set_task_mix(state, TaskMix.of(p.shape() for p in pods))
+    config = Config(actions=("allocate",), gpu_placement=policy)
+    return state, config, pods
+
+
+@pytest.mark.parametrize("policy", ["fgd", "fragmentation"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_index_choice_equals_the_full_ordering(policy, seed):
+    """The incremental index picks what scoring every node picks, all along a fill."""
+    state, config, pods = _fill_state(policy, seed)
+    session = open_session(state, config, 0.0)
+    checked = 0
+    for i, tp in enumerate(pods):
+        pod = tp.to_pod()
+        state.upsert_job(tp.to_job("trace", created_at=float(i)))
+        state.upsert_pod(pod)
+        fits = [f for f in ordered_fits(session, pod)]
+        fit = best_fit(session, pod)
+        if not fits:
+            assert fit is None
+        else:
+            want = fits[0]
+            assert (fit.node, fit.gpu_indices, fit.now) == (want.node, want.gpu_indices, want.now)
+            checked += 1
+            state.set_pod(pod, PodStatus.RUNNING, fit.node, fit.gpu_indices, fit.portion)
+    assert checked > 100
+
+
+def test_rules_differ_from_binpack_and_from_each_other():
+    nodes, pods = _synthetic(40, 600, 9)
+    runs = {p: run_fill(nodes, pods, p, 4) for p in ("binpack", "fgd", "fragmentation")}
+    placed = {p: [s.node for s in r.steps] for p, r in runs.items()}
+    assert placed["fgd"] != placed["binpack"]
+    assert placed["fragmentation"] != placed["fgd"]
+
+
+def test_cli_json_ends_with_one_summary_per_policy_and_seed(tmp_path):
+    plot = tmp_path / "fill.png"
+    out = subprocess.run(
+        [sys.executable, "-m", "gpushare.cli.main", "simulate", "trace", "--nodes",
+         str(HERE / "tiny_nodes.csv"), "--pods", str(HERE / "tiny_pods.csv"), "--json",
+         "--policy", "fgd", "--policy", "binpack", "--seed", "1", "--seed", "2",
+         "--plot", str(plot)],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    summaries = [x for x in lines if x["kind"] == "summary"]
+    assert lines[-4:] == summaries
+    assert [(s["policy"], s["seed"]) for s in summaries] == [
+        ("fgd", 1), ("fgd", 2), ("binpack", 1), ("binpack", 2)]
+    assert {x["kind"] for x in lines[:-4]} == {"step"}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_reports_a_bad_row_and_exits_two(tmp_path):
+    bad = tmp_path / "pods.csv"
+    bad.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,x\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "gpushare.cli.main", "simulate", "trace", "--nodes",
+         str(HERE / "tiny_nodes.csv"), "--pods", str(bad)],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert f"{bad}:2: gpu_milli: expected a whole number" in out.stderr
+
+
+def test_timeline_mode_reports_queues_and_waits():
+    out = subprocess.run(
+        [sys.executable, "-m", "gpushare.cli.main", "simulate", "trace", "--nodes",
+         str(HERE / "tiny_nodes.csv"), "--pods", str(HERE / "tiny_pods.csv"), "--mode",
+         "timeline", "--json", "--policy", "fragmentation"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout.splitlines()[-1])
+    assert summary["mode"] == "timeline" and summary["pods"] == 12
+    assert set(summary["queues"]) == {"be", "burstable", "ls"}
+    assert sum(q["pods"] for q in summary["queues"].values()) == 12
+    assert summary["placed"] == 12 and 0 < summary["meanAllocation"] <= 100
