@@ -330,3 +330,41 @@ def test_replication_controllers_and_their_garbage(cluster: Cluster) -> None:
             break
         time.sleep(0.2)
     assert cluster.kubectl("get", "pod", "rc-pod", check=False).returncode != 0
+
+
+def test_resource_quota_status_and_admission(cluster: Cluster) -> None:
+    import time
+
+    cluster.kubectl("create", "namespace", "quoted")
+    cluster.kubectl("create", "quota", "q", "-n", "quoted",
+                    "--hard=pods=1,requests.cpu=1,requests.nvidia.com/gpu=1,configmaps=5")
+    quota = _get(cluster, "quota", "q", "-n", "quoted")
+    assert quota["status"]["hard"]["pods"] == "1"
+    assert quota["status"]["used"]["pods"] == "0"
+    used_cm = int(quota["status"]["used"]["configmaps"])
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "quoted"},
+           "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {
+               "requests": {"cpu": "500m"}, "limits": {"nvidia.com/gpu": "1"}}}]}}
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    used = _get(cluster, "quota", "q", "-n", "quoted")["status"]["used"]
+    assert used["pods"] == "1" and used["requests.cpu"] == "500m"
+    assert used["requests.nvidia.com/gpu"] == "1"
+    pod["metadata"]["name"] = "b"
+    done = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pod), check=False)
+    assert done.returncode != 0
+    assert "exceeded quota: q, requested: pods=1" in done.stderr
+    assert "limited: pods=1" in done.stderr
+    no_cpu = {**pod, "metadata": {"name": "c", "namespace": "quoted"},
+              "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    cluster.kubectl("delete", "pod", "a", "-n", "quoted", "--grace-period=0", "--force")
+    done = cluster.kubectl("apply", "-f", "-", stdin=json.dumps(no_cpu), check=False)
+    assert done.returncode != 0 and "failed quota: q: must specify requests.cpu" in done.stderr
+    cluster.kubectl("create", "configmap", "one", "-n", "quoted")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        used = _get(cluster, "quota", "q", "-n", "quoted")["status"]["used"]
+        if used["pods"] == "0":
+            break
+        time.sleep(0.1)
+    assert used["pods"] == "0" and int(used["configmaps"]) == used_cm + 1
+    cluster.kubectl("delete", "namespace", "quoted", "--wait=false")

@@ -19,6 +19,7 @@ from gpushare.apiserver import (
     kind_rules,
     managed,
     pods,
+    quota,
     schemas,
     validation,
 )
@@ -232,6 +233,11 @@ class Api:
         self._validate(cluster, info, obj, None)
         if gr == CRD_GR:
             self._accept_crd(cluster, obj)
+        if ns and self.store.count(cluster, quota.QUOTA_GR, ns):
+            quota.admit(gr, obj, list(self.store.list(cluster, quota.QUOTA_GR, ns)),
+                        lambda g: self.store.list(cluster, g, ns))
+        if gr == quota.QUOTA_GR:
+            obj["status"] = quota.status(obj, lambda g: self.store.list(cluster, g, ns))
         if dry_run:
             return obj
         self.store.put(cluster, gr, obj)
@@ -368,10 +374,25 @@ class Api:
 
     # -- hooks -----------------------------------------------------------------------------
 
+    def _refresh_quotas(self, cluster: str, gr: str, obj: dict[str, Any]) -> None:
+        """Recompute `status.used` of the quotas of `obj`'s namespace that count its kind."""
+        ns = obj["metadata"].get("namespace") or ""
+        if not ns or not self.store.count(cluster, quota.QUOTA_GR, ns):
+            return
+        for q in list(self.store.list(cluster, quota.QUOTA_GR, ns)):
+            hard = (q.get("spec") or {}).get("hard") or {}
+            if gr != quota.QUOTA_GR and gr not in quota.counted_grs(hard):
+                continue
+            status = quota.status(q, lambda g: self.store.list(cluster, g, ns))
+            if status != q.get("status"):
+                self.store.put(cluster, quota.QUOTA_GR, {**q, "metadata": dict(q["metadata"]),
+                                                         "status": status})
+
     def _after_write(
         self, cluster: str, info: ResourceInfo, obj: dict[str, Any], old: dict[str, Any] | None
     ) -> None:
         gr = info.group_resource
+        self._refresh_quotas(cluster, gr, obj)
         if gr == CRD_GR:
             reg = self.registry(cluster)
             spec = obj["spec"]
@@ -409,6 +430,7 @@ class Api:
 
     def _after_delete(self, cluster: str, info: ResourceInfo, obj: dict[str, Any]) -> None:
         gr = info.group_resource
+        self._refresh_quotas(cluster, gr, obj)
         if gr == CRD_GR:
             spec = obj["spec"]
             self.registry(cluster).remove_group_resource(spec["group"], spec["names"]["plural"])

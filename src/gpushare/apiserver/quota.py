@@ -1,0 +1,155 @@
+"""ResourceQuota: usage of a namespace (`status.used`) and admission of new objects against
+`spec.hard`, as Kubernetes' quota controller and admission plugin do. Pure functions over the
+namespace's objects; `api.py` calls them on writes to namespaces that have quotas.
+
+Tracked: object counts (`pods`, `services`, `configmaps`, `secrets`,
+`replicationcontrollers`, `resourcequotas`, `persistentvolumeclaims`, `services.nodeports`,
+`services.loadbalancers`, and `count/<resource>[.<group>]`), and the compute resources of
+pods that have not finished: `requests.<name>`/`<name>` and `limits.<name>` for cpu, memory,
+ephemeral-storage and extended resources such as `nvidia.com/gpu` (a pod's sum over its
+containers, or an init container's if larger). Quota scopes and scope selectors are not
+evaluated (a scoped quota counts like an unscoped one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from decimal import Decimal
+from typing import Any
+
+from gpushare.apiserver.errors import ApiError
+from gpushare.apiserver.validation import quantity_value
+
+QUOTA_GR = "resourcequotas"
+# quota name -> storage group/resource of the objects it counts
+_COUNTS = {"pods": "pods", "services": "services", "configmaps": "configmaps",
+           "secrets": "secrets", "replicationcontrollers": "replicationcontrollers",
+           "resourcequotas": "resourcequotas",
+           "persistentvolumeclaims": "persistentvolumeclaims"}
+COUNTED = {*_COUNTS.values()}
+_COMPUTE = ("cpu", "memory", "ephemeral-storage")
+
+Lister = Callable[[str], Iterable[dict[str, Any]]]  # group/resource -> objects in namespace
+
+
+def _count_gr(name: str) -> str | None:
+    if name in _COUNTS:
+        return _COUNTS[name]
+    if name.startswith("count/"):
+        resource, _, group = name[len("count/"):].partition(".")
+        return f"{group}/{resource}" if group else resource
+    return None
+
+
+def counted_grs(hard: Iterable[str]) -> set[str]:
+    out = {g for g in (_count_gr(n) for n in hard) if g}
+    if any(n in ("services.nodeports", "services.loadbalancers") for n in hard):
+        out.add("services")
+    if any(_count_gr(n) is None and not n.startswith("services.") for n in hard):
+        out.add("pods")
+    return out
+
+
+def _active(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def pod_usage(pod: dict[str, Any]) -> dict[str, Decimal]:
+    """The compute quota names a pod uses (`requests.cpu`, `cpu`, `limits.nvidia.com/gpu`)."""
+    spec = pod.get("spec") or {}
+    totals: dict[str, dict[str, Decimal]] = {"requests": {}, "limits": {}}
+    for part in ("requests", "limits"):
+        for c in spec.get("containers") or ():
+            for name, raw in (((c or {}).get("resources") or {}).get(part) or {}).items():
+                v = quantity_value(raw)
+                if v is not None:
+                    totals[part][name] = totals[part].get(name, Decimal(0)) + v
+        for c in spec.get("initContainers") or ():
+            for name, raw in (((c or {}).get("resources") or {}).get(part) or {}).items():
+                v = quantity_value(raw)
+                if v is not None and v > totals[part].get(name, Decimal(0)):
+                    totals[part][name] = v
+    out: dict[str, Decimal] = {}
+    for name, v in totals["requests"].items():
+        out[f"requests.{name}"] = v
+        if name in _COMPUTE:
+            out[name] = v
+    for name, v in totals["limits"].items():
+        out[f"limits.{name}"] = v
+    return out
+
+
+def _object_usage(gr: str, obj: dict[str, Any], hard: Iterable[str]) -> dict[str, Decimal]:
+    out: dict[str, Decimal] = {}
+    if gr == "pods" and not _active(obj):
+        return out
+    for name in hard:
+        if _count_gr(name) == gr:
+            out[name] = Decimal(1)
+    if gr == "services":
+        kind = (obj.get("spec") or {}).get("type")
+        if kind == "NodePort" or kind == "LoadBalancer":
+            out["services.nodeports"] = Decimal(len((obj.get("spec") or {}).get("ports") or ()))
+        if kind == "LoadBalancer":
+            out["services.loadbalancers"] = Decimal(1)
+    if gr == "pods":
+        out.update(pod_usage(obj))
+    return out
+
+
+def usage(hard: dict[str, Any], objects: Lister) -> dict[str, Decimal]:
+    used = {name: Decimal(0) for name in hard}
+    for gr in counted_grs(hard):
+        for obj in objects(gr):
+            for name, v in _object_usage(gr, obj, hard).items():
+                if name in used:
+                    used[name] += v
+    return used
+
+
+def render(value: Decimal) -> str:
+    if value == value.to_integral_value():
+        return str(int(value))
+    milli = (value * 1000).to_integral_value(rounding="ROUND_CEILING")
+    return f"{int(milli)}m"
+
+
+def status(quota: dict[str, Any], objects: Lister) -> dict[str, Any]:
+    hard = dict((quota.get("spec") or {}).get("hard") or {})
+    used = usage(hard, objects)
+    return {"hard": hard, "used": {k: render(v) for k, v in used.items()}}
+
+
+def admit(gr: str, obj: dict[str, Any], quotas: list[dict[str, Any]],
+          objects: Lister) -> None:
+    """Refuse (403) a new object that would take a namespace past one of its quotas."""
+    for quota in quotas:
+        hard = (quota.get("spec") or {}).get("hard") or {}
+        if gr not in counted_grs(hard):
+            continue
+        wanted = _object_usage(gr, obj, hard)
+        if gr == "pods" and _active(obj):
+            missing = [n for n in hard if n in ("requests.cpu", "requests.memory", "cpu",
+                                                "memory", "limits.cpu", "limits.memory")
+                       and n not in wanted]
+            if missing:
+                names = ",".join(sorted(missing))
+                raise ApiError(403, f'pods "{obj["metadata"]["name"]}" is forbidden: failed '
+                                    f"quota: {quota['metadata']['name']}: must specify {names}",
+                               "Forbidden", {"name": obj["metadata"]["name"], "kind": "pods"})
+        used = usage(hard, objects)
+        over = []
+        for name, v in wanted.items():
+            limit = quantity_value(hard.get(name)) if name in hard else None
+            if limit is not None and used[name] + v > limit:
+                over.append(name)
+        if over:
+            over.sort()
+            req = ",".join(f"{n}={render(wanted[n])}" for n in over)
+            use = ",".join(f"{n}={render(used[n])}" for n in over)
+            lim = ",".join(f"{n}={hard[n]}" for n in over)
+            kind = gr.rsplit("/", 1)[-1]
+            name = obj["metadata"].get("name", "")
+            raise ApiError(403, f'{kind} "{name}" is forbidden: exceeded quota: '
+                                f"{quota['metadata']['name']}, requested: {req}, used: {use}, "
+                                f"limited: {lim}", "Forbidden", {"name": name, "kind": kind})
