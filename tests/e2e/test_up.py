@@ -3,6 +3,7 @@ them all. ``gpushare node add`` rejects bad options with the option's name."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -113,3 +114,55 @@ def test_up_on_a_busy_port_says_so(tmp_path: Path):
                               timeout=60)
     assert done.returncode == 1
     assert "--port" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_up_says_why_a_child_fails_and_exits_non_zero(tmp_path: Path):
+    data = tmp_path / "state"
+    data.mkdir()
+    (data / "agent").write_text("a file where the agent's directory should be\n")
+    done = subprocess.run(
+        [*GPUSHARE, "up", "--data-dir", str(data), "--port", "0", "--gpus", "1xL40S",
+         "--node-name", "box"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "gpushare is up" not in done.stdout
+    # The child's own reason, from its log, on the terminal.
+    assert "error: agent exited" in done.stderr, done.stderr
+    assert "  | " in done.stderr and str(data / "agent") in done.stderr, done.stderr
+    assert "stopped." in done.stdout
+
+
+def test_up_without_a_gpu_declares_one_and_says_so(tmp_path: Path):
+    from gpushare.agent.nvml import NvmlUnavailable, PynvmlBackend
+
+    try:
+        PynvmlBackend().close()
+        has_gpu = True
+    except NvmlUnavailable:
+        has_gpu = False
+    data = tmp_path / "state"
+    proc = subprocess.Popen(
+        [*GPUSHARE, "up", "--data-dir", str(data), "--port", "0", "--node-name", "box"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    kubeconfig = data / "admin.kubeconfig"
+    try:
+        def node():
+            if not kubeconfig.exists():
+                return None
+            done = subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), "get", "node",
+                                   "box", "-o", "json"], capture_output=True, text=True)
+            return json.loads(done.stdout) if done.returncode == 0 else None
+
+        found = wait_for(lambda: (n := node()) and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"]
+        ) and n, timeout=60, what="the agent's node Ready")
+        assert int(found["status"]["capacity"]["nvidia.com/gpu"]) >= 1
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
+    if not has_gpu:
+        assert "no GPU found through NVML" in output and "1xL40S" in output, output
+        assert found["metadata"]["annotations"].get("gpushare.io/gpus-declared") == "true"

@@ -151,6 +151,71 @@ def node_add(
 
 MAX_RESTARTS = 5  # restarts of one child within RESTART_WINDOW_SECONDS before up gives up
 RESTART_WINDOW_SECONDS = 60.0
+STARTUP_SECONDS = 30.0  # how long up waits for its children to come up before saying so
+LOG_TAIL_LINES = 20  # lines of a failing child's log shown on the terminal
+DECLARED_WITHOUT_GPU = "1xL40S"  # what the agent declares on a machine without a GPU
+
+
+def _gpus_for_agent(gpus: str | None) -> str | None:
+    """``--gpus``, else None when NVML finds GPUs, else a declared GPU (said on the
+    terminal: the agent would otherwise exit at once, machine after machine)."""
+    if gpus:
+        return gpus
+    from gpushare.agent.nvml import NvmlUnavailable, PynvmlBackend
+
+    try:
+        PynvmlBackend().close()
+        return None
+    except NvmlUnavailable as error:
+        typer.echo(f"no GPU found through NVML ({error}): the agent declares a fake "
+                   f"{DECLARED_WITHOUT_GPU} (choose with --gpus)", err=True)
+        return DECLARED_WITHOUT_GPU
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _report_failure(name: str, proc: subprocess.Popen[bytes], log_path: Path, why: str) -> None:
+    typer.echo(f"error: {name} {why} (exit code {proc.returncode}); the end of {log_path}:",
+               err=True)
+    tail = log_tail(log_path)
+    typer.echo("\n".join(f"  | {line}" for line in tail.splitlines()) or "  (empty)",
+               err=True)
+
+
+def _wait_until_up(
+    kubeconfig: Path, node: str | None, children: dict[str, subprocess.Popen[bytes]],
+    stop: threading.Event,
+) -> str | None:
+    """Wait until the agent's Node is Ready (when there is an agent) and every child is
+    still running; the name of a child that exited first, else None."""
+    from gpushare.kube.client import NODES, KubeClient
+
+    client = KubeClient.from_kubeconfig(str(kubeconfig), pool_size=1)
+    deadline = time.monotonic() + STARTUP_SECONDS
+    try:
+        while not stop.is_set():
+            for name, proc in children.items():
+                if proc.poll() is not None:
+                    return name
+            if node is None or time.monotonic() > deadline:
+                return None
+            try:
+                obj = client.get(NODES.item(node)) or {}
+            except Exception:
+                obj = {}
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                return None
+            stop.wait(0.2)
+        return None
+    finally:
+        client.close()
 
 DEFAULT_QUEUE = {
     "apiVersion": "scheduling.run.ai/v2",
@@ -383,41 +448,52 @@ def up(
     commands: dict[str, list[str]] = {
         "controllers": ["controllers", "--kubeconfig", str(kubeconfig), *controller_args],
     }
+    agent_node = None if no_agent else node_name or socket.gethostname()
     if not no_agent:
+        agent_gpus = _gpus_for_agent(gpus)
         commands["agent"] = [
             "agent", "--kubeconfig", str(kubeconfig),
-            "--node-name", node_name or socket.gethostname(),
+            "--node-name", str(agent_node),
             "--data-dir", str(data_dir / "agent"),
-            *(["--gpus", gpus] if gpus else []),
+            *(["--gpus", agent_gpus] if agent_gpus else []),
         ]
     children: dict[str, subprocess.Popen[bytes]] = {}
+    exit_code = 0
     restarts: dict[str, list[float]] = {name: [] for name in commands}
     try:
         for name, args in commands.items():
             children[name] = _child(args, logs / f"{name}.log")
-        typer.echo(
-            f"gpushare is up: API {server.url}\n"
-            f"  export KUBECONFIG={kubeconfig.resolve()}\n"
-            f"  kubectl get nodes,queues\n"
-            f"dashboard {server.url}/dashboard (log in with the kubeconfig's token)\n"
-            f"metrics {server.url}/metrics\n"
-            f"logs under {logs.resolve()}; Ctrl-C stops everything."
-        )
-        while not stop.wait(1.0):
-            for name, proc in list(children.items()):
-                if proc.poll() is None:
-                    continue
-                now = time.monotonic()
-                recent = [t for t in restarts[name] if now - t < RESTART_WINDOW_SECONDS]
-                if len(recent) >= MAX_RESTARTS:
-                    log.error("%s keeps exiting (last code %s); stopping. See %s", name,
-                              proc.returncode, logs / f"{name}.log")
-                    stop.set()
-                    break
-                log.warning("%s exited with %s; restarting it (see %s)", name,
-                            proc.returncode, logs / f"{name}.log")
-                restarts[name] = [*recent, now]
-                children[name] = _child(commands[name], logs / f"{name}.log")
+        failed = _wait_until_up(kubeconfig, agent_node, children, stop)
+        if failed is not None:
+            _report_failure(failed, children[failed], logs / f"{failed}.log",
+                            "exited while starting")
+            exit_code = 1
+        else:
+            typer.echo(
+                f"gpushare is up: API {server.url}\n"
+                f"  export KUBECONFIG={kubeconfig.resolve()}\n"
+                f"  kubectl get nodes,queues\n"
+                f"dashboard {server.url}/dashboard (log in with the kubeconfig's token)\n"
+                f"metrics {server.url}/metrics\n"
+                f"logs under {logs.resolve()}; Ctrl-C stops everything."
+            )
+            while not stop.wait(1.0):
+                for name, proc in list(children.items()):
+                    if proc.poll() is None:
+                        continue
+                    now = time.monotonic()
+                    recent = [t for t in restarts[name] if now - t < RESTART_WINDOW_SECONDS]
+                    if len(recent) >= MAX_RESTARTS:
+                        _report_failure(name, proc, logs / f"{name}.log",
+                                        f"exited {len(recent) + 1} times within"
+                                        f" {RESTART_WINDOW_SECONDS:.0f}s; stopping everything")
+                        exit_code = 1
+                        stop.set()
+                        break
+                    log.warning("%s exited with %s; restarting it (see %s)", name,
+                                proc.returncode, logs / f"{name}.log")
+                    restarts[name] = [*recent, now]
+                    children[name] = _child(commands[name], logs / f"{name}.log")
     finally:
         typer.echo("stopping ...")
         for name, proc in reversed(list(children.items())):
@@ -425,6 +501,8 @@ def up(
         with contextlib.suppress(Exception):
             server.stop()
         typer.echo("stopped.")
+    if exit_code:
+        raise typer.Exit(exit_code)
 
 
 def register(app: typer.Typer) -> None:
