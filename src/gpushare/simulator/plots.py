@@ -1,13 +1,16 @@
 """Small plotting helpers for simulator reports (matplotlib, no display needed).
 
 ``line_plot`` draws named series of ``(x, y)`` points into a PNG or SVG file; the format
-follows the file's suffix.
+follows the file's suffix. ``allocation_plot`` draws GPU allocation per queue over the
+cycles of a scenario with each queue's fair share as a dashed line of the same colour;
+``share_bars`` a fair-share division as bars.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 FORMATS = (".png", ".svg")
 
@@ -58,3 +61,89 @@ def line_plot(
     finally:
         plt.close(fig)
     return path
+
+
+def check_path(path: str | Path) -> Path:
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise PlotError(f"--plot: expected a .png or .svg file name, got {str(path)!r}")
+    if not path.parent.is_dir():
+        raise PlotError(f"--plot: no such directory {str(path.parent)!r}")
+    return path
+
+
+def _figure() -> tuple[Any, Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
+    return plt, fig, ax
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    try:
+        fig.tight_layout()
+        # no creation date in SVGs: the same run gives the same file
+        fig.savefig(path, metadata={"Date": None} if path.suffix.lower() == ".svg" else None)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def allocation_plot(
+    path: str | Path,
+    allocated: Mapping[str, Sequence[float]],
+    fair_share: Mapping[str, Sequence[float]],
+    *,
+    title: str = "",
+    unit: str = "GPUs",
+    start: Mapping[str, float] | None = None,
+) -> Path:
+    """Allocation per queue after each cycle (solid, with markers; ``start``: before the
+    first, at cycle 0) and the fair share each cycle divided (dashed, same colour)."""
+    path = check_path(path)
+    plt, fig, ax = _figure()
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    names = sorted(set(allocated) | set(fair_share))
+    if not names:
+        plt.close(fig)
+        raise PlotError("--plot: nothing to draw (no queues, or no cycles run)")
+    for i, name in enumerate(names):
+        colour = colours[i % len(colours)]
+        values = list(allocated.get(name, ()))
+        xs = list(range(1, len(values) + 1))
+        if start is not None and name in start:
+            xs, values = [0, *xs], [start[name], *values]
+        if values:
+            ax.plot(xs, values, marker="o", markersize=3,
+                    linewidth=1.8, color=colour, label=f"{name} allocated")
+        fair = fair_share.get(name, ())
+        if fair:
+            ax.plot(range(1, len(fair) + 1), fair, linestyle="--", linewidth=1.2,
+                    color=colour, label=f"{name} fair share")
+    ax.set_title(title)
+    ax.set_xlabel("cycle")
+    ax.set_ylabel(f"allocated ({unit})")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    return _save(plt, fig, path)
+
+
+def share_bars(path: str | Path, shares: Mapping[str, float], *, title: str = "",
+               unit: str = "GPUs") -> Path:
+    """A fair-share division (no cycles) as one bar per queue."""
+    path = check_path(path)
+    if not shares:
+        raise PlotError("--plot: nothing to draw (no queues)")
+    plt, fig, ax = _figure()
+    names = sorted(shares)
+    bars = ax.bar(names, [shares[n] for n in names], color="#4a7bd0")
+    ax.bar_label(bars, fmt="%.3g", fontsize="small")
+    ax.set_title(title)
+    ax.set_ylabel(f"fair share ({unit})")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.tick_params(axis="x", labelrotation=30)
+    return _save(plt, fig, path)

@@ -10,6 +10,7 @@ from gpushare.model.pod import Pod, PodStatus
 from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES
 from gpushare.model.schema import ScenarioError
 from gpushare.scheduler.cycle import run_cycle
+from gpushare.scheduler.decisions import CycleResult
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import ClusterState
@@ -33,6 +34,10 @@ class ScenarioResult:
     snapshot: Snapshot
     mismatches: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
+    #: Per cycle run (stable cycles included): queue -> (GPUs allocated, GPU fair share).
+    history: list[dict[str, tuple[float, float]]] = field(default_factory=list)
+    #: Queue -> GPUs allocated before the first cycle.
+    start: dict[str, float] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -175,11 +180,14 @@ def run(sc: Scenario) -> ScenarioResult:
     fair: dict[str, tuple] = {}
     reasons: dict[str, str] = {}
     mismatches: list[str] = []
+    history: list[dict[str, tuple[float, float]]] = []
+    start = {q: float(u.allocated.gpu) / MILLI for q, u in state.queue_usage.items()}
     snap = Snapshot()
     for c in range(sc.cycles):
         if c:
             settle(state, NOW)
         result = run_cycle(state, sc.config, NOW)
+        history.append(_gpu_figures(result))
         fair = {q: (r.fair_share["gpu"], r.fair_share["cpu"],
                     Fraction(str(r.fair_share["memory"])) * MIB)
                 for q, r in result.queues.items()}
@@ -191,6 +199,7 @@ def run(sc: Scenario) -> ScenarioResult:
     for s in range(sc.stable_cycles):
         settle(state, NOW)
         result = run_cycle(state, sc.config, NOW)
+        history.append(_gpu_figures(result))
         fair = {q: (r.fair_share["gpu"], r.fair_share["cpu"],
                     Fraction(str(r.fair_share["memory"])) * MIB)
                 for q, r in result.queues.items()}
@@ -199,7 +208,12 @@ def run(sc: Scenario) -> ScenarioResult:
         mismatches += [
             f"after stable cycle {s + 1}: {m}" for m in compare(sc, state, snap)
         ]
-    return ScenarioResult(sc.name, sc.path, snap, mismatches, reasons)
+    return ScenarioResult(sc.name, sc.path, snap, mismatches, reasons, history, start)
+
+
+def _gpu_figures(result: CycleResult) -> dict[str, tuple[float, float]]:
+    return {q: (float(r.allocated["gpu"]), float(r.fair_share["gpu"]))
+            for q, r in result.queues.items()}
 
 
 def _run_fairshare(sc: Scenario) -> ScenarioResult:
