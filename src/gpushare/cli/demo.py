@@ -1,10 +1,12 @@
 """``gpushare demo``: the three-team pattern, end to end on the embedded control plane.
 
 One GPU belongs to ``ml-org``; ``nlp``, ``vision`` and ``recsys`` are each guaranteed
-0.33 of it. The demo starts ``gpushare up`` in a scratch directory, lets ``nlp`` burst to
-the whole GPU while the others are idle, then brings the others back and watches the
-scheduler reclaim their guarantee: every team ends holding ``330m``. Each step is driven
-with the real ``kubectl`` and checked; a step that does not happen in time fails the demo.
+0.33 of it, and each has a virtual cluster of its own. The demo starts ``gpushare up`` in
+a scratch directory; each team works only in its own cluster with its own kubeconfig.
+``nlp`` bursts to the whole GPU while the others are idle, then the others come back and
+the scheduler reclaims their guarantee: every team ends holding ``330m``, and each sees
+only its own pods. Each step is driven with the real ``kubectl`` and checked against the
+API; a step that does not happen in time fails the demo (exit 1).
 """
 
 from __future__ import annotations
@@ -45,72 +47,125 @@ def demo(
     timeout: Annotated[float, typer.Option(help="seconds each step may take")] = 60.0,
     keep: Annotated[bool, typer.Option(help="leave the control plane running at the end")] = False,
 ) -> None:
-    """Run the three-team pattern: burst to the whole GPU, then reclaim 330m each."""
+    """Run the three-team pattern: a virtual cluster per team, burst, then reclaim 330m each."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         typer.echo("error: the demo drives the control plane with kubectl; install it", err=True)
         raise typer.Exit(2)
     gpus = gpus or (None if _nvml_gpu_count() else "1xL40S")
+    if keep and data_dir is None:
+        data_dir = Path(tempfile.mkdtemp(prefix="gpushare-demo-"))
     with _scratch_dir(data_dir) as root:
         try:
             with _control_plane(root, gpus, keep) as kubeconfig:
-                _run_story(_Kubectl(kubectl, kubeconfig), timeout)
+                host = _Kubectl(kubectl, kubeconfig, "platform")
+                tenants = _run_story(host, root, timeout)
+                if keep:
+                    typer.echo("\nExplore each team's own cluster:")
+                    for team in TEAMS:
+                        path = tenants[team].kubeconfig
+                        typer.echo(f"  KUBECONFIG={path} kubectl get pods,nodes,queues")
         except DemoFailed as failure:
             typer.secho(f"\nFAILED: {failure}", fg=typer.colors.RED, err=True)
             raise typer.Exit(1) from None
-    typer.secho("\nOK: each team holds its guaranteed 330m of the GPU.", fg=typer.colors.GREEN)
+    typer.secho("\nOK: three virtual clusters, one GPU, each team holds its guaranteed 330m.",
+                fg=typer.colors.GREEN)
 
 
 # -- the story ---------------------------------------------------------------------------
 
 
-def _run_story(k: _Kubectl, timeout: float) -> None:
+def _run_story(host: _Kubectl, root: Path, timeout: float) -> dict[str, _Kubectl]:
     manifests = resources.files("gpushare.examples") / "three_teams"
-    k.step("1. The platform engineer creates the queues: ml-org owns the GPU, teams 0.33 each")
-    k.show("apply", "-f", str(manifests / "queues.yaml"))
-    k.show("get", "nodes")
-
-    k.step("2. nlp is alone: its 3-pod training job of 0.33 each bursts to the whole GPU")
-    k.show("apply", "-f", str(manifests / "nlp-burst.yaml"))
-    k.wait(timeout, "3 nlp pods running", lambda: k.running_in_queue("nlp") == 3)
-    k.wait(timeout, "nlp allocated 990m", lambda: k.allocated("nlp") == "990m")
-    k.show("get", "queues")
-    k.show("get", "pods", "-o", "wide")
-
-    k.step("3. vision and recsys come back and ask for their guaranteed 0.33")
-    k.show("apply", "-f", str(manifests / "vision.yaml"), "-f", str(manifests / "recsys.yaml"))
+    host.step("1. The platform engineer creates the queues (ml-org owns the GPU, each team is "
+              "guaranteed 0.33) and a virtual cluster per team")
+    host.show("apply", "-f", str(manifests / "queues.yaml"))
+    host.show("apply", "-f", str(manifests / "virtualclusters.yaml"))
     for team in TEAMS:
-        k.wait(timeout, f"{team} running with 330m", lambda t=team: (
-            k.running_in_queue(t) == 1 and k.allocated(t) == "330m"))
-    k.show("get", "queues")
-    k.show("get", "pods", "-o", "wide")
-    k.show("get", "events", "--field-selector", "reason=Evict")
+        host.wait(timeout, f"virtual cluster {team} Ready", lambda t=team: (
+            host.json("get", "virtualcluster", t).get("status", {}).get("phase") == "Ready"))
+    tenants = {team: _Kubectl(host.binary, _tenant_kubeconfig(root, team, host.kubeconfig),
+                              team) for team in TEAMS}
+    host.show("get", "virtualclusters")
+    host.show("get", "nodes")
 
-    k.step("4. Each pod runs as a process with its share of the GPU")
-    k.show("logs", "vision-train")
-    k.show("get", "pods", "-o", "custom-columns=" + ",".join((
-        "NAME:.metadata.name",
-        "QUEUE:.metadata.labels.kai\\.scheduler/queue",
-        "PHASE:.status.phase",
-        "GPUS:.metadata.annotations.gpushare\\.io/gpu-indices",
-        "PORTION:.metadata.annotations.gpushare\\.io/gpu-portion",
-        "GPU-MEMORY-MIB:.metadata.annotations.gpushare\\.io/gpu-memory-mib",
-    )))
+    nlp = tenants["nlp"]
+    nlp.step("2. nlp, alone, runs its 3-pod training job (0.33 GPU each) in its own cluster: "
+             "it bursts to the whole GPU")
+    nlp.show("apply", "-f", str(manifests / "nlp-burst.yaml"))
+    nlp.wait(timeout, "3 nlp pods running in nlp's cluster", lambda: nlp.running() == 3)
+    host.wait(timeout, "host queue nlp allocated 990m", lambda: host.allocated("nlp") == "990m")
+    for team in ("vision", "recsys"):
+        host.wait(timeout, f"{team} sees no pods", lambda t=team: tenants[t].pod_names() == [])
+    nlp.show("get", "pods", "-o", "wide")
+    host.show("get", "queues")
+
+    host.step("3. vision and recsys apply their 0.33 pod, each in its own cluster")
+    tenants["vision"].show("apply", "-f", str(manifests / "vision.yaml"))
+    tenants["recsys"].show("apply", "-f", str(manifests / "recsys.yaml"))
+    for team in TEAMS:
+        host.wait(timeout, f"{team} holds 330m of the GPU", lambda t=team: (
+            host.allocated(t) == "330m" and tenants[t].running() == 1))
+    for team in ("vision", "recsys"):
+        tenant = tenants[team]
+        tenant.wait(timeout, f"{team} sees exactly its own pod",
+                    lambda k=tenant, t=team: k.pod_names() == [f"{t}-train"])
+    nlp.wait(timeout, "nlp sees only its own job's pods", lambda: all(
+        name.startswith("nlp-train-") for name in nlp.pod_names()) and nlp.pod_names() != [])
+    host.show("get", "queues")
+    host.show("get", "pods", "-A", "-o", "wide")
+    host.show("get", "events", "-A", "--field-selector", "reason=Evict")
+
+    host.step("4. Inside each cluster: its own pods, its logs, its share of the node, its "
+              "queue")
+    for team in TEAMS:
+        tenant = tenants[team]
+        tenant.show("get", "pods", "-o", "wide")
+        tenant.show("get", "nodes", "-o", "custom-columns=" + ",".join((
+            "NAME:.metadata.name",
+            "GPU-SHARE:.status.allocatable.nvidia\\.com/gpu",
+            "GPU-USED:.metadata.annotations.tenancy\\.gpushare\\.io/gpu-allocated",
+            "PRODUCT:.metadata.labels.nvidia\\.com/gpu\\.product")))
+        tenant.show("get", "queues")
+    tenants["vision"].wait(timeout, "vision's logs reach its cluster", lambda: (
+        "vision step on GPU" in tenants["vision"].output("logs", "vision-train")))
+    tenants["vision"].show("logs", "vision-train")
+    host.show("get", "virtualclusters")
+    return tenants
+
+
+def _tenant_kubeconfig(root: Path, team: str, admin: Path) -> Path:
+    path = root / "tenants" / f"{team}.kubeconfig"
+    done = subprocess.run([sys.executable, "-m", "gpushare.cli.main", "tenant", "kubeconfig",
+                           team, "--data-dir", str(root), "--kubeconfig", str(admin),
+                           "-o", str(path)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise DemoFailed(f"gpushare tenant kubeconfig {team}: {done.stderr}")
+    typer.secho(f"$ gpushare tenant kubeconfig {team} -o {path}", fg=typer.colors.CYAN)
+    return path
 
 
 class _Kubectl:
-    def __init__(self, binary: str, kubeconfig: Path) -> None:
+    def __init__(self, binary: str, kubeconfig: Path, who: str) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+        self.who = who
         self.base = [binary, "--kubeconfig", str(kubeconfig)]
 
     def step(self, title: str) -> None:
         typer.secho(f"\n{title}", bold=True)
 
     def show(self, *args: str) -> None:
-        typer.secho("$ kubectl " + " ".join(args), fg=typer.colors.CYAN)
+        prompt = "$ kubectl " if self.who == "platform" else f"{self.who}$ kubectl "
+        typer.secho(prompt + " ".join(args), fg=typer.colors.CYAN)
         done = subprocess.run([*self.base, *args], capture_output=True, text=True, check=False)
         typer.echo((done.stdout + done.stderr).rstrip())
         if done.returncode != 0:
-            raise DemoFailed(f"kubectl {' '.join(args)} exited {done.returncode}")
+            raise DemoFailed(f"kubectl {' '.join(args)} ({self.who}) exited {done.returncode}")
+
+    def output(self, *args: str) -> str:
+        done = subprocess.run([*self.base, *args], capture_output=True, text=True, check=False)
+        return done.stdout
 
     def json(self, *args: str) -> dict[str, Any]:
         import orjson
@@ -119,11 +174,15 @@ class _Kubectl:
                               check=False)
         return orjson.loads(done.stdout) if done.returncode == 0 else {}
 
-    def running_in_queue(self, queue: str) -> int:
-        pods = self.json("get", "pods", "-l", f"kai.scheduler/queue={queue}")
-        return sum(1 for p in pods.get("items", [])
-                   if p.get("status", {}).get("phase") == "Running"
-                   and not p["metadata"].get("deletionTimestamp"))
+    def pods(self) -> list[dict[str, Any]]:
+        return [p for p in self.json("get", "pods", "-A").get("items", [])
+                if not p["metadata"].get("deletionTimestamp")]
+
+    def pod_names(self) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in self.pods())
+
+    def running(self) -> int:
+        return sum(1 for p in self.pods() if p.get("status", {}).get("phase") == "Running")
 
     def allocated(self, queue: str) -> str | None:
         status = self.json("get", "queue", queue).get("status", {})
@@ -136,8 +195,8 @@ class _Kubectl:
                 typer.echo(f"  ✓ {what}")
                 return
             time.sleep(0.5)
-        self.show("get", "pods", "-o", "wide")
-        self.show("get", "events")
+        self.show("get", "pods", "-A", "-o", "wide")
+        self.show("get", "events", "-A")
         raise DemoFailed(f"{what}: not reached within {timeout:.0f}s")
 
 
@@ -172,7 +231,8 @@ def _control_plane(root: Path, gpus: str | None, keep: bool) -> Iterator[Path]:
         yield kubeconfig
     finally:
         if keep:
-            typer.echo(f"\ncontrol plane left running (pid {proc.pid}):"
+            (root / "demo.pid").write_text(str(proc.pid))
+            typer.echo(f"\ncontrol plane left running (pid {proc.pid}, in {root}):"
                        f" export KUBECONFIG={kubeconfig}")
         else:
             proc.send_signal(signal.SIGINT)
