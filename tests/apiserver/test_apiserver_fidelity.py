@@ -368,3 +368,85 @@ def test_resource_quota_status_and_admission(cluster: Cluster) -> None:
         time.sleep(0.1)
     assert used["pods"] == "0" and int(used["configmaps"]) == used_cm + 1
     cluster.kubectl("delete", "namespace", "quoted", "--wait=false")
+
+
+WIDGET_CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.fidelity.example.com}
+spec:
+  group: fidelity.example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            x-kubernetes-validations:
+            - rule: "self.replicas <= self.maxReplicas"
+              message: "replicas may not exceed maxReplicas"
+            - rule: "self.owner == oldSelf.owner"
+              message: "owner is immutable"
+            properties:
+              owner: {type: string, pattern: "^[a-z]+$", maxLength: 8}
+              email: {type: string, format: email}
+              replicas: {type: integer}
+              maxReplicas: {type: integer}
+              tags: {type: array, maxItems: 2, uniqueItems: true, items: {type: string}}
+              labels: {type: object, maxProperties: 1,
+                       additionalProperties: {type: string}}
+              size:
+                oneOf:
+                - {type: integer}
+                - {type: string, enum: [small, large]}
+"""
+
+
+def _widget(spec: dict) -> str:
+    return json.dumps({"apiVersion": "fidelity.example.com/v1", "kind": "Widget",
+                       "metadata": {"name": "w"}, "spec": spec})
+
+
+def test_crd_validation_keywords_and_cel_rules(cluster: Cluster) -> None:
+    import time
+
+    cluster.kubectl("apply", "-f", "-", stdin=WIDGET_CRD)
+    deadline = time.monotonic() + 10
+    while cluster.kubectl("get", "widgets", check=False).returncode != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    good = {"owner": "alice", "email": "a@example.com", "replicas": 1, "maxReplicas": 2,
+            "tags": ["a"], "labels": {"x": "1"}, "size": "small"}
+    cluster.kubectl("apply", "-f", "-", stdin=_widget(good))
+    bad = {"owner": "Alice-Long-Name", "email": "nope", "replicas": 3, "maxReplicas": 2,
+           "tags": ["a", "a", "b"], "labels": {"x": "1", "y": "2"}, "size": "medium"}
+    done = cluster.kubectl("replace", "-f", "-", stdin=_widget(bad), check=False)
+    assert done.returncode != 0
+    for expected in ("spec.owner: Invalid value: \"Alice-Long-Name\": spec.owner in body "
+                     "should match '^[a-z]+$'",
+                     "spec.owner: Too long: may not be more than 8 bytes",
+                     "spec.email: Invalid value: \"nope\": spec.email in body must be of type "
+                     "email",
+                     "spec.tags: Too many: 3: must have at most 2 items",
+                     "spec.tags[1]: Duplicate value",
+                     "spec.labels: Too many: 2: must have at most 1 items",
+                     "must validate one and only one schema (oneOf)"):
+        assert expected in done.stderr, (expected, done.stderr)
+    done = cluster.kubectl("replace", "-f", "-", stdin=_widget({**good, "replicas": 5}),
+                           check=False)
+    assert done.returncode != 0
+    assert "spec: Invalid value: \"object\": replicas may not exceed maxReplicas" in done.stderr
+    done = cluster.kubectl("replace", "-f", "-", stdin=_widget({**good, "owner": "bob"}),
+                           check=False)
+    assert done.returncode != 0 and "owner is immutable" in done.stderr
+    cluster.kubectl("replace", "-f", "-", stdin=_widget({**good, "replicas": 2}))
+    broken = WIDGET_CRD.replace("self.replicas <= self.maxReplicas", "self.replicas <=")
+    done = cluster.kubectl("apply", "-f", "-", stdin=broken, check=False)
+    assert done.returncode != 0 and "x-kubernetes-validations[0].rule" in done.stderr
+    cluster.kubectl("delete", "crd", "widgets.fidelity.example.com")

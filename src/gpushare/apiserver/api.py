@@ -354,7 +354,8 @@ class Api:
             causes = kind_rules.RULES[gr](obj, old)
         if info.crd and info.schema and gr != QUEUE_GR:
             schema_causes: list[Cause] = []
-            crds.validate_against_schema(obj, info.schema, "", schema_causes)
+            crds.validate_against_schema(obj, info.schema, "", schema_causes,
+                                         old if old is not None else crds.MISSING)
             causes += [Cause(c.field.lstrip("."), c.message, c.reason) for c in schema_causes]
         if causes:
             raise invalid(info.group, info.kind, obj["metadata"]["name"], causes)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Any
 
+from gpushare.apiserver import cel_rules
 from gpushare.apiserver.errors import Cause
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
 
@@ -112,6 +115,9 @@ def validate_crd(crd: dict[str, Any]) -> list[Cause]:
             if not isinstance(v, dict) or not v.get("name"):
                 causes.append(Cause(f"spec.versions[{i}].name", "Required value",
                                     "FieldValueRequired"))
+                continue
+            schema = (v.get("schema") or {}).get("openAPIV3Schema")
+            causes += schema_rule_errors(schema, f"spec.versions[{i}].schema.openAPIV3Schema")
     return causes
 
 
@@ -127,48 +133,238 @@ _TYPE_CHECKS = {
 }
 
 
+_MISSING: Any = object()
+MISSING = _MISSING  # no old value (a create)
+
+
 def validate_against_schema(
-    value: Any, schema: dict[str, Any] | None, path: str, causes: list[Cause]
+    value: Any, schema: dict[str, Any] | None, path: str, causes: list[Cause],
+    old: Any = _MISSING,
 ) -> None:
-    """Type, required, enum and bounds checks of an openAPIV3Schema (enough for CRDs)."""
+    """Check a value against an openAPIV3Schema as Kubernetes does for custom resources:
+    type, required, enum, bounds, string length, pattern and format, item and property
+    counts, unique items, oneOf/anyOf/allOf/not, and `x-kubernetes-validations` CEL rules
+    (with `oldSelf`, the stored value, on updates)."""
     if not schema or value is None:
         return
     if schema.get("x-kubernetes-int-or-string"):
         if not (isinstance(value, str) or _TYPE_CHECKS["integer"](value)):
             causes.append(Cause(path, f"Invalid value: {_short(value)}: must be an integer or "
                                       "a string", "FieldValueTypeInvalid"))
-        return
-    typ = schema.get("type")
-    if typ and typ in _TYPE_CHECKS and not _TYPE_CHECKS[typ](value):
-        causes.append(Cause(path, f'Invalid value: "{_short(value)}": {path} in body must be '
-                                  f'of type {typ}: "{_json_type(value)}"',
-                            "FieldValueTypeInvalid"))
-        return
-    if "enum" in schema and value not in schema["enum"]:
-        allowed = ", ".join(f'"{e}"' for e in schema["enum"])
-        causes.append(Cause(path, f'Unsupported value: "{_short(value)}": supported values: '
-                                  f'{allowed}', "FieldValueNotSupported"))
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            causes.append(Cause(path, f"Invalid value: {value}: {path} in body should be "
-                                      f"greater than or equal to {schema['minimum']}"))
-        if "maximum" in schema and value > schema["maximum"]:
-            causes.append(Cause(path, f"Invalid value: {value}: {path} in body should be "
-                                      f"less than or equal to {schema['maximum']}"))
+            return
+    else:
+        typ = schema.get("type")
+        if typ and typ in _TYPE_CHECKS and not _TYPE_CHECKS[typ](value):
+            causes.append(Cause(path, f'Invalid value: "{_short(value)}": {_p(path)} in body must '
+                                      f'be of type {typ}: "{_json_type(value)}"',
+                                "FieldValueTypeInvalid"))
+            return
+    before = len(causes)
+    _check_keywords(value, schema, path, causes)
+    _check_combinators(value, schema, path, causes)
     if isinstance(value, dict):
         for req in schema.get("required") or ():
             if req not in value:
                 causes.append(Cause(f"{path}.{req}", "Required value", "FieldValueRequired"))
         props = schema.get("properties") or {}
         extra = schema.get("additionalProperties")
+        old_map = old if isinstance(old, dict) else {}
         for k, v in value.items():
-            if k in props:
-                validate_against_schema(v, props[k], f"{path}.{k}", causes)
-            elif isinstance(extra, dict):
-                validate_against_schema(v, extra, f"{path}.{k}", causes)
+            sub = props.get(k) if k in props else (extra if isinstance(extra, dict) else None)
+            if sub is not None:
+                validate_against_schema(v, sub, f"{path}.{k}", causes,
+                                        old_map.get(k, _MISSING) if old_map else _MISSING)
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        old_items = _old_items(value, old, schema)
         for i, item in enumerate(value):
-            validate_against_schema(item, schema["items"], f"{path}[{i}]", causes)
+            validate_against_schema(item, schema["items"], f"{path}[{i}]", causes,
+                                    old_items[i])
+    if len(causes) == before:  # rules see only values that are otherwise valid
+        _check_rules(value, schema, path, causes, old)
+
+
+def _old_items(value: list[Any], old: Any, schema: dict[str, Any]) -> list[Any]:
+    """The old value of each item: by map keys for list-type map, else none (as Kubernetes
+    correlates only keyed items)."""
+    out = [_MISSING] * len(value)
+    keys = schema.get("x-kubernetes-list-map-keys") or []
+    if schema.get("x-kubernetes-list-type") != "map" or not keys or not isinstance(old, list):
+        return out
+    index = {tuple(o.get(k) for k in keys): o for o in old if isinstance(o, dict)}
+    for i, item in enumerate(value):
+        if isinstance(item, dict):
+            out[i] = index.get(tuple(item.get(k) for k in keys), _MISSING)
+    return out
+
+
+_FORMATS: dict[str, re.Pattern[str]] = {
+    "date-time": re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?"
+                            r"([Zz]|[+-]\d{2}:\d{2})$"),
+    "date": re.compile(r"^\d{4}-\d{2}-\d{2}$"),
+    "uuid": re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+                       r"[0-9a-fA-F]{12}$"),
+    "byte": re.compile(r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"),
+    "email": re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$"),
+    "hostname": re.compile(r"^(?=.{1,253}$)[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?"
+                           r"(\.[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?)*$"),
+    "uri": re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:[^\s]*$"),
+    "duration": re.compile(r"^([-+]?(\d+(\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+$|^0$"),
+}
+
+
+def _format_ok(fmt: str, value: str) -> bool:
+    if fmt in ("ipv4", "ipv6", "cidr"):
+        try:
+            if fmt == "cidr":
+                ipaddress.ip_network(value, strict=False)
+                return "/" in value
+            address = ipaddress.ip_address(value)
+            return address.version == (4 if fmt == "ipv4" else 6)
+        except ValueError:
+            return False
+    pattern = _FORMATS.get(fmt)
+    return pattern is None or bool(pattern.match(value))
+
+
+def _check_keywords(value: Any, schema: dict[str, Any], path: str, causes: list[Cause]) -> None:
+    if "enum" in schema and value not in schema["enum"]:
+        allowed = ", ".join(f'"{e}"' for e in schema["enum"])
+        causes.append(Cause(path, f'Unsupported value: "{_short(value)}": supported values: '
+                                  f'{allowed}', "FieldValueNotSupported"))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if low is not None and (value < low or (schema.get("exclusiveMinimum") is True
+                                                and value == low)):
+            word = "greater than" if schema.get("exclusiveMinimum") is True else \
+                "greater than or equal to"
+            causes.append(Cause(path, f"Invalid value: {value}: {_p(path)} in body should be "
+                                      f"{word} {low}"))
+        if high is not None and (value > high or (schema.get("exclusiveMaximum") is True
+                                                  and value == high)):
+            word = "less than" if schema.get("exclusiveMaximum") is True else \
+                "less than or equal to"
+            causes.append(Cause(path, f"Invalid value: {value}: {_p(path)} in body should be "
+                                      f"{word} {high}"))
+        step = schema.get("multipleOf")
+        if step and (value / step) != int(value / step):
+            causes.append(Cause(path, f"Invalid value: {value}: {_p(path)} in body should be a "
+                                      f"multiple of {step}"))
+    if isinstance(value, str):
+        if schema.get("maxLength") is not None and len(value) > schema["maxLength"]:
+            causes.append(Cause(path, f'Too long: may not be more than {schema["maxLength"]} '
+                                      "bytes", "FieldValueTooLong"))
+        if schema.get("minLength") is not None and len(value) < schema["minLength"]:
+            causes.append(Cause(path, f'Invalid value: "{_short(value)}": {_p(path)} in body '
+                                      f'should be at least {schema["minLength"]} chars long'))
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str):
+            try:
+                matched = re.search(pattern, value) is not None
+            except re.error:
+                matched = True  # a pattern Python cannot compile is not held against data
+            if not matched:
+                causes.append(Cause(path, f'Invalid value: "{_short(value)}": {_p(path)} in body '
+                                          f'should match \'{pattern}\''))
+        fmt = schema.get("format")
+        if isinstance(fmt, str) and not _format_ok(fmt, value):
+            causes.append(Cause(path, f'Invalid value: "{_short(value)}": {_p(path)} in body must '
+                                      f"be of type {fmt}: \"{_short(value)}\""))
+    if isinstance(value, list):
+        if schema.get("maxItems") is not None and len(value) > schema["maxItems"]:
+            causes.append(Cause(path, f"Too many: {len(value)}: must have at most "
+                                      f"{schema['maxItems']} items", "FieldValueTooMany"))
+        if schema.get("minItems") is not None and len(value) < schema["minItems"]:
+            causes.append(Cause(path, f"Invalid value: {len(value)}: {_p(path)} in body should "
+                                      f"have at least {schema['minItems']} items"))
+        unique = schema.get("uniqueItems") or schema.get("x-kubernetes-list-type") == "set"
+        if unique:
+            seen: list[Any] = []
+            for i, item in enumerate(value):
+                if item in seen:
+                    causes.append(Cause(f"{path}[{i}]", f"Duplicate value: {_short(item)}",
+                                        "FieldValueDuplicate"))
+                else:
+                    seen.append(item)
+    if isinstance(value, dict):
+        if schema.get("maxProperties") is not None and len(value) > schema["maxProperties"]:
+            causes.append(Cause(path, f"Too many: {len(value)}: must have at most "
+                                      f"{schema['maxProperties']} items", "FieldValueTooMany"))
+        if schema.get("minProperties") is not None and len(value) < schema["minProperties"]:
+            causes.append(Cause(path, f"Invalid value: {len(value)}: {_p(path)} in body should "
+                                      f"have at least {schema['minProperties']} properties"))
+
+
+def _valid(value: Any, schema: Any, path: str) -> bool:
+    found: list[Cause] = []
+    if isinstance(schema, dict):
+        validate_against_schema(value, schema, path, found)
+    return not found
+
+
+def _check_combinators(value: Any, schema: dict[str, Any], path: str,
+                       causes: list[Cause]) -> None:
+    for sub in schema.get("allOf") or ():
+        if isinstance(sub, dict):
+            validate_against_schema(value, sub, path, causes)
+    if isinstance(schema.get("oneOf"), list):
+        passing = sum(1 for sub in schema["oneOf"] if _valid(value, sub, path))
+        if passing != 1:
+            causes.append(Cause(path, f'Invalid value: "{_short(value)}": {_p(path)} in body must '
+                                      "validate one and only one schema (oneOf)"))
+    if isinstance(schema.get("anyOf"), list) and not any(
+            _valid(value, sub, path) for sub in schema["anyOf"]):
+        causes.append(Cause(path, f'Invalid value: "{_short(value)}": {_p(path)} in body must '
+                                  "validate at least one schema (anyOf)"))
+    if isinstance(schema.get("not"), dict) and _valid(value, schema["not"], path):
+        causes.append(Cause(path, f'Invalid value: "{_short(value)}": {_p(path)} in body must not '
+                                  "validate the schema (not)"))
+
+
+def _check_rules(value: Any, schema: dict[str, Any], path: str, causes: list[Cause],
+                 old: Any) -> None:
+    for rule in schema.get("x-kubernetes-validations") or ():
+        if not isinstance(rule, dict) or not isinstance(rule.get("rule"), str):
+            continue
+        text = rule["rule"]
+        has_old = old is not _MISSING and old is not None
+        if cel_rules.is_transition(text) and not has_old:
+            continue
+        passed, error = cel_rules.evaluate(text, value, old, has_old)
+        if passed:
+            continue
+        message = error or rule.get("message") or f"failed rule: {text}"
+        field = path
+        if isinstance(rule.get("fieldPath"), str):
+            field = path + rule["fieldPath"]
+        shown = '"object"' if isinstance(value, dict) else f'"{_json_type(value)}"' \
+            if isinstance(value, list) else f'"{_short(value)}"'
+        reason = {"FieldValueRequired": "FieldValueRequired",
+                  "FieldValueDuplicate": "FieldValueDuplicate",
+                  "FieldValueForbidden": "FieldValueForbidden"}.get(rule.get("reason", ""),
+                                                                     "FieldValueInvalid")
+        causes.append(Cause(field, f"Invalid value: {shown}: {message}", reason))
+
+
+def schema_rule_errors(schema: Any, path: str) -> list[Cause]:
+    """Causes for CEL rules of a CRD schema that do not compile."""
+    out: list[Cause] = []
+    if isinstance(schema, dict):
+        for i, rule in enumerate(schema.get("x-kubernetes-validations") or ()):
+            text = rule.get("rule") if isinstance(rule, dict) else None
+            if not isinstance(text, str):
+                out.append(Cause(f"{path}.x-kubernetes-validations[{i}].rule",
+                                 "Required value", "FieldValueRequired"))
+                continue
+            error = cel_rules.check(text)
+            if error:
+                out.append(Cause(f"{path}.x-kubernetes-validations[{i}].rule",
+                                 f'Invalid value: "{text}": {error}'))
+        for key, sub in (schema.get("properties") or {}).items():
+            out += schema_rule_errors(sub, f"{path}.properties[{key}]")
+        for key in ("items", "additionalProperties"):
+            if isinstance(schema.get(key), dict):
+                out += schema_rule_errors(schema[key], f"{path}.{key}")
+    return out
 
 
 def _short(value: Any) -> str:
@@ -420,3 +616,8 @@ def _prune(value: Any, schema: Any, path: str, removed: list[str]) -> None:
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for i, item in enumerate(value):
             _prune(item, schema["items"], f"{path}[{i}]", removed)
+
+
+def _p(path: str) -> str:
+    """A path as messages show it (`spec.owner`, without the leading dot)."""
+    return path.lstrip(".")
