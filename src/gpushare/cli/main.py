@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpushare.cli import agent, demo, server, simulate, tenant, up
+from gpushare.cli import agent, demo, server, simulate, status, tenant, up
 
 app = typer.Typer(
     name="gpushare",
@@ -21,14 +21,21 @@ def main() -> None:
 
 
 @app.command()
-def version() -> None:
+def version(
+    as_json: bool = typer.Option(False, "--json", help="machine-readable"),
+) -> None:
     """Print gpushare's version."""
     from gpushare import __version__
 
+    if as_json:
+        import json
+
+        typer.echo(json.dumps({"version": __version__}))
+        return
     typer.echo(__version__)
 
 
-for module in (demo, up, server, agent, simulate, tenant):
+for module in (demo, up, server, agent, simulate, tenant, status):
     module.register(app)
 
 

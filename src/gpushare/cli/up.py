@@ -307,6 +307,8 @@ def queue_create(
 @queue_app.command("list")
 def queue_list(
     kubeconfig: Annotated[str | None, typer.Option(help=KUBECONFIG_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable: the rows of "
+                                          "`gpushare status --json`'s queues")] = False,
 ) -> None:
     """Each queue's GPU quota, limit, fair share, allocated and requested, as a tree."""
     from gpushare.kube.client import QUEUES, KubeClient
@@ -316,6 +318,13 @@ def queue_list(
         queues = client.list(QUEUES.collection()).get("items") or []
     finally:
         client.close()
+    if as_json:
+        import json
+
+        from gpushare.cli.status import status_report
+
+        typer.echo(json.dumps(status_report(queues, [], [], [])["queues"], indent=2))
+        return
     typer.echo(format_queue_table(queues))
 
 

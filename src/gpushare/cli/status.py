@@ -1,0 +1,214 @@
+"""``gpushare status``: queues, GPUs and what waits, on one terminal screen (or ``--json``).
+
+Everything is read through the API (queues, nodes, pods, events), so it shows what the
+kubeconfig's user may see. `status_report` is pure: API objects in, one dict out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from gpushare.kube.quantity import parse_quantity
+
+Obj = dict[str, Any]
+GPU = "nvidia.com/gpu"
+SCHEDULERS = ("gpushare", "kai-scheduler")
+FINISHED = ("Succeeded", "Failed")
+
+
+def _gpus(text: Any) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(parse_quantity(str(text)))
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def _queues(queues: list[Obj]) -> list[Obj]:
+    names = {q["metadata"]["name"] for q in queues}
+    children: dict[str, list[Obj]] = {}
+    for q in queues:
+        parent = (q.get("spec") or {}).get("parentQueue")
+        children.setdefault(parent if parent in names else "", []).append(q)
+    rows: list[Obj] = []
+
+    def walk(parent: str, depth: int) -> None:
+        for q in sorted(children.get(parent, []), key=lambda q: q["metadata"]["name"]):
+            spec, status = q.get("spec") or {}, q.get("status") or {}
+            gpu = (spec.get("resources") or {}).get("gpu") or {}
+            name = q["metadata"]["name"]
+            rows.append({
+                "name": name, "depth": depth, "parent": spec.get("parentQueue") or None,
+                "priority": spec.get("priority", 100),
+                "gpuQuota": gpu.get("quota"), "gpuLimit": gpu.get("limit"),
+                "gpuFairShare": _gpus((status.get("fairShare") or {}).get(GPU)),
+                "gpuAllocated": _gpus((status.get("allocated") or {}).get(GPU)) or 0.0,
+                "gpuRequested": _gpus((status.get("requested") or {}).get(GPU)),
+            })
+            walk(name, depth + 1)
+
+    walk("", 0)
+    return rows
+
+
+def _slices(pods: list[Obj]) -> dict[tuple[str, str], list[Obj]]:
+    out: dict[tuple[str, str], list[Obj]] = {}
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in FINISHED:
+            continue
+        ann = meta.get("annotations") or {}
+        indices = [i for i in str(ann.get("gpushare.io/gpu-indices", "")).split(",") if i]
+        try:
+            portion = float(ann.get("gpushare.io/gpu-portion", "1"))
+        except ValueError:
+            portion = 1.0
+        for index in indices:
+            out.setdefault((node, index), []).append({
+                "pod": f"{meta.get('namespace')}/{meta.get('name')}",
+                "queue": (meta.get("labels") or {}).get("kai.scheduler/queue", "default-queue"),
+                "portion": portion,
+            })
+    return out
+
+
+def _gpu_rows(nodes: list[Obj], pods: list[Obj]) -> list[Obj]:
+    slices = _slices(pods)
+    rows = []
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = node["metadata"]["name"]
+        labels = node["metadata"].get("labels") or {}
+        try:
+            count = int(((node.get("status") or {}).get("capacity") or {}).get(GPU, 0))
+        except (TypeError, ValueError):
+            count = 0
+        for i in range(count):
+            held = sorted(slices.get((name, str(i)), []), key=lambda s: s["pod"])
+            rows.append({
+                "node": name, "gpu": i, "product": labels.get("nvidia.com/gpu.product", ""),
+                "enforcement": (node["metadata"].get("annotations") or {}).get(
+                    "gpushare.io/enforcement", ""),
+                "slices": held,
+                "free": round(max(0.0, 1.0 - sum(s["portion"] for s in held)), 6),
+            })
+    return rows
+
+
+def _pending(pods: list[Obj], events: list[Obj]) -> list[Obj]:
+    reasons: dict[str, tuple[str, str]] = {}
+    for e in events:
+        obj = e.get("involvedObject") or {}
+        if e.get("reason") != "Unschedulable" or obj.get("kind") != "Pod":
+            continue
+        key = f"{obj.get('namespace')}/{obj.get('name')}"
+        when = str(e.get("lastTimestamp") or e.get("eventTime") or "")
+        if key not in reasons or when >= reasons[key][0]:
+            reasons[key] = (when, str(e.get("message", "")))
+    rows = []
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if spec.get("nodeName") or spec.get("schedulerName") not in SCHEDULERS:
+            continue
+        if (pod.get("status") or {}).get("phase") in FINISHED or meta.get("deletionTimestamp"):
+            continue
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        rows.append({
+            "pod": key,
+            "queue": (meta.get("labels") or {}).get("kai.scheduler/queue", "default-queue"),
+            "reason": reasons.get(key, ("", "not decided yet"))[1],
+        })
+    return sorted(rows, key=lambda r: (r["queue"], r["pod"]))
+
+
+def status_report(queues: list[Obj], nodes: list[Obj], pods: list[Obj],
+                  events: list[Obj]) -> dict[str, Any]:
+    return {"queues": _queues(queues), "gpus": _gpu_rows(nodes, pods),
+            "pending": _pending(pods, events)}
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 0:
+        return "unlimited"
+    milli = round(value * 1000)
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def render(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    queues = Table(title="Queues (GPU)", title_justify="left", expand=False)
+    for column in ("queue", "priority", "quota", "limit", "fair share", "allocated",
+                   "requested", ""):
+        queues.add_column(column, justify="left" if column in ("queue", "") else "right")
+    scale = max([1.0] + [max(r["gpuAllocated"], r["gpuRequested"] or 0, r["gpuQuota"] or 0)
+                         for r in report["queues"]])
+    for r in report["queues"]:
+        width = 20
+        filled = round(width * r["gpuAllocated"] / scale)
+        quota = round(width * max(r["gpuQuota"] or 0, 0) / scale)
+        bar = Text("█" * filled + "░" * max(0, quota - filled), style="cyan")
+        queues.add_row("  " * r["depth"] + r["name"], str(r["priority"]), _fmt(r["gpuQuota"]),
+                       _fmt(r["gpuLimit"]), _fmt(r["gpuFairShare"]), _fmt(r["gpuAllocated"]),
+                       _fmt(r["gpuRequested"]), bar)
+    gpus = Table(title="GPUs", title_justify="left")
+    for column in ("node", "gpu", "product", "held by", "free", "enforcement"):
+        gpus.add_column(column)
+    for r in report["gpus"]:
+        held = ", ".join(f"{s['queue']} {_fmt(s['portion'])} ({s['pod']})"
+                         for s in r["slices"]) or "-"
+        gpus.add_row(r["node"], str(r["gpu"]), r["product"], held, _fmt(r["free"]),
+                     r["enforcement"])
+    pending = Table(title="Pending", title_justify="left")
+    for column in ("pod", "queue", "scheduler's reason"):
+        pending.add_column(column, overflow="fold")
+    for r in report["pending"]:
+        pending.add_row(r["pod"], r["queue"], r["reason"])
+    console.print(queues)
+    console.print(gpus)
+    if report["pending"]:
+        console.print(pending)
+    else:
+        console.print("Pending: nothing is waiting.")
+
+
+def status(
+    kubeconfig: Annotated[str | None, typer.Option(
+        help="kubeconfig of the control plane (default: $KUBECONFIG, then ~/.kube/config)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable")] = False,
+) -> None:
+    """Queues, GPUs and what is pending, on one screen."""
+    from gpushare.cli.up import _kubeconfig_path
+    from gpushare.kube.client import EVENTS, NODES, PODS, QUEUES, ApiError, KubeClient
+
+    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=4)
+    try:
+        lists = {}
+        for name, path in (("queues", QUEUES.collection()), ("nodes", NODES.collection()),
+                           ("pods", PODS.collection()), ("events", EVENTS.collection())):
+            try:
+                lists[name] = client.list(path).get("items") or []
+            except ApiError as error:
+                typer.echo(f"error: listing {name}: {error}", err=True)
+                raise typer.Exit(1) from None
+    finally:
+        client.close()
+    report = status_report(lists["queues"], lists["nodes"], lists["pods"], lists["events"])
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    render(report)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)
