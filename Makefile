@@ -28,6 +28,8 @@ demo: install
 test: install
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy --strict -p gpushare.model -p gpushare.scheduler
+	$(BIN)/mypy -p gpushare.simulator -p gpushare.kube
 	$(BIN)/pytest -q
 
 lint: install

@@ -73,7 +73,7 @@ def as_int(value: Any, path: str, minimum: int | None = None) -> int:
             raise ScenarioError(path, f"expected an integer, got {value!r}")
     if minimum is not None and value < minimum:
         raise ScenarioError(path, f"must be at least {minimum}, got {value}")
-    return value
+    return int(value)
 
 
 def as_number(value: Any, path: str, minimum: Fraction | int | None = None) -> Fraction:

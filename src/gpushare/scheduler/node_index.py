@@ -16,12 +16,13 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.nodeplacement import PlacementStrategy, placement_strategy
 from gpushare.scheduler.state import ClusterState, NodeUsage
 
-Key = tuple
+Key = tuple[Any, ...]
 
 
 class NodeIndex:

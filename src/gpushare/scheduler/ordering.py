@@ -13,6 +13,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
+from typing import Any, cast
 
 from gpushare.model.job import Job
 from gpushare.model.pod import Pod
@@ -133,7 +134,7 @@ class _ExactJobQueue:
         if not jobs:
             return None
         pick = max if self.reverse else min
-        return pick(jobs, key=self._job_key)  # type: ignore[type-var]
+        return pick(jobs, key=self._job_key)  # type: ignore[arg-type]
 
     def pop(self) -> Job | None:
         state = self.session.state
@@ -193,12 +194,12 @@ def step_units(session: Session, pods: list[Pod]) -> tuple[int | Fraction, int, 
 _CLOSE = 1e-9  # relative: floats nearer than this are compared exactly
 
 
-def _near(key: tuple, top: tuple) -> bool:
+def _near(key: tuple[Any, ...], top: tuple[Any, ...]) -> bool:
     """Whether two queue keys agree but for dominant shares the floats cannot tell apart."""
     if key[:4] != top[:4]:
         return False
     a, b = key[4], top[4]
-    return abs(a - b) <= _CLOSE * max(abs(a), abs(b))
+    return bool(abs(a - b) <= _CLOSE * max(abs(a), abs(b)))
 
 
 class JobQueue:
@@ -212,7 +213,7 @@ class JobQueue:
     """
 
     def __new__(cls, session: Session, jobs: Iterable[Job],
-                job_key: Callable[[Job], object] | None = None, reverse: bool = False):
+                job_key: Callable[[Job], object] | None = None, reverse: bool = False) -> Any:
         if reverse or job_key is not None:
             return _ExactJobQueue(session, jobs, job_key, reverse)
         return super().__new__(cls)
@@ -222,11 +223,12 @@ class JobQueue:
         self.session = session
         self.state = session.state
         self.fig: OrderFigures = _figures(session)
-        self._heaps: dict[str, list] = {}
+        self._heaps: dict[str, list[Any]] = {}
         self._seq = itertools.count()
         self._count = 0
-        self._job_cache: dict[str, tuple[int, object, tuple]] = {}  # key -> (version, order, req)
-        self._queue_cache: dict[str, tuple] = {}
+        # key -> (version, order, req)
+        self._job_cache: dict[str, tuple[int, object, tuple[Any, ...]]] = {}
+        self._queue_cache: dict[str, tuple[Any, ...]] = {}
         # Per queue: candidates in its subtree, a local change counter (pushes and pops in
         # the subtree) and the best job found last time, valid while neither that counter
         # nor the state's version of the queue (any change below it) has moved.
@@ -239,7 +241,7 @@ class JobQueue:
         # moves is marked dirty under its parent and keyed again before the next choice:
         # through this queue's own pushes and pops, and through the state's log of
         # queues whose usage changed (allocations, evictions, simulations).
-        self._choice: dict[str | None, list[tuple[tuple, str, tuple[int, int]]]] = {}
+        self._choice: dict[str | None, list[tuple[tuple[Any, ...], str, tuple[int, int]]]] = {}
         self._dirty: dict[str | None, set[str]] = {}
         self._keyed: dict[str, tuple[int, int]] = {}  # child -> stamp of its newest entry
         self._parent: dict[str, str | None] = {}
@@ -253,7 +255,7 @@ class JobQueue:
     def empty(self) -> bool:
         return self._count == 0
 
-    def _job_info(self, job: Job) -> tuple[object, tuple]:
+    def _job_info(self, job: Job) -> tuple[object, tuple[Any, ...]]:
         version = self.state.job_version.get(job.key, 0)
         cached = self._job_cache.get(job.key)
         if cached is not None and cached[0] == version:
@@ -325,17 +327,17 @@ class JobQueue:
         while heap:
             _order, _, job, version = heap[0]
             if version == self.state.job_version.get(job.key, 0):
-                return job
+                return cast(Job, job)
             heapq.heapreplace(heap, (self._job_info(job)[0], next(self._seq), job,
                                      self.state.job_version.get(job.key, 0)))
         return None
 
-    def _queue_key(self, name: str, job: Job) -> tuple:
+    def _queue_key(self, name: str, job: Job) -> tuple[Any, ...]:
         qu = self.state.queue_usage[name]
         jv = self.state.job_version.get(job.key, 0)
         cached = self._queue_cache.get(name)
         if cached is not None and cached[0] == qu.version and cached[1] is job and cached[2] == jv:
-            return cached[3]
+            return cast(tuple[Any, ...], cached[3])
         _, req = self._job_info(job)
         fig = self.fig
         a = (qu.allocated.gpu, qu.allocated.cpu, qu.allocated.mem)
@@ -427,7 +429,7 @@ class JobQueue:
         # The keys hold floats: every child whose key is the top's but for shares too
         # close to tell is taken out and compared exactly (rare).
         top = heap[0][0]
-        tied: list[tuple[tuple, str, tuple[int, int]]] = []
+        tied: list[tuple[tuple[Any, ...], str, tuple[int, int]]] = []
         while heap and _near(heap[0][0], top):
             entry = heapq.heappop(heap)
             if self._live(entry[1]) and entry[2] == self._stamp(entry[1]):
@@ -459,7 +461,7 @@ class JobQueue:
         names = sorted(entry[1] for entry in tied)
         return sorted(names, key=functools.cmp_to_key(cmp))[0]
 
-    def _exact_key(self, name: str, key: tuple) -> tuple:
+    def _exact_key(self, name: str, key: tuple[Any, ...]) -> tuple[Any, ...]:
         """``key`` with its dominant shares exact, as :func:`compare_queues` reads them (the
         child's entry is up to date, so the state reads as it did when it was keyed)."""
         job = self._best(name)
@@ -469,7 +471,7 @@ class JobQueue:
         return (*key[:4], session.drf_share(name, vadd(allocated, job_init_request(session, job))),
                 session.drf_share(name, allocated))
 
-    def _key_again(self, heap: list, child: str) -> None:
+    def _key_again(self, heap: list[Any], child: str) -> None:
         if not self._live(child):
             return
         stamp = self._stamp(child)

@@ -12,6 +12,7 @@ shared GPU. The fragmentation rules (``fgd``, ``fragmentation``) choose node and
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpushare.model.job import Job
@@ -164,7 +165,7 @@ def best_fit(
     usage = session.state.usage
     want_now = not pipeline_only
 
-    def first(names) -> tuple[Fit | None, Fit | None]:
+    def first(names: Iterable[str]) -> tuple[Fit | None, Fit | None]:
         """First fit now, and first fit at all, in the given order."""
         later: Fit | None = None
         for name in names:

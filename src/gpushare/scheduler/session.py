@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from gpushare.model.job import Job
 from gpushare.model.pod import Pod
@@ -115,7 +116,7 @@ class Session:
                     usage={r: Fraction(str(v)) for r, v in q.usage.items()},
                 )
             )
-        memo_out: dict = {}
+        memo_out: dict[Any, Any] = {}
         shares = divide(
             dict(zip(RESOURCES, self.capacity, strict=True)),
             inputs,
@@ -265,8 +266,8 @@ class OrderFigures:
         # The figures depend only on fair share, quota, limit and capacity, which rarely
         # change between cycles: reuse last cycle's where they are the same.
         state = session.state
-        previous: dict = getattr(state, "_order_figures_memo", {})
-        memo: dict = {}
+        previous: dict[Any, Any] = getattr(state, "_order_figures_memo", {})
+        memo: dict[Any, Any] = {}
         for name in state.queues:
             key = (session.fair(name), session.quota[name], session.limit[name], cap)
             hit = previous.get(key)

@@ -504,11 +504,13 @@ class Statement:
         return log
 
     # The three operations actions record.
-    def allocate(self, pod: Pod, node: str, gpu_indices: tuple[int, ...] = (), portion: int = 0):
+    def allocate(self, pod: Pod, node: str, gpu_indices: tuple[int, ...] = (),
+                 portion: int = 0) -> None:
         """Place a pod on free capacity: it becomes Binding."""
         self.state.set_pod(pod, PodStatus.BINDING, node, gpu_indices, portion)
 
-    def pipeline(self, pod: Pod, node: str, gpu_indices: tuple[int, ...] = (), portion: int = 0):
+    def pipeline(self, pod: Pod, node: str, gpu_indices: tuple[int, ...] = (),
+                 portion: int = 0) -> None:
         """Place a pod on capacity that Releasing pods still hold: it becomes Pipelined."""
         self.state.set_pod(pod, PodStatus.PIPELINED, node, gpu_indices, portion)
 
@@ -575,7 +577,7 @@ class Statement:
     def __enter__(self) -> Statement:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if self._open:
             if exc_type is None:
                 self.commit()

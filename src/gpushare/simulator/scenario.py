@@ -309,12 +309,12 @@ def _job(raw: Any, path: str, sc: Scenario, queues: set[str], memory_of: dict[st
             min_member=get(s, "minMember", spath, as_int, default=None, minimum=0),
             min_subgroup=get(s, "minSubGroup", spath, as_int, default=None, minimum=0),
         )
-    for i, s in enumerate(subgroups.values()):
-        if s.parent is not None:
-            if s.parent not in subgroups:
+    for i, sg in enumerate(subgroups.values()):
+        if sg.parent is not None:
+            if sg.parent not in subgroups:
                 raise ScenarioError(join(join(join(path, "subgroups"), i), "parent"),
-                                    f"unknown subgroup {s.parent!r}")
-            subgroups[s.parent].children.append(s.name)
+                                    f"unknown subgroup {sg.parent!r}")
+            subgroups[sg.parent].children.append(sg.name)
     # With subgroups the tree is the gang; a job-level minMember is then only informative.
     grace = j.get("stalenessGracePeriodSeconds")
     job = Job(

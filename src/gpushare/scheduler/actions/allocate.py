@@ -4,6 +4,8 @@ back into the order and competes again."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpushare.model.job import Job
 from gpushare.model.pod import Pod
 from gpushare.scheduler.ordering import JobQueue
@@ -38,7 +40,7 @@ def eligible_jobs(session: Session) -> list[Job]:
     return out
 
 
-def step_shape(step: list[Pod]) -> tuple:
+def step_shape(step: list[Pod]) -> tuple[Any, ...]:
     """What placing a step depends on: every pod's requests and node selector."""
     return tuple(
         (p.gpu, p.cpu_millis, p.memory_bytes, p.constraints())
@@ -51,7 +53,7 @@ def allocate(session: Session) -> None:
     order = JobQueue(session, eligible_jobs(session))
     # Allocation only ever takes capacity, so a step shape that found no room once finds
     # none for the rest of the action: later jobs of that shape are not searched again.
-    failed: dict[tuple, tuple[str, int, str]] = {}
+    failed: dict[tuple[Any, ...], tuple[str, int, str]] = {}
     for job, step in order.with_steps():
         check = session.check_capacity(job, step)
         if not check.ok:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
 from gpushare.model.quantities import MILLI, RESOURCES, Res, res_natural
@@ -116,7 +117,7 @@ def reclaim(session: Session) -> None:
         shares = search.snapshot
         reclaimer = reclaimer_of(session, job, partial)
         fair, on_steady = paths(shares, job, reclaimer)
-        verdicts: dict[tuple, bool] = {}
+        verdicts: dict[tuple[Any, ...], bool] = {}
         gpu_only = not search.reads(job, partial)[1]  # jobs holding no GPU are not read
         # The queue-level rules read the victim's branch where it meets the reclaimer's:
         # decided once per branch.
@@ -239,7 +240,7 @@ def reclaim(session: Session) -> None:
 
     def _some_step_admissible(
         job: Job, reclaimer: Reclaimer, victim_queue: str, theirs: str,
-        verdicts: dict[tuple, bool], gpu_only: bool,
+        verdicts: dict[tuple[Any, ...], bool], gpu_only: bool,
     ) -> bool:
         """Whether the queue's smallest conceivable victim step (the least GPU, CPU and
         memory of any of its pods) may be taken alone: the verdict only gets worse for a
@@ -254,7 +255,7 @@ def reclaim(session: Session) -> None:
 
     def _verdict(
         job: Job, reclaimer: Reclaimer, victim_queue: str, theirs: str,
-        least: tuple[int, int, int], verdicts: dict[tuple, bool],
+        least: tuple[int, int, int], verdicts: dict[tuple[Any, ...], bool],
     ) -> bool:
         """The rules' verdict on a step of ``least`` alone from ``victim_queue`` (of the
         branch ``theirs``), shared by the queues of the branch."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from gpushare.model import Job, PodStatus
 from gpushare.model.quantities import MILLI
@@ -51,14 +52,14 @@ class LazyFilters(Mapping[str, Callable[[Job], bool]]):
         """Whether no leaf queue under ``queue`` may be taken from (False: unknown)."""
         return self._closed is not None and self._closed(queue)
 
-    def get(self, name: str, default=None):  # type: ignore[no-untyped-def,override]
+    def get(self, name: str, default: Any = None) -> Any:
         if name not in self._decided:
             self._decided[name] = self._decide(name)
         found = self._decided[name]
         return default if found is None else found
 
     def __getitem__(self, name: str) -> Callable[[Job], bool]:
-        found = self.get(name)
+        found: Callable[[Job], bool] | None = self.get(name)
         if found is None:
             raise KeyError(name)
         return found
@@ -135,6 +136,8 @@ class LeafVictims:
 
     __slots__ = ("facts", "gpu", "least", "least_gpu", "other", "smallest", "usage",
                  "version")
+    gpu: list[Any]
+    other: list[Any]
 
     def __init__(self, session: Session, jobs: Iterable[Job], usage: object, version: int,
                  before: LeafVictims | None = None) -> None:
@@ -157,6 +160,8 @@ class LeafVictims:
             # Jobs that left the queue's candidates since (between cycles): drop them.
             for key in sorted(before.facts.keys() - self.facts.keys()):
                 changed.append((before.facts[key], None))
+        gpu: list[Any]
+        other: list[Any]
         if before is None:
             gpu = [f[1] for f in self.facts.values() if f[1] is not None and f[2]]
             other = [f[1] for f in self.facts.values() if f[1] is not None and not f[2]]
@@ -164,11 +169,11 @@ class LeafVictims:
             other.sort(key=lambda entry: entry[0])
         else:
             gpu, other = list(before.gpu), list(before.other)
-            for old, fresh in changed:
-                if old is not None and old[1] is not None:
-                    _remove(gpu if old[2] else other, old[1])
-                if fresh is not None and fresh[1] is not None:
-                    bisect.insort(gpu if fresh[2] else other, fresh[1],
+            for was, now in changed:
+                if was is not None and was[1] is not None:
+                    _remove(gpu if was[2] else other, was[1])
+                if now is not None and now[1] is not None:
+                    bisect.insort(gpu if now[2] else other, now[1],
                                   key=lambda entry: entry[0])
         self.gpu = gpu
         self.other = other

@@ -4,6 +4,7 @@ the loop that hands pending jobs to the solver."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
 from gpushare.model.quantities import RESOURCES
@@ -73,7 +74,7 @@ def non_preemptible_within_quota(session: Session, job: Job, pods: list[Pod]) ->
     return True
 
 
-def step_shape(session: Session, job: Job, step: list[Pod]) -> tuple:
+def step_shape(session: Session, job: Job, step: list[Pod]) -> tuple[Any, ...]:
     """What makes two jobs' steps comparable for scheduling signatures."""
     selectors = tuple(sorted({p.constraints() for p in step}))
     return (job.priority, job.preemptible, selectors)
@@ -176,11 +177,11 @@ def elastic_victims_keep_gang(
         if not is_elastic(session, victim) or not protected(victim):
             continue
         taken = {p.key for p in pods}
-        steps = VictimSteps(
-            victim,
-            session.state.job_pods(victim),
-            lambda p, taken=taken: p.status in ACTIVE_ALLOCATED and p.key not in taken,
-        )
+
+        def still_active(p: Pod, taken: set[str] = taken) -> bool:
+            return p.status in ACTIVE_ALLOCATED and p.key not in taken
+
+        steps = VictimSteps(victim, session.state.job_pods(victim), still_active)
         if not steps.satisfied():
             return False
     return True

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from gpushare.model import RESOURCES
 from gpushare.scheduler.plugins.proportion.resource_share import (
@@ -136,7 +137,8 @@ def queue_compare(
 def _dominant_now(q: QueueShare, totals: Mapping[str, Fraction]) -> Fraction:
     cached = q.derived.get("dominant_now")
     if cached is not None and cached[0] is totals:  # type: ignore[index]
-        return cached[1]  # type: ignore[index]
+        hit: Fraction = cached[1]  # type: ignore[index]
+        return hit
     value = _dominant_share(q, q.allocated, totals)
     q.derived["dominant_now"] = (totals, value)
     return value
@@ -154,7 +156,9 @@ class CompareMemo:
 
     def __init__(self) -> None:
         self._sides: dict[tuple[int, int], tuple[QueueShare, Quantities, QueueSide]] = {}
-        self._seen: dict[tuple, tuple[QueueShare, QueueShare, Quantities, Quantities, int]] = {}
+        self._seen: dict[
+            tuple[Any, ...], tuple[QueueShare, QueueShare, Quantities, Quantities, int]
+        ] = {}
 
     def compare(
         self, left: QueueShare, right: QueueShare, totals: Mapping[str, Fraction],

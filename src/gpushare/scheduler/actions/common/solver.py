@@ -26,6 +26,7 @@ import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod, PodStatus
 from gpushare.model.quantities import MILLI, RESOURCES
@@ -132,10 +133,10 @@ class Search:
     spent: bool = False
     #: The queues' figures when the current job's search began (what the rules read).
     snapshot: dict[str, QueueShare] = field(default_factory=dict)
-    _failed: set[tuple] = field(default_factory=set)
+    _failed: set[tuple[Any, ...]] = field(default_factory=set)
     _budget: int = 0
     _hashes: dict[str, int] = field(default_factory=dict)
-    _share_cache: dict[tuple, QueueShare] = field(default_factory=dict)
+    _share_cache: dict[tuple[Any, ...], QueueShare] = field(default_factory=dict)
     _compared: CompareMemo = field(default_factory=CompareMemo)
     _totals: dict[str, Fraction] | None = None
     _requests: dict[tuple[str, ...], Quantities] = field(default_factory=dict)
@@ -489,7 +490,7 @@ class Search:
         return digest
 
     def _try(
-        self, stmt: Statement, job: Job, partial: list[Pod], fingerprint: tuple,
+        self, stmt: Statement, job: Job, partial: list[Pod], fingerprint: tuple[Any, ...],
         victims: list[Pod], quantities: dict[str, Quantities], capacity: Capacity,
         fits: bool | None,
     ) -> Outcome | None:
@@ -700,9 +701,9 @@ class Search:
         if len(self._compared) >= _COMPARE_MEMO_LIMIT:
             self._compared = CompareMemo()
         memo = self._compared
-        keys: dict[str, tuple] = {}
+        keys: dict[str, tuple[Any, ...]] = {}
 
-        def order_key(j: Job) -> tuple:
+        def order_key(j: Job) -> tuple[Any, ...]:
             # A job's order key changes only when its own pods do, and a job leaves the
             # order as soon as its pods are placed.
             if j.key not in keys:

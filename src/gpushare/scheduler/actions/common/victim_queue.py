@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
+from typing import Any, cast
 
 from gpushare.model import Job, Pod, PodStatus
 from gpushare.model.quantities import res_natural
@@ -170,7 +171,7 @@ class VictimQueue:
         self._touched: set[str | None] = set()  # parents of queues something was taken from
         self._memo_victims: dict[str, Quantities] = {}
         self._memo_pick: dict[str | None, str | None] = {}
-        self._memo_compare: dict[tuple, tuple[Quantities, Quantities, int]] = {}
+        self._memo_compare: dict[tuple[Any, ...], tuple[Quantities, Quantities, int]] = {}
         self._memo_side: dict[str, tuple[Quantities, QueueSide]] = {}
         self._live: dict[str, bool] = {}
         # Leaves whose refusals are shared: a step the rules refuse from one is refused
@@ -338,7 +339,7 @@ class VictimQueue:
             share = self.shares[name]
             kept = share.derived.get("untaken_side")
             if kept is not None and kept[0] is self.totals:  # type: ignore[index]
-                return kept[1]  # type: ignore[index]
+                return cast(QueueSide, kept[1])  # type: ignore[index]
             side = queue_side(share, self.totals)
             share.derived["untaken_side"] = (self.totals, side)
             return side
@@ -427,5 +428,6 @@ class VictimQueue:
                     self.taken.add(pod.key)
                     self._popped[leaf] = add(self._popped.get(leaf, zeros()), pod_quantities(pod))
                 if candidate.steps.active_count():
+                    assert view is not None  # a candidate came out of this leaf's view
                     view.push(candidate)
                 return candidate.job, pods

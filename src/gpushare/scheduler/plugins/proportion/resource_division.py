@@ -20,10 +20,11 @@ All arithmetic is on :class:`~fractions.Fraction`, in natural units: GPUs, milli
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 from gpushare.model.quantities import RESOURCES
 from gpushare.model.queue import UNLIMITED
@@ -58,8 +59,8 @@ def divide(
     queues: Sequence[ShareInput],
     k_value: float = 1.0,
     mode: str = "exact",
-    memo: Mapping[tuple, dict[str, Fraction]] | None = None,
-    memo_out: dict[tuple, dict[str, Fraction]] | None = None,
+    memo: Mapping[tuple[Any, ...], dict[str, Fraction]] | None = None,
+    memo_out: dict[tuple[Any, ...], dict[str, Fraction]] | None = None,
 ) -> dict[str, dict[str, Fraction]]:
     """Fair share of every queue reachable from a root, per resource.
 
@@ -100,7 +101,7 @@ def divide(
         if not names:
             return
         members = [by_name[n] for n in names]
-        result = {n: {} for n in names}
+        result: dict[str, dict[str, Fraction]] = {n: {} for n in names}
         for r in RESOURCES:
             amount = Fraction(total.get(r, ZERO))
             key = None
@@ -189,8 +190,15 @@ def divide_resource(
     return fair
 
 
-def _kai_over_quota(remaining, priorities, queues, fair, share_weights, remaining_request,
-                    satisfied, resource):
+Fair = dict[str, Fraction]
+Weights = Callable[[Sequence[ShareInput]], tuple[dict[str, Fraction], Fraction]]
+Rest = Callable[[ShareInput], Fraction]
+Satisfied = Callable[[ShareInput], bool]
+
+
+def _kai_over_quota(remaining: Fraction, priorities: list[int], queues: Sequence[ShareInput],
+                    fair: Fair, share_weights: Weights, remaining_request: Rest,
+                    satisfied: Satisfied, resource: str) -> Fair:
     """KAI's over-quota division: the rounds of every bucket first, then the leftovers.
 
     Each bucket (highest priority first) runs its rounds on what the buckets above left,
@@ -223,7 +231,9 @@ def _kai_over_quota(remaining, priorities, queues, fair, share_weights, remainin
     return fair
 
 
-def _kai_rounds(remaining, bucket, fair, share_weights, remaining_request, satisfied, resource):
+def _kai_rounds(remaining: Fraction, bucket: Sequence[ShareInput], fair: Fair,
+                share_weights: Weights, remaining_request: Rest, satisfied: Satisfied,
+                resource: str) -> tuple[Fraction, dict[str, tuple[Fraction, float]]]:
     remembered: dict[str, tuple[Fraction, float]] = {}
     while True:
         another = False
@@ -258,7 +268,9 @@ def _kai_rounds(remaining, bucket, fair, share_weights, remaining_request, satis
     return remaining, remembered
 
 
-def _exact_rounds(remaining, bucket, fair, share_weights, remaining_request, satisfied, resource):
+def _exact_rounds(remaining: Fraction, bucket: Sequence[ShareInput], fair: Fair,
+                  share_weights: Weights, remaining_request: Rest, satisfied: Satisfied,
+                  resource: str) -> Fraction:
     while remaining > 0:
         weights, weight_sum = share_weights(bucket)
         if weight_sum == 0:

@@ -72,7 +72,8 @@ class QueueShare:
         cached = self.derived.get("allocatable")
         if cached is None:
             cached = self.derived["allocatable"] = {r: self._allocatable(r) for r in RESOURCES}
-        return cached[resource]  # type: ignore[index]
+        value: Fraction = cached[resource]  # type: ignore[index]
+        return value
 
     def _allocatable(self, resource: str) -> Fraction:
         deserved = self.deserved[resource]

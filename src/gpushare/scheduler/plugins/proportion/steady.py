@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from gpushare.model.quantities import GPU, RESOURCES
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
@@ -75,7 +76,7 @@ class SteadyShares:
             ))
         # Levels whose inputs did not change since the last cycle are reused (with every
         # weighted queue asking for the whole cluster, most of them never change).
-        memo_out: dict = {}
+        memo_out: dict[Any, Any] = {}
         shares = divide(
             capacity, inputs, session.config.k_value, session.config.fairshare_mode,
             memo=state.kept.get("steady_share_memo"),  # type: ignore[arg-type]
@@ -142,15 +143,15 @@ def reclaimable(
         allocated = shares[name].allocated[GPU]
         if steady.surplus(name, allocated) <= 0 or steady.surplus(name, allocated - lost) < 0:
             return False
-    for mine in sorted(mine_names):
-        allocated = shares[mine].allocated[GPU]
-        if not steady.below(mine, allocated):
+    for mine_name in sorted(mine_names):
+        allocated = shares[mine_name].allocated[GPU]
+        if not steady.below(mine_name, allocated):
             return False
-        keep = steady.keep.get(mine)
+        keep = steady.keep.get(mine_name)
         after = allocated + gpus
         if keep is None or after <= keep:
             continue
-        mine_ratio = _ratio(after, steady.steady.get(mine, ZERO)) * multiplier
+        mine_ratio = _ratio(after, steady.steady.get(mine_name, ZERO)) * multiplier
         for name, lost in taken.items():
             their_ratio = _ratio(shares[name].allocated[GPU] - lost, steady.steady.get(name, ZERO))
             if not mine_ratio < their_ratio:
