@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 from gpushare.model.quantities import MILLI, Res
 
@@ -128,7 +129,7 @@ class Pod:
                 return False
         return all(labels.get(k) in values for k, values in self.node_affinity)
 
-    def constraints(self) -> tuple:
+    def constraints(self) -> tuple[Any, ...]:
         """The node selector and affinity as one hashable value (for shape keys)."""
         return (tuple(sorted(self.node_selector.items())), self.node_affinity)
 

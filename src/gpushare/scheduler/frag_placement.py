@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpushare.model.pod import Pod
 from gpushare.model.quantities import MILLI
@@ -48,7 +50,7 @@ class FragmentationStrategy:
     allows_consolidation: bool = True
     chooses_nodes: bool = True
 
-    def scores(self, figures) -> list[float]:
+    def scores(self, figures: Sequence[tuple[int, int]]) -> list[float]:
         return BINPACK.scores(figures)
 
     def index_key(self, free: int, total: int, name: str) -> Key:
@@ -69,7 +71,7 @@ register_placement_strategy(FRAGMENTATION)
 
 @dataclass(slots=True)
 class _Choice:
-    key: tuple
+    key: tuple[Any, ...]
     node: str
     now: bool
     gpu_indices: tuple[int, ...]
@@ -78,7 +80,7 @@ class _Choice:
 
 
 def score_node(
-    fm: FragmentationModel, policy: str, pod: Pod, usage: NodeUsage, fit,
+    fm: FragmentationModel, policy: str, pod: Pod, usage: NodeUsage, fit: Any,
 ) -> _Choice:
     """The key and GPUs of placing ``pod`` on a node it fits (``fit`` from ``fit_on_node``)."""
     node = usage.node
@@ -93,7 +95,7 @@ def score_node(
     indices = fit.gpu_indices
     if g.is_shared and g.devices == 1:
         portion = fit.portion
-        best: tuple | None = None
+        best: tuple[Any, ...] | None = None
         tried: set[tuple[bool, int]] = set()
         for i in range(node.gpus):
             free = frees[i]
@@ -181,7 +183,7 @@ class FragIndex:
         self.mix = mix
         self.model = FragmentationModel(mix)
         self.node_version = state.node_version
-        self.shapes: dict[tuple, _ShapeEntry] = {}
+        self.shapes: dict[tuple[Any, ...], _ShapeEntry] = {}
 
     @classmethod
     def of(cls, state: ClusterState, policy: str, mix: TaskMix) -> FragIndex:
@@ -197,12 +199,12 @@ class FragIndex:
 
 @dataclass(slots=True)
 class _ShapeEntry:
-    heap: list[tuple] = field(default_factory=list)
+    heap: list[tuple[Any, ...]] = field(default_factory=list)
     seen: dict[str, int] = field(default_factory=dict)
     current: dict[str, _Choice] = field(default_factory=dict)
 
 
-def pod_shape_key(pod: Pod, pipeline_only: bool) -> tuple:
+def pod_shape_key(pod: Pod, pipeline_only: bool) -> tuple[Any, ...]:
     return (pod.gpu, pod.cpu_millis, pod.memory_bytes, pod.constraints(), pipeline_only)
 
 
@@ -210,7 +212,8 @@ def weighs_demand(policy: str) -> bool:
     return policy == "fragmentation"
 
 
-def best_choice(session, pod: Pod, pipeline_only: bool, fit_on_node) -> _Choice | None:
+def best_choice(session: Any, pod: Pod, pipeline_only: bool,
+                fit_on_node: Any) -> _Choice | None:
     """The best node for the pod over the whole cluster, through the index."""
     state = session.state
     policy = session.config.gpu_placement
@@ -238,8 +241,8 @@ def best_choice(session, pod: Pod, pipeline_only: bool, fit_on_node) -> _Choice 
         heapq.heappush(heap, choice.key)
     while heap:
         top = heap[0]
-        choice = current.get(top[-1])
-        if choice is not None and choice.key == top:
+        found = current.get(top[-1])
+        if found is not None and found.key == top:
             break
         heapq.heappop(heap)
     else:
@@ -247,11 +250,11 @@ def best_choice(session, pod: Pod, pipeline_only: bool, fit_on_node) -> _Choice 
     if len(heap) > 4 * len(current) + 1024:
         entry.heap = [c.key for c in current.values()]
         heapq.heapify(entry.heap)
-    return choice
+    return found
 
 
 def ordered_choices(
-    session, pod: Pod, names, pipeline_only: bool, fit_on_node,
+    session: Any, pod: Pod, names: Iterable[str], pipeline_only: bool, fit_on_node: Any,
 ) -> list[_Choice]:
     """Every node of ``names`` the pod fits on, best first (scores each)."""
     state = session.state

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from gpushare.model.pod import Pod
 from gpushare.model.quantities import MILLI
@@ -120,7 +121,7 @@ def _without_memory(s: TaskShape) -> TaskShape:
     return TaskShape(s.cpu, s.gpus, s.milli, 0, s.products)
 
 
-def _shape_order(s: TaskShape) -> tuple:
+def _shape_order(s: TaskShape) -> tuple[Any, ...]:
     return (s.cpu, s.gpus, s.milli, s.memory, sorted(s.products) if s.products else [])
 
 
@@ -162,7 +163,7 @@ class FragmentationModel:
 
     def __init__(self, mix: TaskMix) -> None:
         self.mix = mix
-        self._memo: dict[tuple, float] = {}
+        self._memo: dict[tuple[Any, ...], float] = {}
 
     def of(self, model: str | None, cpu: int, mem: int, frees: tuple[int, ...]) -> float:
         key = (model, cpu, mem if self.mix.with_memory else 0, tuple(sorted(frees)))

@@ -133,15 +133,15 @@ def run_timeline(
             q = queue_of(tp, queue_by)
             result.wait.setdefault(q, []).append(now - created_at[b.pod])
         for e in cycle.evictions:
-            pod = state.pods.get(e.pod)
-            if pod is not None:
-                if pod.status is PodStatus.RELEASING:
+            victim = state.pods.get(e.pod)
+            if victim is not None:
+                if victim.status is PodStatus.RELEASING:
                     allocated -= by_key[e.pod].gpu_total
-                state.set_pod(pod, PodStatus.PENDING)
-        for p in cycle.pipelines:
-            pod = state.pods.get(p.pod)
-            if pod is not None and pod.status is PodStatus.PIPELINED:
-                state.set_pod(pod, PodStatus.PENDING)
+                state.set_pod(victim, PodStatus.PENDING)
+        for pipelined in cycle.pipelines:
+            waiting = state.pods.get(pipelined.pod)
+            if waiting is not None and waiting.status is PodStatus.PIPELINED:
+                state.set_pod(waiting, PodStatus.PENDING)
         result.points.append((now, 100 * allocated / capacity))
     for key, pod in state.pods.items():
         if pod.status is PodStatus.PENDING:
