@@ -15,6 +15,7 @@ import http.client
 import os
 import signal
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ import yaml
 SERVER = """
 import signal, sys, threading
 from gpushare.apiserver.server import ApiServer
-server = ApiServer(sys.argv[1], "127.0.0.1", 0)
+server = ApiServer(sys.argv[1], "127.0.0.1", 0, sync=sys.argv[2])
 server.start()
 print(server.port, flush=True)
 stop = threading.Event()
@@ -65,10 +66,27 @@ def main() -> None:
     parser.add_argument("--watchers", type=int, default=3)
     parser.add_argument("--profile", type=Path, help="write a py-spy flame graph here "
                                                      "(collapsed stacks if it ends in .txt)")
+    parser.add_argument("--sync", default="full",
+                        help="SQLite durability modes to compare, e.g. full,normal")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per mode (min, median)")
     args = parser.parse_args()
+    results: dict[str, list[tuple[float, float]]] = {}
+    for _ in range(args.repeat):
+        for mode in args.sync.split(","):
+            print(f"-- sync={mode}; load average {os.getloadavg()[0]:.2f}", flush=True)
+            results.setdefault(mode, []).append(run(args, mode))
+    for mode, rows in results.items():
+        creates = sorted(r[0] for r in rows)
+        pairs = sorted(r[1] for r in rows)
+        print(f"sync={mode}: creates/s min {creates[0]:.0f} median "
+              f"{statistics.median(creates):.0f}; pods created+bound/s min {pairs[0]:.0f} "
+              f"median {statistics.median(pairs):.0f} ({len(rows)} runs)")
 
+
+def run(args: argparse.Namespace, sync: str) -> tuple[float, float]:
     data = Path(tempfile.mkdtemp(prefix="apiserver-bench-"))
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(data)], stdout=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(data), sync],
+                            stdout=subprocess.PIPE)
     assert proc.stdout is not None
     port = int(proc.stdout.readline())
     spy = None
@@ -89,7 +107,7 @@ def main() -> None:
                      headers={"Authorization": f"Bearer {token}"})
         resp = conn.getresponse()
         bound = 0
-        while bound < args.pods:
+        while bound < per_client * args.clients:
             line = resp.readline()
             if not line:
                 break
@@ -118,7 +136,7 @@ def main() -> None:
                 "target": {"kind": "Node", "name": f"node-{i % 10}"}}
             assert c.post(f"/api/v1/namespaces/default/pods/{n}/binding", binding) == 201
 
-    args.pods = per_client * args.clients
+    pods = per_client * args.clients
     start = time.perf_counter()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
     for t in threads:
@@ -140,17 +158,18 @@ def main() -> None:
     proc.terminate()
     proc.wait()
     creates = max(created_at) - start
-    print(f"machine: {os.cpu_count()} CPUs; pods={args.pods} clients={args.clients} "
-          f"watchers={args.watchers}")
-    print(f"creates: {args.pods / creates:.0f}/s (all created after {creates:.2f}s)")
-    print(f"creates + bindings: {2 * args.pods / (end - start):.0f} requests/s; "
-          f"{args.pods / (end - start):.0f} pods created and bound/s")
+    print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; pods={pods} "
+          f"clients={args.clients} watchers={args.watchers} sync={sync}")
+    print(f"creates: {pods / creates:.0f}/s (all created after {creates:.2f}s)")
+    print(f"creates + bindings: {2 * pods / (end - start):.0f} requests/s; "
+          f"{pods / (end - start):.0f} pods created and bound/s")
     writes, commits = stats["apiserver_storage_writes"], stats["apiserver_storage_commits"]
     print(f"store: {writes:.0f} writes in {commits:.0f} commits "
           f"({writes / max(commits, 1):.1f} writes per commit)")
     if seen_bound:
         print(f"every watcher saw every binding {max(seen_bound) - end:.3f}s after the last "
               f"bind returned ({len(seen_bound)}/{args.watchers} watchers complete)")
+    return pods / creates, pods / (end - start)
 
 
 if __name__ == "__main__":

@@ -101,22 +101,41 @@ class Api:
         for cluster in sorted(self.store.clusters() | {DEFAULT_CLUSTER}):
             self.registry(cluster)
         self._scan_pending_deletions()
+        self.store.rollback_listeners.append(self._rolled_back)
 
     # -- logical clusters ------------------------------------------------------------------
 
     def registry(self, cluster: str) -> Registry:
         reg = self.registries.get(cluster)
         if reg is None:
-            reg = Registry()
-            for info in builtin_kinds.builtin_resources():
-                reg.add(info)
-            self.registries[cluster] = reg
-            for crd in self.store.list(cluster, CRD_GR):
-                for info in crds.crd_resource_infos(crd):
-                    reg.add(info)
+            reg = self._build_registry(cluster)
             if self.store.get(cluster, "namespaces", "", "default") is None:
                 self._bootstrap(cluster)
         return reg
+
+    def _build_registry(self, cluster: str) -> Registry:
+        reg = Registry()
+        for info in builtin_kinds.builtin_resources():
+            reg.add(info)
+        self.registries[cluster] = reg
+        for crd in self.store.list(cluster, CRD_GR):
+            try:
+                infos = crds.crd_resource_infos(crd)
+            except Exception:  # a CRD stored before validation: serve the others
+                log.exception("skipping CustomResourceDefinition %r of cluster %s: it cannot "
+                              "be served", (crd.get("metadata") or {}).get("name"), cluster)
+                continue
+            for info in infos:
+                reg.add(info)
+        return reg
+
+    def _rolled_back(self, events: list[Any]) -> None:
+        """A group commit failed and was undone: rebuild what was derived from it."""
+        for cluster in {e.cluster for e in events if e.gr in (CRD_GR, "namespaces")}:
+            if cluster in self.store.clusters():
+                self._build_registry(cluster)
+            else:  # the cluster's bootstrap itself was undone: it does not exist
+                self.registries.pop(cluster, None)
 
     def _bootstrap(self, cluster: str) -> None:
         reg = self.registries[cluster]
@@ -152,7 +171,7 @@ class Api:
                 for obj in self.store.list(cluster, gr):
                     m = obj["metadata"]
                     if m.get("deletionTimestamp") and {FOREGROUND, ORPHAN} & set(
-                        m.get("finalizers") or ()
+                        f for f in m.get("finalizers") or () if isinstance(f, str)
                     ):
                         self.finalizing.add((cluster, gr, m.get("namespace") or "", m["name"]))
 
@@ -724,7 +743,7 @@ class Api:
 
     def _note_finalizing(self, cluster: str, gr: str, obj: dict[str, Any]) -> None:
         m = obj["metadata"]
-        if {FOREGROUND, ORPHAN} & set(m.get("finalizers") or ()):
+        if {FOREGROUND, ORPHAN} & {f for f in m.get("finalizers") or () if isinstance(f, str)}:
             self.finalizing.add((cluster, gr, m.get("namespace") or "", m["name"]))
             self.wake_gc()
 

@@ -17,7 +17,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gpushare import __version__
-from gpushare.apiserver import discovery, logs, protobuf, reviews, tables
+from gpushare.apiserver import discovery, limits, logs, protobuf, reviews, tables, versions
 from gpushare.apiserver.api import (
     DEFAULT_CLUSTER,
     PATCH_APPLY,
@@ -37,6 +37,7 @@ from gpushare.apiserver.query import paginate, select
 from gpushare.apiserver.resource_metrics import METRICS_GROUP, resource_metrics_response
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.selectors import parse_field_selector, parse_label_selector
+from gpushare.apiserver.store import ObjectTooLarge, StoreUnavailable
 from gpushare.apiserver.telemetry import ComponentMetrics, ResourceUsage
 from gpushare.apiserver.watch import Watcher, WatchHub, encode_event, stream
 from gpushare.dashboard import dashboard_response
@@ -95,8 +96,10 @@ class App:
     """The ASGI application."""
 
     def __init__(self, api: Api, tokens: TokenFile, server_address: str,
-                 bookmark_interval: float = 60.0, event_ttl: float = 3600.0) -> None:
+                 bookmark_interval: float = 60.0, event_ttl: float = 3600.0,
+                 max_body_bytes: int = limits.DEFAULT_MAX_BODY_BYTES) -> None:
         self.api = api
+        self.max_body_bytes = max_body_bytes
         self.store = api.store
         self.hub = WatchHub(api.store)
         self.tokens = tokens
@@ -134,6 +137,11 @@ class App:
             response, verb, resource = await self.handle(request)
         except ApiError as e:
             response = json_response(e.status_body(), e.code)
+        except ObjectTooLarge as e:
+            err = ApiError(413, f"Request entity too large: {e}", "RequestEntityTooLarge")
+            response = json_response(err.status_body(), 413)
+        except StoreUnavailable as e:
+            response = json_response(ApiError(503, str(e)).status_body(), 503)
         except Exception as e:  # an unexpected bug must still answer with a Status
             log.exception("internal error on %s %s", request.method, scope["path"])
             err = ApiError(500, f"internal error: {type(e).__name__}: {e}")
@@ -141,8 +149,8 @@ class App:
         if self.store.pending:
             try:
                 await self.store.durable()  # acknowledge (or show) only committed writes
-            except RuntimeError as e:
-                response = json_response(ApiError(500, str(e)).status_body(), 500)
+            except StoreUnavailable as e:
+                response = json_response(ApiError(503, str(e)).status_body(), 503)
         await response(scope, receive, send)
         if verb != "watch":
             self.metrics.observe(verb, resource, response.status_code,
@@ -239,6 +247,12 @@ class App:
         if path == "/metrics":
             return Response(self.metrics.render(), 200,
                             media_type="text/plain; version=0.0.4; charset=utf-8")
+        if path in ("/readyz", "/healthz") and not self.store.probe():
+            # Not ready while the store cannot commit: a load balancer sends clients
+            # elsewhere; /livez stays ok (restarting would not help a full disk).
+            return Response(f"[-]store failed: {self.store.last_error}\n"
+                            f"{path[1:]} check failed".encode(), 503,
+                            media_type="text/plain")
         return Response(b"ok", 200, media_type="text/plain")
 
     async def _telemetry_push(self, request: Request, cluster: str, user: User,
@@ -255,7 +269,7 @@ class App:
         if not self.authorizer.non_resource_allowed(cluster, user, path, "put"):
             raise ApiError(403, f'forbidden: User "{user.name}" cannot put path "{path}"',
                            "Forbidden")
-        raw = await request.body()
+        raw = await limits.read_body(request, self.max_body_bytes)
         interval = request.query_params.get("interval")
         if parts[0] == "components":
             samples = self.components.push(parts[1], parts[2], raw, interval)
@@ -425,9 +439,9 @@ class App:
             obj = api.get(cluster, info, ns or "", name)
             return self._render(request, info, [obj], single=True), verb, metric_resource
         if verb == "list":
-            return self._list(request, cluster, info, ns, query), verb, metric_resource
+            return await self._list(request, cluster, info, ns, query), verb, metric_resource
         if verb == "watch":
-            return self._watch(request, cluster, info, ns, query), verb, metric_resource
+            return await self._watch(request, cluster, info, ns, query), verb, metric_resource
         if verb == "create":
             if name is not None:
                 raise ApiError(405, "POST to a named object is not supported",
@@ -485,7 +499,7 @@ class App:
 
     async def _body(self, request: Request, content_type: str | None = None,
                     allow_empty: bool = False) -> Any:
-        raw = await request.body()
+        raw = await limits.read_body(request, self.max_body_bytes)
         if not raw:
             if allow_empty:
                 return None
@@ -493,15 +507,18 @@ class App:
         ctype = content_type or request.headers.get("content-type", "").split(";")[0].strip()
         try:
             if ctype in (PATCH_APPLY, "application/yaml", "application/x-yaml"):
-                return yaml.safe_load(raw)
+                return limits.load_yaml(raw)
             if ctype == protobuf.PROTOBUF:
                 return protobuf.decode(raw)
             if ctype == PATCH_APPLY_CBOR:
                 raise ApiError(415, "CBOR is not supported; send application/apply-patch+yaml",
                                "UnsupportedMediaType")
-            return orjson.loads(raw)
-        except (orjson.JSONDecodeError, yaml.YAMLError) as e:
+            body = orjson.loads(raw)
+        except (orjson.JSONDecodeError, yaml.YAMLError, RecursionError) as e:
             raise bad_request(f"the request body is not valid: {e}") from e
+        if raw.count(b"{") + raw.count(b"[") > limits.MAX_DEPTH:
+            limits.check_depth(body)  # only a body with that many brackets can be too deep
+        return body
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -516,11 +533,28 @@ class App:
         return {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": list_meta,
                 "items": items}
 
-    def _list(self, request: Request, cluster: str, info: ResourceInfo, ns: str | None,
-              query: dict[str, str]) -> Response:
+    async def _list(self, request: Request, cluster: str, info: ResourceInfo, ns: str | None,
+                    query: dict[str, str]) -> Response:
+        requested, match = versions.list_request(query)
+        if requested:
+            # NotOlderThan (or none) and Exact both need a state the server has reached.
+            await versions.wait_for(self.store, requested)
         rv = self.store.rv
-        items, list_meta = paginate(self._select(cluster, info, ns, query), query, rv)
+        items = self._select(cluster, info, ns, query)
+        if requested and match == versions.EXACT:
+            items = self._exact(cluster, info, ns, query, items, requested)
+            rv = requested
+        items, list_meta = paginate(items, query, rv)
         return self._render(request, info, items, single=False, list_meta=list_meta)
+
+    def _exact(self, cluster: str, info: ResourceInfo, ns: str | None, query: dict[str, str],
+               items: list[dict[str, Any]], rv: int) -> list[dict[str, Any]]:
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"), info.group_resource)
+        scope = Watcher(cluster, info.group_resource, ns if info.namespaced else None,
+                        labels, fields)
+        return versions.objects_at(self.store, cluster, info.group_resource, items, rv,
+                                   scope.matches)
 
     def _render(self, request: Request, info: ResourceInfo, items: list[dict[str, Any]],
                 single: bool, list_meta: dict[str, Any] | None = None) -> Response:
@@ -533,8 +567,8 @@ class App:
             return json_response(self.api.served(info, items[0]))
         return json_response(self._list_body(info, items, list_meta or {}))
 
-    def _watch(self, request: Request, cluster: str, info: ResourceInfo, ns: str | None,
-               query: dict[str, str]) -> Response:
+    async def _watch(self, request: Request, cluster: str, info: ResourceInfo,
+                     ns: str | None, query: dict[str, str]) -> Response:
         gr = info.group_resource
         labels = parse_label_selector(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector"), gr)
@@ -564,15 +598,15 @@ class App:
             if send_initial != "false":
                 initial = [("ADDED", o) for o in self._select(cluster, info, ns, query)]
         else:
+            since = versions.parse_rv(rv_param)
             try:
-                since = int(rv_param)
-            except ValueError as e:
-                raise bad_request(f"invalid resourceVersion {rv_param!r}") from e
+                await versions.wait_for(self.store, since)
+            except ApiError as e:  # too large: an ERROR event, as kube-apiserver's cache does
+                return Response(encode_event("ERROR", e.status_body()), 200, media_type=JSON)
             watcher.min_rv = since
             events = self.store.events_since(since)
             if events is None:
-                status = ApiError(410, f"too old resource version: {since} "
-                                       f"({self.store.floor_rv + 1})", "Expired").status_body()
+                status = versions.too_old(since, self.store).status_body()
                 body = encode_event("ERROR", status)
                 return Response(body, 200, media_type=JSON)
             for event in events:

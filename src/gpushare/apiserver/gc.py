@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 from gpushare.apiserver.api import FOREGROUND, ORPHAN, Api, DeleteOptions
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.objects import deep_copy
 from gpushare.apiserver.resources import ResourceInfo
+from gpushare.apiserver.store import StoreUnavailable
 from gpushare.apiserver.tables import parse_time
 
 log = logging.getLogger(__name__)
@@ -51,17 +53,34 @@ class GarbageCollector:
     def run_once(self) -> None:
         self.passes += 1
         api = self.api
+        # Each piece of work is guarded alone: an object the collector cannot handle (one
+        # stored before validation, say) is logged by name and skipped, never holding up
+        # the work after it.
         while api.gone_owners:
             cluster, uid = api.gone_owners.pop(0)
-            self._collect_dependents(cluster, uid)
+            self._guard(f"dependents of uid {uid} in cluster {cluster}",
+                        self._collect_dependents, cluster, uid)
         for key in sorted(api.finalizing):
-            self._finalize(*key)
+            if not self._guard(f"finalizing {'/'.join(key)}", self._finalize, *key):
+                api.finalizing.discard(key)
         for cluster, ns in sorted(api.terminating_namespaces):
-            self._drain_namespace(cluster, ns)
+            self._guard(f"namespace {ns} in cluster {cluster}", self._drain_namespace,
+                        cluster, ns)
         now = time.time()
         if now >= self._next_event_sweep:
             self._next_event_sweep = now + min(60.0, self.event_ttl)
-            self._expire_events(now)
+            self._guard("event expiry", self._expire_events, now)
+
+    @staticmethod
+    def _guard(what: str, work: Any, *args: Any) -> bool:
+        try:
+            work(*args)
+        except StoreUnavailable:
+            raise
+        except Exception:
+            log.exception("garbage collection: skipping %s", what)
+            return False
+        return True
 
     def _expire_events(self, now: float) -> None:
         cutoff = now - self.event_ttl
@@ -109,6 +128,9 @@ class GarbageCollector:
             return
         m = obj["metadata"]
         finalizers = list(m.get("finalizers") or ())
+        if not m.get("deletionTimestamp"):  # e.g. its deletion was undone
+            api.finalizing.discard((cluster, gr, ns, name))
+            return
         uid = m.get("uid", "")
         deps = api.store.dependents(cluster, uid)
         if ORPHAN in finalizers:
@@ -152,7 +174,7 @@ class GarbageCollector:
     def _drain_namespace(self, cluster: str, ns: str) -> None:
         api = self.api
         nsobj = api.store.get(cluster, "namespaces", "", ns)
-        if nsobj is None:
+        if nsobj is None or not nsobj["metadata"].get("deletionTimestamp"):
             api.terminating_namespaces.discard((cluster, ns))
             return
         remaining = 0

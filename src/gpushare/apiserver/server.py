@@ -17,7 +17,8 @@ import yaml
 from gpushare.apiserver.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.app import App
 from gpushare.apiserver.auth import TokenFile
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.limits import DEFAULT_MAX_BODY_BYTES
+from gpushare.apiserver.store import DEFAULT_EVENT_LOG_BYTES, Store
 from gpushare.apiserver.tls import ensure_certificates
 from gpushare.tenancy import admission as tenancy_admission
 
@@ -66,7 +67,9 @@ class ApiServer:
 
     def __init__(self, data_dir: Path | str, host: str = "127.0.0.1", port: int = 0, *,
                  bookmark_interval: float = 60.0, event_log_size: int = 50_000,
-                 tls: bool = True, event_ttl: float = 3600.0) -> None:
+                 tls: bool = True, event_ttl: float = 3600.0, sync: str = "full",
+                 max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # One server per data directory: two would each trust their own copy in memory.
@@ -87,11 +90,13 @@ class ApiServer:
             self._lock.close()
             raise
         self.port = self._sock.getsockname()[1]
-        self.store = Store(self.data_dir / DB_NAME, event_log_size=event_log_size)
+        self.store = Store(self.data_dir / DB_NAME, event_log_size=event_log_size, sync=sync,
+                           event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes)
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
         self.api = Api(self.store)
         self.app = App(self.api, self.tokens, f"{host}:{self.port}",
-                       bookmark_interval=bookmark_interval, event_ttl=event_ttl)
+                       bookmark_interval=bookmark_interval, event_ttl=event_ttl,
+                       max_body_bytes=max_body_bytes)
         tenancy_admission.install(self.api, self.app)
         self.tls = tls
         ssl: dict[str, Any] = {}

@@ -1,10 +1,13 @@
 """Durable object store: SQLite (WAL) on disk, every object also held in memory.
 
 Reads and watches are served from memory; each write is committed to SQLite before the
-API acknowledges it, so an acknowledged write survives a crash of the process (WAL with
-synchronous=NORMAL loses nothing on a process crash; only a power loss can drop the last
-transactions). One global, monotonically increasing resourceVersion is kept in the
-`meta` table so that it keeps increasing across restarts even after deletions.
+API acknowledges it or shows it to anybody. With `synchronous=FULL` (the default) every
+group commit is fsynced, so an acknowledged write survives a power loss, as with etcd;
+`synchronous=NORMAL` (opt-in) survives a crash of the process but a power loss may drop
+the last transactions. A group whose commit fails is undone in memory: no reader or
+watcher ever sees it, and the store reports itself unhealthy until a commit succeeds.
+One global, monotonically increasing resourceVersion is kept in the `meta` table so that
+it keeps increasing across restarts even after deletions.
 """
 
 from __future__ import annotations
@@ -46,6 +49,25 @@ class Event:
 
 
 Listener = Callable[[Event], None]
+# Called with the events of a group whose commit failed, newest first, after memory has
+# been restored to what it was before them.
+RollbackListener = Callable[[list[Event]], None]
+
+SYNC_MODES = ("full", "normal")
+DEFAULT_EVENT_LOG_BYTES = 64 * 1024 * 1024
+
+
+class StoreUnavailable(Exception):
+    """The store could not commit: the writes were undone and nothing was acknowledged."""
+
+
+class ObjectTooLarge(Exception):
+    """An object's serialized form exceeds the store's limit on one object."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the object is {size} bytes, over the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
 
 # Fields of stored objects that are indexed for exact-match field selectors.
 INDEXED_FIELDS: dict[str, tuple[str, ...]] = {
@@ -66,6 +88,22 @@ def field_value(obj: dict[str, Any], path: str) -> str:
     return str(cur)
 
 
+def _owner_uids(meta: dict[str, Any]) -> list[str]:
+    # Tolerant of shapes validation refuses: objects stored by older versions still load.
+    refs = meta.get("ownerReferences")
+    if not refs or not isinstance(refs, list):
+        return []
+    return [r["uid"] for r in refs
+            if isinstance(r, dict) and isinstance(r.get("uid"), str) and r["uid"]]
+
+
+def _labels(meta: dict[str, Any]) -> list[tuple[str, str]]:
+    labels = meta.get("labels")
+    if not labels or not isinstance(labels, dict):
+        return []
+    return [(k, v) for k, v in labels.items() if isinstance(v, str)]
+
+
 def _namespace(obj: dict[str, Any]) -> str:
     return obj["metadata"].get("namespace") or ""
 
@@ -73,11 +111,16 @@ def _namespace(obj: dict[str, Any]) -> str:
 class Store:
     """All objects of all logical clusters, keyed (cluster, group/resource, namespace, name)."""
 
-    def __init__(self, path: Path | str | None, event_log_size: int = 50_000) -> None:
+    def __init__(self, path: Path | str | None, event_log_size: int = 50_000, *,
+                 sync: str = "full", event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES,
+                 max_object_bytes: int | None = None) -> None:
+        if sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
         self.path = str(path) if path is not None else ":memory:"
+        self.sync = sync
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(f"PRAGMA synchronous={sync.upper()}")
         self.db.execute(
             "CREATE TABLE IF NOT EXISTS objects (cluster TEXT NOT NULL, gr TEXT NOT NULL,"
             " ns TEXT NOT NULL, name TEXT NOT NULL, rv INTEGER NOT NULL, data BLOB NOT NULL,"
@@ -89,11 +132,25 @@ class Store:
         self.field_index: dict[tuple[str, str, str, str], set[ObjKey]] = {}
         self.label_index: dict[tuple[str, str, str, str], set[ObjKey]] = {}
         self.listeners: list[Listener] = []
+        self.rollback_listeners: list[RollbackListener] = []
         self.rv = 0
         self._load()
-        self.events: deque[Event] = deque(maxlen=event_log_size)
+        self.events: deque[Event] = deque()
+        self.event_log_size = event_log_size
+        # The log is bounded in bytes too (each event holds the object and its encoding).
+        self.event_log_bytes = event_log_bytes
+        self._event_bytes = 0
+        self.max_object_bytes = max_object_bytes
         # Watches may start from any RV >= floor; older ones have fallen out of the log.
         self.floor_rv = self.rv
+        # Every event up to this resourceVersion is committed and has been handed to the
+        # listeners (watchers); writes above it are still waiting for their commit.
+        self.committed_rv = self.rv
+        # False from a failed commit until the next one that succeeds (`/readyz`).
+        self.healthy = True
+        self.last_error = ""
+        self.failed_commits = 0
+        self._failed_bytes = 0
         self.writes = 0
         self.commits = 0
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -107,8 +164,16 @@ class Store:
     def _load(self) -> None:
         row = self.db.execute("SELECT value FROM meta WHERE key='rv'").fetchone()
         self.rv = int(row[0]) if row else 0
-        for cluster, gr, _ns, _name, rv, data in self.db.execute("SELECT * FROM objects"):
-            obj = orjson.loads(data)
+        for cluster, gr, ns, name, rv, data in self.db.execute("SELECT * FROM objects"):
+            try:
+                obj = orjson.loads(data)
+                m = obj["metadata"]
+                if not isinstance(m.get("name"), str) or not isinstance(
+                        m.get("namespace") or "", str):
+                    raise TypeError("metadata.name/namespace are not strings")
+            except Exception as e:  # a row no reader could use: skip it, say which
+                log.error("skipping stored object %s %s/%s/%s: %s", cluster, gr, ns, name, e)
+                continue
             self._index_put(cluster, gr, obj)
             self.rv = max(self.rv, rv)
 
@@ -190,8 +255,15 @@ class Store:
         name = meta["name"]
         old = self.get(cluster, gr, ns, name)
         rv = self.rv + 1
+        previous = meta.get("resourceVersion")
         meta["resourceVersion"] = str(rv)
         data = orjson.dumps(obj)
+        if self.max_object_bytes is not None and len(data) > self.max_object_bytes:
+            if previous is None:
+                meta.pop("resourceVersion")
+            else:
+                meta["resourceVersion"] = previous
+            raise ObjectTooLarge(len(data), self.max_object_bytes)
         self.rv = rv
         self.writes += 1
         if old is not None:
@@ -266,28 +338,101 @@ class Store:
                                 (str(events[-1].rv),))
                 self.db.execute("COMMIT")
                 self.commits += 1
-            except Exception as e:  # memory and disk now disagree: fail loudly
-                log.critical("committing %d writes failed: %s", len(ops), e)
+            except Exception as e:
+                error = e
                 with contextlib.suppress(Exception):
                     self.db.execute("ROLLBACK")
-                error = e
-        for event in events:
-            self._emit(event)
+                self._undo(events)
+                self._failed_bytes = min(sum(len(a[-1]) for op, a in ops if op is _PUT),
+                                         16 * 1024 * 1024)
+                self.healthy = False
+                self.failed_commits += 1
+                self.last_error = str(e)
+                log.error("committing %d writes failed, undone: %s", len(ops), e)
+            else:
+                if not self.healthy:
+                    log.warning("the store commits again")
+                self.healthy = True
+                self.committed_rv = events[-1].rv
+                for event in events:
+                    self._emit(event)
+        failure = StoreUnavailable(f"the write could not be committed: {error}")
         for fut in waiters:
             if not fut.done():
                 if error is None:
                     fut.set_result(None)
                 else:
-                    fut.set_exception(RuntimeError(f"the write could not be committed: {error}"))
+                    fut.set_exception(failure)
+        if error is not None and self.loop is None:
+            raise failure
+
+    def _undo(self, events: list[Event]) -> None:
+        """Put memory back as it was before `events` (a group whose commit failed)."""
+        undone = list(reversed(events))
+        for event in undone:
+            m = event.obj["metadata"]
+            ns, name = m.get("namespace") or "", m["name"]
+            if event.type != DELETED:
+                current = self.get(event.cluster, event.gr, ns, name)
+                if current is not None:
+                    self._index_remove(event.cluster, event.gr, current)
+            if event.old is not None:
+                self._index_put(event.cluster, event.gr, event.old)
+        for listener in self.rollback_listeners:
+            try:
+                listener(undone)
+            except Exception:
+                log.exception("rollback listener failed")
+
+    def probe(self) -> bool:
+        """Whether the store can commit now (`/readyz`).
+
+        While unhealthy, commits (and removes) a probe as large as the group that failed:
+        ready again means that write would fit now, not only that a few bytes would.
+        """
+        if self.healthy:
+            return True
+        if self._pending:
+            return False
+        try:
+            for sql, args in (
+                ("INSERT OR REPLACE INTO meta VALUES ('probe', randomblob(?))",
+                 (max(self._failed_bytes, 4096),)),
+                ("DELETE FROM meta WHERE key='probe'", ()),
+            ):
+                self.db.execute("BEGIN")
+                self.db.execute(sql, args)
+                self.db.execute("COMMIT")
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                self.db.execute("ROLLBACK")
+            self.last_error = str(e)
+            return False
+        self.healthy = True
+        log.warning("the store commits again")
+        return True
 
     # -- events ----------------------------------------------------------------------------
 
     def _emit(self, event: Event) -> None:
-        self.events.append(event)
-        if len(self.events) == self.events.maxlen:
-            self.floor_rv = self.events[0].rv - 1
+        events = self.events
+        events.append(event)
+        self._event_bytes += len(event.data)
+        if len(events) > self.event_log_size or self._event_bytes > self.event_log_bytes:
+            while events and (len(events) > self.event_log_size
+                              or self._event_bytes > self.event_log_bytes):
+                dropped = events.popleft()
+                self._event_bytes -= len(dropped.data)
+                self.floor_rv = dropped.rv
         for listener in self.listeners:
             listener(event)
+
+    def changes_since(self, rv: int) -> list[Event] | None:
+        """Like `events_since`, plus the writes still waiting for their commit."""
+        events = self.events_since(rv)
+        if events is None:
+            return None
+        return events + [e for e in self._pending_events if e.rv > rv]
 
     def events_since(self, rv: int) -> list[Event] | None:
         """Events with resourceVersion > rv, or None if some of them are no longer kept."""
@@ -311,15 +456,13 @@ class Store:
         ns = meta.get("namespace") or ""
         name = meta["name"]
         self.buckets.setdefault((cluster, gr), {}).setdefault(ns, {})[name] = obj
-        for ref in meta.get("ownerReferences") or ():
-            uid = ref.get("uid")
-            if uid:
-                self.owner_index.setdefault((cluster, uid), set()).add((gr, ns, name))
+        for uid in _owner_uids(meta):
+            self.owner_index.setdefault((cluster, uid), set()).add((gr, ns, name))
         for path in INDEXED_FIELDS.get(gr, ()):
             self.field_index.setdefault((cluster, gr, path, field_value(obj, path)), set()).add(
                 (ns, name)
             )
-        for key, value in (meta.get("labels") or {}).items():
+        for key, value in _labels(meta):
             self.label_index.setdefault((cluster, gr, key, value), set()).add((ns, name))
 
     def _index_remove(self, cluster: str, gr: str, obj: dict[str, Any]) -> None:
@@ -333,9 +476,8 @@ class Store:
                 by_name.pop(name, None)
                 if not by_name:
                     del bucket[ns]
-        for ref in meta.get("ownerReferences") or ():
-            uid = ref.get("uid")
-            deps = self.owner_index.get((cluster, uid)) if uid else None
+        for uid in _owner_uids(meta):
+            deps = self.owner_index.get((cluster, uid))
             if deps is not None:
                 deps.discard((gr, ns, name))
                 if not deps:
@@ -347,7 +489,7 @@ class Store:
                 keys.discard((ns, name))
                 if not keys:
                     del self.field_index[key]
-        for label, value in (meta.get("labels") or {}).items():
+        for label, value in _labels(meta):
             lkey = (cluster, gr, label, value)
             keys = self.label_index.get(lkey)
             if keys is not None:

@@ -11,13 +11,14 @@ from typing import Any
 
 import orjson
 
+from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.selectors import (
     FieldRequirement,
     Requirement,
     fields_match,
     labels_match,
 )
-from gpushare.apiserver.store import ADDED, DELETED, MODIFIED, Event, Store
+from gpushare.apiserver.store import ADDED, DELETED, MODIFIED, Event, Store, StoreUnavailable
 
 MAX_BACKLOG = 20_000
 
@@ -31,7 +32,8 @@ class Watcher:
     fields: tuple[FieldRequirement, ...]
     # Events up to this resourceVersion are already in what the watch started from.
     min_rv: int = 0
-    backlog: deque[tuple[str, dict[str, Any], bytes | None]] = field(default_factory=deque)
+    backlog: deque[tuple[str, dict[str, Any], bytes | None, int]] = field(
+        default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     overflowed: bool = False
 
@@ -48,24 +50,24 @@ class Watcher:
         new_ok = self.matches(event.obj)
         if event.type == DELETED:
             if new_ok:
-                self._push(DELETED, event.obj, event.data)
+                self._push(DELETED, event)
             return
         old_ok = self.matches(event.old) if event.old is not None else False
         if new_ok and old_ok:
-            self._push(MODIFIED, event.obj, event.data)
+            self._push(MODIFIED, event)
         elif new_ok:
-            self._push(ADDED, event.obj, event.data)
+            self._push(ADDED, event)
         elif old_ok:
             # Left the selection: watchers see it as deleted, like Kubernetes.
-            self._push(DELETED, event.obj, event.data)
+            self._push(DELETED, event)
 
-    def _push(self, typ: str, obj: dict[str, Any], data: bytes | None) -> None:
+    def _push(self, typ: str, event: Event) -> None:
         if self.overflowed:
             return
         if len(self.backlog) >= MAX_BACKLOG:
             self.overflowed = True
         else:
-            self.backlog.append((typ, obj, data))
+            self.backlog.append((typ, event.obj, event.data, event.rv))
         self.ready.set()
 
 
@@ -120,15 +122,33 @@ async def stream(
     initial_events_end: bool,
     bookmark_interval: float,
 ) -> AsyncIterator[bytes]:
-    """The watch response body: initial events, then live ones until the timeout."""
+    """The watch response body: initial events, then live ones until the timeout.
+
+    A bookmark carries only a resourceVersion this watch has delivered everything up to:
+    the newest committed one while nothing is waiting to be sent, else the version of the
+    last event sent. A client resuming from it therefore misses nothing.
+    """
     deadline = time.monotonic() + timeout
     next_bookmark = time.monotonic() + bookmark_interval
+    store = hub.store
+    delivered = watcher.min_rv
+
+    def progress() -> int:
+        if watcher.backlog:
+            return delivered
+        return max(delivered, store.committed_rv)
+
     try:
-        await hub.store.durable()
+        try:
+            await store.durable()
+        except StoreUnavailable as e:
+            status = ApiError(503, str(e), "ServiceUnavailable").status_body()
+            yield encode("ERROR", status, None)
+            return
         if initial:
             yield b"".join(encode(t, o, None) for t, o in initial)
         if initial_events_end:
-            yield encode("BOOKMARK", bookmark_object(hub.store.rv, True), None)
+            yield encode("BOOKMARK", bookmark_object(progress(), True), None)
         while True:
             now = time.monotonic()
             if now >= deadline:
@@ -136,8 +156,9 @@ async def stream(
             if watcher.backlog:
                 batch = []
                 while watcher.backlog and len(batch) < 500:
-                    typ, obj, data = watcher.backlog.popleft()
+                    typ, obj, data, rv = watcher.backlog.popleft()
                     batch.append(encode(typ, obj, data))
+                    delivered = rv
                 yield b"".join(batch)
                 continue
             if watcher.overflowed or hub.closing:
@@ -151,7 +172,7 @@ async def stream(
             except TimeoutError:
                 if bookmarks and time.monotonic() >= next_bookmark:
                     next_bookmark = time.monotonic() + bookmark_interval
-                    yield encode("BOOKMARK", bookmark_object(hub.store.rv, False), None)
+                    yield encode("BOOKMARK", bookmark_object(progress(), False), None)
     finally:
         hub.remove(watcher)
 

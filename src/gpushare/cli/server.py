@@ -30,13 +30,29 @@ def register(app: typer.Typer) -> None:
     app.command("kubeconfig")(kubeconfig_cmd)
 
 
-def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1") -> None:
+Sync = Annotated[str, typer.Option(
+    "--sync", help="SQLite durability: 'full' (default: every commit fsynced, an acknowledged "
+                   "write survives a power loss) or 'normal' (faster; survives a crash of the "
+                   "process, a power loss may drop the last writes).")]
+MaxBody = Annotated[int, typer.Option("--max-request-bytes",
+                                      help="Largest request body (and stored object), bytes.")]
+EventLogBytes = Annotated[int, typer.Option(
+    "--event-log-bytes", help="Bound of the watch event log in bytes (besides 50,000 events).")]
+
+
+def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
+              sync: Sync = "full", max_request_bytes: MaxBody = 3 * 1024 * 1024,
+              event_log_bytes: EventLogBytes = 64 * 1024 * 1024) -> None:
     """Run the Kubernetes-compatible API server in the foreground (Ctrl-C stops it)."""
     from gpushare.apiserver.server import ApiServer
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    if sync not in ("full", "normal"):
+        typer.echo(f"error: --sync must be 'full' or 'normal', not {sync!r}", err=True)
+        raise typer.Exit(2)
     try:
-        server = ApiServer(data_dir, host, port)
+        server = ApiServer(data_dir, host, port, sync=sync,
+                           max_body_bytes=max_request_bytes, event_log_bytes=event_log_bytes)
     except (OSError, RuntimeError) as e:
         typer.echo(f"error: cannot start the API server on {host}:{port}: {e}", err=True)
         raise typer.Exit(1) from None
