@@ -164,7 +164,8 @@ def main() -> None:
     started = time.perf_counter()
     with ThreadPoolExecutor(args.clients) as pool:
         list(pool.map(lambda n: register_static_node(
-            client, static_node(f"node-{n:04d}", "8xH100", "64", "512Gi", {}, now_rfc3339())),
+            client, static_node(f"node-{n:04d}", "8xH100", "64", "512Gi", {}, now_rfc3339(),
+                                taint=False)),
             range(args.nodes)))
     print(f"registered {args.nodes} nodes in {time.perf_counter() - started:.2f}s")
     client.create(QUEUES.collection(), {

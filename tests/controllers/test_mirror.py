@@ -45,7 +45,7 @@ def pod(name, group, *, fraction=None, gpus=None, node=None, annotations=None):
 def seeded(order):
     mirror = Mirror()
     objects = {
-        "node": [static_node("n1", "1xL40S", "64", "512Gi", {}, NOW)],
+        "node": [static_node("n1", "1xL40S", "64", "512Gi", {}, NOW, taint=False)],
         "queue": [queue("ml-org"), *(queue(t, "ml-org", 0.33, 1) for t in ("nlp", "vision"))],
         "podgroup": [podgroup("pg-a", "nlp"), podgroup("pg-b", "vision")],
         "pod": [pod("a", "pg-a", fraction="0.33"), pod("b", "pg-b", fraction="0.33")],
@@ -70,7 +70,7 @@ def test_any_arrival_order_gives_the_same_schedulable_state():
 
 def test_assumed_bind_survives_a_stale_event_so_no_gpu_is_booked_twice():
     mirror = Mirror()
-    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW))
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW, taint=False))
     mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
     mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
     mirror.on_podgroup("ADDED", podgroup("pg-b", "q"))
@@ -90,7 +90,7 @@ def test_assumed_bind_survives_a_stale_event_so_no_gpu_is_booked_twice():
 
 def test_failed_bind_makes_the_pod_pending_again():
     mirror = Mirror()
-    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW))
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW, taint=False))
     mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
     mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
     mirror.on_pod("ADDED", pod("a", "pg-a", gpus=1))
@@ -103,7 +103,7 @@ def test_failed_bind_makes_the_pod_pending_again():
 
 def test_bound_pod_reads_its_gpus_from_the_bind_annotations():
     mirror = Mirror()
-    mirror.on_node("ADDED", static_node("n1", "2xH100", "64", "512Gi", {}, NOW))
+    mirror.on_node("ADDED", static_node("n1", "2xH100", "64", "512Gi", {}, NOW, taint=False))
     mirror.on_queue("ADDED", queue("q", quota=2, limit=-1))
     mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
     bound = pod("a", "pg-a", fraction="0.5", node="n1",
@@ -136,7 +136,7 @@ def test_deleting_a_podgroup_and_queue_drops_them():
 
 def test_pod_joins_the_group_its_owner_owns_before_the_annotation_lands():
     mirror = Mirror()
-    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW))
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW, taint=False))
     mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
     job_pod = pod("j-abc", "unused", gpus=1)
     del job_pod["metadata"]["annotations"]["pod-group-name"]
@@ -156,7 +156,7 @@ def test_pod_joins_the_group_its_owner_owns_before_the_annotation_lands():
 
 def test_evicted_pod_stays_releasing_until_its_deletion_shows():
     mirror = Mirror()
-    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW))
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW, taint=False))
     mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
     mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
     running = pod("a", "pg-a", gpus=1, node="n1",
@@ -174,7 +174,7 @@ def test_evicted_pod_stays_releasing_until_its_deletion_shows():
 
 def test_pods_of_other_schedulers_take_cpu_and_memory_off_their_node():
     mirror = Mirror()
-    mirror.on_node("ADDED", static_node("n1", "1xL40S", "8", "32Gi", {}, NOW))
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "8", "32Gi", {}, NOW, taint=False))
     daemon = pod("logger", "none", node="n1")
     daemon["spec"]["schedulerName"] = "default-scheduler"
     daemon["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2", "memory": "4Gi"}}

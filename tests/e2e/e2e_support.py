@@ -92,11 +92,13 @@ def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condi
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
-def add_node(kubeconfig: Path, name: str, gpus: str, *extra: str) -> None:
-    """``gpushare node add`` as a user runs it."""
+def add_node(kubeconfig: Path, name: str, gpus: str, *extra: str, tainted: bool = False
+             ) -> None:
+    """``gpushare node add`` as a user runs it; untainted (``--no-taint``) so that these
+    tests' pods may be bound there without a toleration, unless ``tainted``."""
     done = subprocess.run(
         [sys.executable, "-m", "gpushare.cli.main", "node", "add", name, "--gpus", gpus,
-         "--kubeconfig", str(kubeconfig), *extra],
+         "--kubeconfig", str(kubeconfig), *([] if tainted else ["--no-taint"]), *extra],
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr

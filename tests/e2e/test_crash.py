@@ -48,7 +48,7 @@ def test_server_crash_loses_no_acknowledged_pod_and_books_no_gpu_twice(server, c
     client = KubeClient.from_kubeconfig(str(server.kubeconfig))
     for n in range(20):
         register_static_node(client, static_node(f"n{n}", "8xH100", "64", "512Gi", {},
-                                                 now_rfc3339()))
+                                                 now_rfc3339(), taint=False))
     client.create(QUEUES.collection(), {
         "apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "burst"},
         "spec": {"resources": {r: {"quota": -1, "limit": -1, "overQuotaWeight": 1}

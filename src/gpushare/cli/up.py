@@ -53,7 +53,7 @@ def controllers(
         list[str] | None,
         typer.Option(help="run only these controllers (repeatable): pod-grouper, "
                      "job-controller, replicaset-controller, deployment-controller, "
-                     "scheduler, queue-status, static-node-pods, node-lifecycle"),
+                     "scheduler, queue-status, static-node-pods, node-lifecycle, pod-gc"),
     ] = None,
     scheduler_name: Annotated[
         list[str] | None,
@@ -117,8 +117,13 @@ def node_add(
     memory: Annotated[str, typer.Option(help="memory (quantity)")] = "512Gi",
     label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE (repeatable)")] = None,
     kubeconfig: Annotated[str | None, typer.Option(help=KUBECONFIG_HELP)] = None,
+    no_taint: Annotated[bool, typer.Option(
+        "--no-taint", help="leave off the gpushare.io/no-agent:NoSchedule taint: every pod may"
+        " be bound here (and stays Pending, nothing runs it); for scheduling tests")] = False,
 ) -> None:
-    """Register a node with declared GPUs and no agent; it stays Ready without heartbeats."""
+    """Register a node with declared GPUs and no agent; the controllers keep it Ready.
+
+    It is tainted gpushare.io/no-agent=true:NoSchedule: only pods that tolerate it land."""
     from gpushare.controllers.events import now_rfc3339
     from gpushare.controllers.static_nodes import (
         NodeSpecError,
@@ -129,7 +134,8 @@ def node_add(
     from gpushare.kube.client import ApiError, KubeClient
 
     try:
-        body = static_node(name, gpus, cpu, memory, parse_labels(label or []), now_rfc3339())
+        body = static_node(name, gpus, cpu, memory, parse_labels(label or []), now_rfc3339(),
+                           taint=not no_taint)
     except NodeSpecError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None

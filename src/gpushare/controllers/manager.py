@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 # No garbage collector: the embedded API server collects dependents of deleted (or never
 # existing) owners itself, as kube-controller-manager does on a real cluster.
 ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
-       "scheduler", "queue-status", "static-node-pods", "node-lifecycle", "tenancy")
+       "scheduler", "queue-status", "static-node-pods", "node-lifecycle", "tenancy",
+       "pod-gc")
 DEFAULT = ALL
 
 
@@ -94,6 +95,10 @@ def start_controllers(
         out.controllers["deployment-controller"] = DeploymentController(
             client, informers, stopper, events
         )
+    if "pod-gc" in enabled:
+        from gpushare.controllers.pod_gc import PodGC
+
+        out.controllers["pod-gc"] = PodGC(client, informers, stopper)
     if "static-node-pods" in enabled:
         out.controllers["static-node-pods"] = StaticNodePods(client, informers, stopper)
     if "scheduler" in enabled or "queue-status" in enabled:

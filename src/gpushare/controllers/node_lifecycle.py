@@ -4,7 +4,8 @@ An agent renews its Node's `Ready` condition (`lastHeartbeatTime`) and its Lease
 `kube-node-lease` every few seconds. When neither moved for `grace_s`, this controller sets
 `Ready` to `Unknown` (reason `NodeStatusUnknown`) and adds the `node.kubernetes.io/unreachable`
 NoSchedule taint, so nothing new lands there; the taint goes again once the node is Ready.
-Nodes annotated `gpushare.io/static-node: "true"` have no agent and are left alone.
+Nodes annotated `gpushare.io/static-node: "true"` have no agent: this controller renews
+their Lease and Ready condition instead (`controllers/agentless_nodes.py`).
 
 Entry point: `run(client, stop_event, grace_s=40, interval_s=5)`.
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 from kubernetes import client
 
+from gpushare.controllers import agentless_nodes
 from gpushare.kube.client import NODES, KubeClient
 from gpushare.kube.lease import node_lease
 from gpushare.kube.timefmt import parse_rfc3339, rfc3339
@@ -122,6 +124,8 @@ class NodeLifecycleController:
             lease = None
             if (node.get("metadata") or {}).get("annotations", {}).get(STATIC_NODE) != "true":
                 lease = node_lease(self.kube, name)
+            else:
+                agentless_nodes.renew(self.kube, node, now)  # no agent to heartbeat for it
             decision = decide(node, lease, now, self.grace_s)
             if decision is None:
                 continue

@@ -1,14 +1,17 @@
 """Nodes with declared GPUs and no agent: ``gpushare node add``.
 
-Such a node is Ready for as long as it exists. It never heartbeats, so it carries the
-annotation ``gpushare.io/static-node: "true"``, which tells the node-lifecycle controller
-to leave its Ready condition alone.
+Such a node is Ready for as long as it exists: it never heartbeats, so it carries the
+annotation ``gpushare.io/static-node: "true"``, and the node-lifecycle controller renews
+its Lease and Ready condition. It is tainted ``gpushare.io/no-agent=true:NoSchedule``:
+pods bound there never run, so only pods that tolerate it land there (``--no-taint``
+leaves it off, for scheduling tests).
 """
 
 from __future__ import annotations
 
 import orjson
 
+from gpushare.controllers.no_agent import TAINT
 from gpushare.kube.client import NODES, ApiError, KubeClient
 from gpushare.kube.quantity import format_bytes, to_int, to_milli
 from gpushare.model.gpu_inventory import declared_gpus
@@ -34,7 +37,7 @@ def parse_labels(items: list[str]) -> dict[str, str]:
 
 def static_node(
     name: str, gpus: str | None, cpu: str, memory: str, labels: dict[str, str], now: str,
-    max_pods: int = 110,
+    max_pods: int = 110, taint: bool = True,
 ) -> dict:
     """The Node object of a static node (status included)."""
     try:
@@ -82,7 +85,8 @@ def static_node(
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": all_labels, "annotations": annotations},
-        "spec": {},
+        # Nothing runs here: only pods that tolerate the taint land (controllers/no_agent.py).
+        "spec": {"taints": [dict(TAINT)]} if taint else {},
         "status": {
             "capacity": capacity,
             "allocatable": dict(capacity),
@@ -114,9 +118,12 @@ def register_static_node(client: KubeClient, body: dict) -> dict:
     except ApiError as error:
         if error.status != 409:
             raise
+        taints = [t for t in (client.get(NODES.item(name)) or {}).get("spec", {}).get("taints")
+                  or [] if t.get("key") != TAINT["key"]] + body["spec"].get("taints", [])
         created = client.merge_patch(
             NODES.item(name), {"metadata": {"labels": body["metadata"]["labels"],
-                                            "annotations": body["metadata"]["annotations"]}}
+                                            "annotations": body["metadata"]["annotations"]},
+                               "spec": {"taints": taints or None}}
         )
     if (created.get("status") or {}).get("capacity") != body["status"]["capacity"] or (
         created.get("status") or {}

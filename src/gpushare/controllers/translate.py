@@ -11,6 +11,7 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
+from gpushare.controllers import no_agent
 from gpushare.kube.quantity import QuantityError, to_int, to_milli
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.gpu_products import PRODUCTS
@@ -109,7 +110,7 @@ def node_from_api(node: Obj) -> Node:
         cpu_millis=_milli_quantity(alloc.get("cpu", "0")),
         memory_bytes=_int_quantity(alloc.get("memory", "0")),
         max_pods=_int_quantity(alloc.get("pods", "110")) or 110,
-        labels=labels,
+        labels=no_agent.node_labels(node, labels),
         ready=ready and not unschedulable,
     )
 
@@ -340,7 +341,7 @@ def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float) -> Pod:
         gpu_indices=indices,
         portion=portion,
         started_at=started_at,
-        node_selector=dict(spec.get("nodeSelector") or {}),
+        node_selector=no_agent.pod_selector(pod, dict(spec.get("nodeSelector") or {})),
         subgroup=(meta.get("labels") or {}).get(SUBGROUP_LABEL),
     )
 
