@@ -163,3 +163,25 @@ def test_a_new_ca_gets_a_new_serving_certificate(tmp_path: Path) -> None:
     ensure_certificates(tmp_path, ["127.0.0.1"])
     issued = x509.load_pem_x509_certificate(cert.read_bytes())
     issued.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.read_bytes()))
+
+
+def test_field_sets_in_one_walk_equal_the_leaf_paths() -> None:
+    from gpushare.apiserver import managed
+    from gpushare.apiserver.builtin_kinds import default_object
+
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "labels": {"a": "1"}, "finalizers": ["x", "y"],
+                        "ownerReferences": [{"uid": "u", "name": "o", "kind": "Job",
+                                             "apiVersion": "batch/v1"}]},
+           "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80}],
+                                    "env": [{"name": "A", "value": "1"}]}],
+                    "tolerations": [{"key": "k"}], "nodeSelector": {}}}
+    default_object("pods", pod)
+    leaves = managed.leaves(pod, POD_SCHEMA)
+    tree = managed.fields_tree(pod, POD_SCHEMA)
+    assert tree == managed.to_fields_v1(leaves)
+    assert managed.from_fields_v1(tree) == set(leaves)
+    containers = tree["f:spec"]["f:containers"]['k:{"name":"c"}']
+    assert "." in containers and 'k:{"containerPort":80}' in containers["f:ports"]
+    assert tree["f:spec"]["f:tolerations"] == {}  # atomic: owned as a whole
+    assert tree["f:metadata"]["f:finalizers"] == {'v:"x"': {}, 'v:"y"': {}}

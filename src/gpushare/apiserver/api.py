@@ -238,14 +238,16 @@ class Api:
         if info.crd and info.has_status:
             obj.pop("status", None)
         self._prune(info, obj, field_validation)
-        applied_fields = managed.leaves(obj, _schema(info)) if manager and applied else None
+        applied_tree = managed.fields_tree(obj, _schema(info)) if manager and applied else None
         builtin_kinds.default_object(gr, obj)
         if manager:
-            fields = applied_fields if applied_fields is not None else managed.leaves(
+            tree = applied_tree if applied_tree is not None else managed.fields_tree(
                 obj, _schema(info))
-            entry = managed.Entry(manager, "Apply" if applied else "Update", info.api_version,
-                                  m["creationTimestamp"], set(fields))
-            m["managedFields"] = managed.render_entries([entry])
+            m["managedFields"] = [{"manager": manager,
+                                   "operation": "Apply" if applied else "Update",
+                                   "apiVersion": info.api_version,
+                                   "time": m["creationTimestamp"], "fieldsType": "FieldsV1",
+                                   "fieldsV1": tree}]
         for hook in self.admission_hooks:
             hook(self, cluster, info, obj, None)
         self._admit(cluster, info, obj, None)

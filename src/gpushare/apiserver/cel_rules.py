@@ -15,10 +15,21 @@ import functools
 import re
 from typing import Any
 
-import celpy
-
 _OLD_SELF = re.compile(r"\boldSelf\b")
-_ENV = celpy.Environment()
+
+
+@functools.cache
+def _celpy() -> Any:
+    # Imported on first use: building cel-python's grammar takes a second or two, which
+    # servers without CEL rules should not pay at start-up.
+    import celpy
+
+    return celpy
+
+
+@functools.cache
+def _env() -> Any:
+    return _celpy().Environment()
 
 
 class RuleError(ValueError):
@@ -28,7 +39,8 @@ class RuleError(ValueError):
 @functools.lru_cache(maxsize=4096)
 def _program(rule: str) -> Any:
     try:
-        return _ENV.program(_ENV.compile(rule))
+        env = _env()
+        return env.program(env.compile(rule))
     except Exception as e:  # cel-python raises its own parse errors
         raise RuleError(f"compilation failed: {str(e).splitlines()[0] if str(e) else e}") from e
 
@@ -52,6 +64,7 @@ def evaluate(rule: str, value: Any, old: Any, has_old: bool) -> tuple[bool, str]
         program = _program(rule)
     except RuleError as e:
         return False, str(e)
+    celpy = _celpy()
     activation = {"self": celpy.json_to_cel(value)}
     if has_old:
         activation["oldSelf"] = celpy.json_to_cel(old)

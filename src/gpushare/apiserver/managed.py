@@ -64,6 +64,52 @@ def leaves(obj: dict[str, Any], schema: dict[str, Any] | None,
     return out
 
 
+def fields_tree(obj: dict[str, Any], schema: dict[str, Any] | None) -> dict[str, Any]:
+    """`to_fields_v1(leaves(obj, schema))` in one walk (the create path)."""
+    root = schemas.resolve(schema)
+    tree: dict[str, Any] = {}
+    m = obj.get("metadata")
+    if isinstance(m, dict):
+        meta_schema = schemas.child(root, "metadata")
+        if meta_schema is None or "properties" not in meta_schema:
+            meta_schema = schemas.resolve({"$ref": "io.k8s.apimachinery.pkg.apis.meta.v1."
+                                                   "ObjectMeta"})
+        meta_tree = {f"f:{k}": _tree(m[k], schemas.child(meta_schema, k))
+                     for k in _META_TRACKED if m.get(k) is not None}
+        if meta_tree:
+            tree["f:metadata"] = meta_tree
+    for key, value in obj.items():
+        if key in ("apiVersion", "kind", "metadata", "status") or value is None:
+            continue
+        tree[f"f:{key}"] = _tree(value, schemas.child(root, key))
+    return tree
+
+
+def _tree(value: Any, schema: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        if not value or (schema is not None and (
+                schema.get("x-kubernetes-map-type") == "atomic"
+                or schema.get("type") not in (None, "object"))):
+            return {}
+        return {f"f:{k}": _tree(v, schemas.child(schema, k)) for k, v in value.items()
+                if v is not None}
+    if isinstance(value, list) and value:
+        kind, key = _list_kind(schema)
+        if kind == "map" and key and all(isinstance(i, dict) for i in value):
+            item_schema = schemas.resolve(schemas.items(schema))
+            out: dict[str, Any] = {}
+            for item in value:
+                node: dict[str, Any] = {_ITEM: {}}
+                for k, v in item.items():
+                    if v is not None:
+                        node[f"f:{k}"] = _tree(v, schemas.child(item_schema, k))
+                out[item_key(item, key)] = node
+            return out
+        if kind == "set" and all(not isinstance(v, dict | list) for v in value):
+            return {"v:" + orjson.dumps(v).decode(): {} for v in value}
+    return {}
+
+
 def _list_kind(schema: dict[str, Any] | None) -> tuple[str, str | None]:
     if schema is None:
         return "atomic", None
