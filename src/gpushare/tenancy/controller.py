@@ -44,7 +44,7 @@ from gpushare.kube.client import (
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
 from gpushare.kube.quantity import format_milli
-from gpushare.tenancy import metrics, names, views
+from gpushare.tenancy import metrics, names
 from gpushare.tenancy.policy import TenantPolicy
 from gpushare.tenancy.syncer import HostViews, TenantSyncer
 
@@ -143,17 +143,20 @@ class TenancyController:
             syncer = self.syncers.get(tenant) if tenant else None
             if syncer is not None and syncer.ready.is_set():
                 getattr(syncer, method)(kind, obj, old)
-            if method == "on_host_pod":
-                # GPUs free on a node change every tenant's share of it.
+            if method == "on_host_pod" and self.h.usage.update(kind, obj):
+                # GPUs held on a node change its tenants' views: the pod's own at once,
+                # every other tenant's share of the node within a second.
+                if syncer is not None and syncer.ready.is_set():
+                    syncer.view_changed()
                 for other in list(self.syncers.values()):
                     if other is not syncer and other.ready.is_set():
-                        other.view_changed()
+                        other.view_changed(1.0)
         return handler
 
     def _all_views_changed(self) -> None:
         for syncer in list(self.syncers.values()):
             if syncer.ready.is_set():
-                syncer.view_changed()
+                syncer.view_changed(0.5)
 
     def _tick(self) -> None:
         while not self.stopper.wait(STATUS_PERIOD):
@@ -262,8 +265,7 @@ class TenancyController:
         name = policy.name
         syncer = self.syncers.get(name)
         host_ns = names.host_namespace(name)
-        gpu = sum(views.pod_gpu_milli(p) for p in self.h.pods.items()
-                  if (p.get("metadata") or {}).get("namespace") == host_ns)
+        gpu = sum(self.h.usage.namespace(host_ns).values())
         pods = 0
         if syncer is not None:
             pods = sum(1 for p in syncer.pods.items()

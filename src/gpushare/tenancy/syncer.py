@@ -80,6 +80,7 @@ class HostViews:
     nodes: Informer
     queues: Informer
     priority_classes: Informer
+    usage: views.HostUsage = field(default_factory=views.HostUsage)
 
 
 def _meta(obj: Obj | None) -> Obj:
@@ -218,7 +219,6 @@ class TenantSyncer:
         tenant_object = _annotations(pod).get(names.TENANT_OBJECT_ANNOTATION)
         if tenant_object:
             self.queue.add(f"p:{tenant_object}")
-        self.view_changed()
 
     def on_host_event(self, kind: str, event: Obj, old: Obj | None) -> None:
         m = _meta(event)
@@ -227,12 +227,12 @@ class TenantSyncer:
         if (event.get("involvedObject") or {}).get("kind") == "Pod":
             self.queue.add(f"e:{m.get('name')}")
 
-    def view_changed(self) -> None:
+    def view_changed(self, delay: float = 0.2) -> None:
         with self._view_lock:
             if self._view_queued:
                 return
             self._view_queued = True
-        self.queue.add_after("v:", 0.2)
+        self.queue.add_after("v:", delay)
 
     # -- reconcile ------------------------------------------------------------------------
 
@@ -578,8 +578,8 @@ class TenantSyncer:
 
     def sync_views(self) -> None:
         queues = [q for q in self.h.queues.items() if _meta(q).get("name") in self.policy.queues]
-        want_nodes = views.tenant_nodes(self.h.nodes.items(), self.h.pods.items(), self.name,
-                                        queues)
+        want_nodes = views.tenant_nodes(self.h.nodes.items(), self.h.usage.nodes(),
+                                        self.h.usage.namespace(self.host_ns), queues)
         self._sync_view(NODES, self.tenant_nodes, want_nodes, ("spec", "status"), status=True)
         want_queues = {str(_meta(q).get("name")): views.tenant_queue(q) for q in queues}
         self._sync_view(QUEUES, self.tenant_queues, want_queues, ("spec", "status"), status=True)

@@ -4,6 +4,7 @@ classes. Pure: host objects in, tenant objects out."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -87,21 +88,56 @@ def headroom_milli(queues: Iterable[Obj]) -> int:
     return total
 
 
-def tenant_nodes(host_nodes: Iterable[Obj], host_pods: Iterable[Obj], tenant: str,
-                 queues: list[Obj]) -> dict[str, Obj]:
+class HostUsage:
+    """GPUs held per node, in total and per host namespace, kept up to date from the host
+    pod watch (one pass per pod change instead of one per tenant and change)."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, tuple[str, str, int]] = {}  # key -> (namespace, node, milli)
+        self._nodes: dict[str, int] = {}
+        self._by_ns: dict[str, dict[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def update(self, kind: str, pod: Obj) -> bool:
+        """Apply one watch event; whether the usage changed."""
+        m = _meta(pod)
+        key = f"{m.get('namespace')}/{m.get('name')}"
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        entry = (str(m.get("namespace")), node, pod_gpu_milli(pod)) if kind != "DELETED" and node \
+            else None
+        with self._lock:
+            old = self._pods.get(key)
+            if old == entry:
+                return False
+            for sign, e in ((-1, old), (1, entry)):
+                if e is None:
+                    continue
+                ns, n, milli = e
+                self._nodes[n] = self._nodes.get(n, 0) + sign * milli
+                per = self._by_ns.setdefault(ns, {})
+                per[n] = per.get(n, 0) + sign * milli
+                if not per[n]:
+                    del per[n]
+            if entry is None:
+                self._pods.pop(key, None)
+            else:
+                self._pods[key] = entry
+        return old is None or entry is None or old[2] != entry[2] or old[1] != entry[1]
+
+    def nodes(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._nodes)
+
+    def namespace(self, ns: str) -> dict[str, int]:
+        with self._lock:
+            return dict(self._by_ns.get(ns) or {})
+
+
+def tenant_nodes(host_nodes: Iterable[Obj], used_all: dict[str, int],
+                 used_own: dict[str, int], queues: list[Obj]) -> dict[str, Obj]:
     """The tenant's Node objects: each node its pods run on or may run on (Ready,
-    schedulable, with GPUs), with its share of the node's GPUs as allocatable GPU."""
-    ns = names.host_namespace(tenant)
-    used_all: dict[str, int] = {}
-    used_own: dict[str, int] = {}
-    for pod in host_pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
-            continue
-        milli = pod_gpu_milli(pod)
-        used_all[node] = used_all.get(node, 0) + milli
-        if _meta(pod).get("namespace") == ns:
-            used_own[node] = used_own.get(node, 0) + milli
+    schedulable, with GPUs), with its share of the node's GPUs as allocatable GPU.
+    ``used_all``: GPUs (thousandths) held per node; ``used_own``: by the tenant's pods."""
     room = headroom_milli(queues)
     out: dict[str, Obj] = {}
     for node in host_nodes:
