@@ -35,6 +35,7 @@ DEFAULT_CLUSTER = "root"
 CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"
 QUEUE_GR = "scheduling.run.ai/queues"
 PRIORITYCLASS_GR = "scheduling.k8s.io/priorityclasses"
+CLUSTERROLE_GR = "rbac.authorization.k8s.io/clusterroles"
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 
@@ -111,6 +112,8 @@ class Api:
             reg = self._build_registry(cluster)
             if self.store.get(cluster, "namespaces", "", "default") is None:
                 self._bootstrap(cluster)
+            if cluster == DEFAULT_CLUSTER:
+                self._ensure_monitoring_role(reg)
         return reg
 
     def _build_registry(self, cluster: str) -> Registry:
@@ -136,6 +139,14 @@ class Api:
                 self._build_registry(cluster)
             else:  # the cluster's bootstrap itself was undone: it does not exist
                 self.registries.pop(cluster, None)
+
+    def _ensure_monitoring_role(self, reg: Registry) -> None:
+        """The host's ``system:monitoring`` ClusterRole (also on data made before it)."""
+        role = builtin_kinds.monitoring_cluster_role()
+        if self.store.get(DEFAULT_CLUSTER, CLUSTERROLE_GR, "", role["metadata"]["name"]) is None:
+            info = reg.get("rbac.authorization.k8s.io", "v1", "clusterroles")
+            assert info is not None
+            self.create(DEFAULT_CLUSTER, info, None, role)
 
     def _bootstrap(self, cluster: str) -> None:
         reg = self.registries[cluster]

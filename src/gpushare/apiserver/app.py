@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 _CLUSTER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_PUBLIC = {"/healthz", "/livez", "/readyz", "/version", "/metrics"}
+_PUBLIC = {"/healthz", "/livez", "/readyz", "/version"}
 DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
@@ -97,9 +97,13 @@ class App:
 
     def __init__(self, api: Api, tokens: TokenFile, server_address: str,
                  bookmark_interval: float = 60.0, event_ttl: float = 3600.0,
-                 max_body_bytes: int = limits.DEFAULT_MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = limits.DEFAULT_MAX_BODY_BYTES,
+                 anonymous_metrics: bool = False) -> None:
         self.api = api
         self.max_body_bytes = max_body_bytes
+        # /metrics needs a token allowed `get` on it (the system:monitoring role) unless
+        # the operator chose to let anybody scrape
+        self.anonymous_metrics = anonymous_metrics
         self.store = api.store
         self.hub = WatchHub(api.store)
         self.tokens = tokens
@@ -193,6 +197,8 @@ class App:
         if path == "/dashboard" or path.startswith("/dashboard/"):
             # static files only; the page reads everything through the API with its token
             return dashboard_response(path), "get", "dashboard"
+        if path == "/metrics":
+            return self._metrics(request, cluster), "get", path
         user = self._authenticate(request, cluster)
         if cluster not in self.api.registries and not user.is_admin:
             # Only cluster admins bring a new logical cluster into being (by using it).
@@ -244,9 +250,6 @@ class App:
                                   "gitCommit": __version__, "gitTreeState": "clean",
                                   "buildDate": "2026-01-01T00:00:00Z", "goVersion": "python",
                                   "compiler": "cpython", "platform": "linux/amd64"})
-        if path == "/metrics":
-            return Response(self.metrics.render(), 200,
-                            media_type="text/plain; version=0.0.4; charset=utf-8")
         if path in ("/readyz", "/healthz") and not self.store.probe():
             # Not ready while the store cannot commit: a load balancer sends clients
             # elsewhere; /livez stays ok (restarting would not help a full disk).
@@ -254,6 +257,19 @@ class App:
                             f"{path[1:]} check failed".encode(), 503,
                             media_type="text/plain")
         return Response(b"ok", 200, media_type="text/plain")
+
+    def _metrics(self, request: Request, cluster: str) -> Response:
+        """The control plane's figures and every component's: host-wide, so served for the
+        host cluster only, to a token with nonResourceURL `get` on /metrics."""
+        if cluster != DEFAULT_CLUSTER:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if not self.anonymous_metrics:
+            user = self._authenticate(request, cluster)
+            if not self.authorizer.non_resource_allowed(cluster, user, "/metrics", "get"):
+                raise ApiError(403, f'forbidden: User "{user.name}" cannot get path '
+                                    '"/metrics"', "Forbidden")
+        return Response(self.metrics.render(), 200,
+                        media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def _telemetry_push(self, request: Request, cluster: str, user: User,
                               path: str) -> Response:

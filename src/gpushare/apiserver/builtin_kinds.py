@@ -90,6 +90,19 @@ def kubernetes_service() -> dict[str, Any]:
                                 "targetPort": 6443}]}}
 
 
+MONITORING_ROLE = "system:monitoring"
+
+
+def monitoring_cluster_role() -> dict[str, Any]:
+    """Read access to the health and metrics endpoints (Kubernetes' role of that name):
+    bind it to the token Prometheus scrapes /metrics with."""
+    return {"metadata": {"name": MONITORING_ROLE,
+                         "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "rules": [{"nonResourceURLs": ["/healthz", "/healthz/*", "/livez", "/livez/*",
+                                           "/readyz", "/readyz/*", "/metrics"],
+                       "verbs": ["get"]}]}
+
+
 PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")

@@ -69,7 +69,8 @@ class ApiServer:
                  bookmark_interval: float = 60.0, event_log_size: int = 50_000,
                  tls: bool = True, event_ttl: float = 3600.0, sync: str = "full",
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES) -> None:
+                 event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES,
+                 anonymous_metrics: bool = False) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # One server per data directory: two would each trust their own copy in memory.
@@ -96,7 +97,8 @@ class ApiServer:
         self.api = Api(self.store)
         self.app = App(self.api, self.tokens, f"{host}:{self.port}",
                        bookmark_interval=bookmark_interval, event_ttl=event_ttl,
-                       max_body_bytes=max_body_bytes)
+                       max_body_bytes=max_body_bytes,
+                       anonymous_metrics=anonymous_metrics)
         tenancy_admission.install(self.api, self.app)
         self.tls = tls
         ssl: dict[str, Any] = {}

@@ -40,9 +40,15 @@ EventLogBytes = Annotated[int, typer.Option(
     "--event-log-bytes", help="Bound of the watch event log in bytes (besides 50,000 events).")]
 
 
+AnonymousMetrics = Annotated[bool, typer.Option(
+    "--anonymous-metrics", help="serve /metrics without a token (by default a token whose "
+    "user may `get` the nonResourceURL /metrics is needed: the system:monitoring role)")]
+
+
 def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
               sync: Sync = "full", max_request_bytes: MaxBody = 3 * 1024 * 1024,
-              event_log_bytes: EventLogBytes = 64 * 1024 * 1024) -> None:
+              event_log_bytes: EventLogBytes = 64 * 1024 * 1024,
+              anonymous_metrics: AnonymousMetrics = False) -> None:
     """Run the Kubernetes-compatible API server in the foreground (Ctrl-C stops it)."""
     from gpushare.apiserver.server import ApiServer
 
@@ -52,7 +58,8 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
         raise typer.Exit(2)
     try:
         server = ApiServer(data_dir, host, port, sync=sync,
-                           max_body_bytes=max_request_bytes, event_log_bytes=event_log_bytes)
+                           max_body_bytes=max_request_bytes, event_log_bytes=event_log_bytes,
+                           anonymous_metrics=anonymous_metrics)
     except (OSError, RuntimeError) as e:
         typer.echo(f"error: cannot start the API server on {host}:{port}: {e}", err=True)
         raise typer.Exit(1) from None

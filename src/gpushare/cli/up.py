@@ -412,6 +412,9 @@ def up(
     scheduler_config: Annotated[
         Path | None, typer.Option(help="passed to `gpushare controllers --scheduler-config`")
     ] = None,
+    anonymous_metrics: Annotated[bool, typer.Option(
+        "--anonymous-metrics", help="serve /metrics without a token (default: a token "
+        "allowed `get` on /metrics, e.g. bound to the system:monitoring ClusterRole)")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the control plane, the controllers and a node agent; Ctrl-C stops them all."""
@@ -446,7 +449,8 @@ def up(
     data_dir.mkdir(parents=True, exist_ok=True)
     stop = _stop_on_signals()
     try:
-        server = ApiServer(str(data_dir), "127.0.0.1", port or _free_port())
+        server = ApiServer(str(data_dir), "127.0.0.1", port or _free_port(),
+                           anonymous_metrics=anonymous_metrics)
     except OSError as error:
         typer.echo(f"error: --port {port}: {error.strerror or error}; choose another port"
                    " (0: any free one)", err=True)
