@@ -44,7 +44,9 @@ class TenantPolicy:
         """The policy of a stored (validated) VirtualCluster; tolerant of odd values."""
         meta = vc.get("metadata") or {}
         spec = vc.get("spec") if isinstance(vc.get("spec"), dict) else {}
-        queues = tuple(str(q) for q in spec.get("queues") or () if isinstance(q, str))
+        raw_queues = spec.get("queues")
+        queues = tuple(q for q in raw_queues if isinstance(q, str)) if isinstance(
+            raw_queues, list) else ()
         classes = spec.get("priorityClasses")
         max_pods = spec.get("maxPods")
         return cls(
