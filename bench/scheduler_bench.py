@@ -120,12 +120,12 @@ def settle(state: ClusterState) -> None:
 
 
 def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...],
-          free: float, budget: int | None = None) -> None:
+          free: float, budget: int | None = None, placement: str = "binpack") -> None:
     t0 = time.perf_counter()
     state = build(nodes, queues, pending, free)
     build_s = time.perf_counter() - t0
     extra = {} if budget is None else {"victimSearchBudget": budget}
-    config = Config(actions=actions, extra=extra)
+    config = Config(actions=actions, gpu_placement=placement, extra=extra)
     times, placed = [], []
     division = []
     heap = HeapKeeper()
@@ -163,7 +163,7 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
     cycle = statistics.median(times)
     print(
         f"nodes={nodes} gpus={nodes * GPUS_PER_NODE} pods={len(state.pods)} "
-        f"actions={','.join(actions)} free-nodes={free:.0%} "
+        f"actions={','.join(actions)} placement={placement} free-nodes={free:.0%} "
         f"(on nodes {running}) queues={len(state.queues)} pending_jobs={pending} "
         f"build={build_s:.1f}s | cycle median={cycle:.3f}s "
         f"(all {', '.join(f'{x:.3f}' for x in times)}) "
@@ -190,10 +190,12 @@ def main() -> None:
                         help="victimSearchBudget (units of victim search work per action "
                         "and cycle; "
                         "0: no bound; default: the scheduler's default)")
+    parser.add_argument("--placement", default="binpack",
+                        help="GPU placement strategy (binpack, spread, fgd, fragmentation)")
     args = parser.parse_args()
     for n in args.nodes:
         bench(n, args.queues, args.pending or n // 2, args.cycles,
-              tuple(args.actions.split(",")), args.free, args.search_budget)
+              tuple(args.actions.split(",")), args.free, args.search_budget, args.placement)
 
 
 if __name__ == "__main__":

@@ -121,12 +121,51 @@ def test_index_choice_equals_the_full_ordering(policy, seed):
     assert checked > 100
 
 
-def test_rules_differ_from_binpack_and_from_each_other():
+def test_rules_differ_from_binpack():
     nodes, pods = _synthetic(40, 600, 9)
     runs = {p: run_fill(nodes, pods, p, 4) for p in ("binpack", "fgd", "fragmentation")}
     placed = {p: [s.node for s in r.steps] for p, r in runs.items()}
     assert placed["fgd"] != placed["binpack"]
-    assert placed["fragmentation"] != placed["fgd"]
+    assert placed["fragmentation"] != placed["binpack"]
+
+
+def test_published_score():
+    from gpushare.scheduler.frag_placement import published_score
+
+    # floor(100 * sigmoid(-growth / 1000))
+    assert [published_score(g) for g in (0, 1000, -1000, 40, 10**9)] == [50, 26, 73, 49, 0]
+
+
+def test_gpu_choice_of_the_two_rules():
+    """fgd: the truncated score per GPU, lowest index on ties; fragmentation: the exact
+    growth of fragmentation, then the fullest GPU."""
+    from gpushare.model.node import Node
+    from gpushare.model.queue import Queue
+    from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL, TaskShape
+    from gpushare.scheduler.state import ClusterState
+
+    chosen = {}
+    for policy in ("fgd", "fragmentation"):
+        state = ClusterState()
+        state.upsert_node(Node("n", gpus=2, labels={GPU_PRODUCT_LABEL: "T4"}))
+        state.upsert_queue(Queue("q"))
+        old = TracePod("old", 0, 0, 1, 690)  # GPU 1 keeps 310 free: a fragment for 400s
+        state.upsert_job(old.to_job("q"))
+        pod = old.to_pod()
+        state.upsert_pod(pod)
+        state.set_pod(pod, PodStatus.RUNNING, "n", (1,), 690)
+        set_task_mix(state, TaskMix(((TaskShape(0, 1, 400), 1.0),)))
+        tp = TracePod("new", 0, 0, 1, 10)
+        state.upsert_job(tp.to_job("q"))
+        pod = tp.to_pod()
+        state.upsert_pod(pod)
+        session = open_session(state, Config(gpu_placement=policy), 0.0)
+        chosen[policy] = best_fit(session, pod).gpu_indices
+    # On GPU 0 fragmentation does not grow (990 left); on GPU 1 it shrinks by 10 (the 310
+    # fragment becomes 300). Truncated, both score 50: fgd takes the lower index; the exact
+    # figure prefers GPU 1.
+    assert chosen["fgd"] == (0,)
+    assert chosen["fragmentation"] == (1,)
 
 
 def test_cli_json_ends_with_one_summary_per_policy_and_seed(tmp_path):

@@ -51,10 +51,3 @@ def test_mix_keeps_the_most_common_shapes_and_renormalises():
     kept = TaskMix.of(many)
     assert len(kept.shapes) == 30 and kept.shapes[0] == (WHOLE, pytest.approx(70 / 99))
     assert sum(p for _, p in kept.shapes) == pytest.approx(1)
-
-
-def test_demand_weighting():
-    d = MIX.by_demand()
-    # WHOLE asks 0.5 * 1000, THIRD 0.25 * 300: 500 / 575 and 75 / 575; CPU_ONLY drops out.
-    assert [s for s, _ in d.shapes] == [WHOLE, THIRD]
-    assert [p for _, p in d.shapes] == pytest.approx([500 / 575, 75 / 575])

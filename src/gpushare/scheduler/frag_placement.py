@@ -18,6 +18,8 @@ workload) or, in the live scheduler, from the most recent pods placement was ask
 from __future__ import annotations
 
 import heapq
+import math
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -79,10 +81,29 @@ class _Choice:
     has_shared_fit: bool
 
 
+def published_score(growth: float) -> int:
+    """FGD's node score for a growth of fragmentation (milli-GPUs): ``⌊100·σ(−growth/1000)⌋``
+    (higher is better; equal scores are ties)."""
+    x = -growth / 1000
+    if x < -700:
+        return 0
+    return int(100 / (1 + math.exp(-x)))
+
+
+def _tie(name: str) -> int:
+    """A fixed pseudo-random order of nodes for equal scores (the reference picks at random)."""
+    return zlib.crc32(name.encode())
+
+
 def score_node(
     fm: FragmentationModel, policy: str, pod: Pod, usage: NodeUsage, fit: Any,
 ) -> _Choice:
-    """The key and GPUs of placing ``pod`` on a node it fits (``fit`` from ``fit_on_node``)."""
+    """The key and GPUs of placing ``pod`` on a node it fits (``fit`` from ``fit_on_node``).
+
+    Node: FGD's published score of the growth of fragmentation, equal scores by ``_tie``.
+    GPU of a fraction: ``fgd`` as published (the same truncated score per GPU, lowest index
+    on ties); ``fragmentation`` by the exact growth, then the fullest GPU, then index.
+    """
     node = usage.node
     model = node.labels.get(GPU_PRODUCT_LABEL)
     cpu = usage.cpu_free_future()
@@ -93,9 +114,11 @@ def score_node(
     mem_after = mem - pod.memory_bytes
     g = pod.gpu
     indices = fit.gpu_indices
+    exact_gpu = policy == "fragmentation"
     if g.is_shared and g.devices == 1:
         portion = fit.portion
         best: tuple[Any, ...] | None = None
+        best_after = 0.0
         tried: set[tuple[bool, int]] = set()
         for i in range(node.gpus):
             free = frees[i]
@@ -108,22 +131,25 @@ def score_node(
             frees[i] = free - portion
             after = fm.of(model, cpu_after, mem_after, tuple(frees))
             frees[i] = free
-            cand = (not now, round(after - before, 6), i)
+            if exact_gpu:
+                cand: tuple[Any, ...] = (not now, round(after - before, 6), free - portion, i)
+            else:
+                cand = (not now, -published_score(after - before), 0, i)
             if best is None or cand < best:
-                best = cand
+                best, best_after = cand, after
         assert best is not None  # fit_on_node found a GPU
-        delta = best[1]
-        indices = (best[2],)
+        growth = best_after - before
+        indices = (best[3],)
         now_all = fit.now and not best[0]
     else:
         take = fit.portion if indices else 0
         for i in indices:
             frees[i] -= take
-        after = fm.of(model, cpu_after, mem_after, tuple(frees))
-        delta = round(after - before, 6)
+        growth = fm.of(model, cpu_after, mem_after, tuple(frees)) - before
         now_all = fit.now
     cpu_pod_on_gpu_node = not g.wants_gpu and node.gpus > 0
-    key = (not now_all, cpu_pod_on_gpu_node, delta, node.name)
+    key = (not now_all, cpu_pod_on_gpu_node, -published_score(growth), _tie(node.name),
+           node.name)
     shared_fit = fit.has_shared_fit
     if g.is_shared and g.devices == 1:
         shared_fit = usage.gpu_shared[indices[0]] > 0
@@ -144,10 +170,10 @@ def set_task_mix(state: ClusterState, mix: TaskMix | None) -> None:
     state._task_mix = mix  # type: ignore[attr-defined]
 
 
-def _mix_for(state: ClusterState, pod: Pod, by_demand: bool) -> TaskMix:
+def _mix_for(state: ClusterState, pod: Pod) -> TaskMix:
     fixed: TaskMix | None = getattr(state, "_task_mix", None)
     if fixed is not None:
-        return _cached_variant(state, fixed, by_demand) if by_demand else fixed
+        return fixed
     recent: _Recent | None = getattr(state, "_recent_shapes", None)
     if recent is None:
         recent = _Recent()
@@ -160,17 +186,7 @@ def _mix_for(state: ClusterState, pod: Pod, by_demand: bool) -> TaskMix:
     if recent.mix is None or recent.new >= RECENT_REFRESH:
         recent.mix = TaskMix.of(recent.shapes.values())
         recent.new = 0
-    return _cached_variant(state, recent.mix, by_demand) if by_demand else recent.mix
-
-
-def _cached_variant(state: ClusterState, mix: TaskMix, by_demand: bool) -> TaskMix:
-    """The mix weighted by GPU demand, as ``fragmentation`` uses it (kept per base mix)."""
-    cache = getattr(state, "_mix_variants", None)
-    if cache is None or cache[0] is not mix:
-        variant = mix.by_demand()
-        cache = (mix, variant)
-        state._mix_variants = cache  # type: ignore[attr-defined]
-    return cache[1]
+    return recent.mix
 
 
 # --------------------------------------------------------------------- index
@@ -208,16 +224,12 @@ def pod_shape_key(pod: Pod, pipeline_only: bool) -> tuple[Any, ...]:
     return (pod.gpu, pod.cpu_millis, pod.memory_bytes, pod.constraints(), pipeline_only)
 
 
-def weighs_demand(policy: str) -> bool:
-    return policy == "fragmentation"
-
-
 def best_choice(session: Any, pod: Pod, pipeline_only: bool,
                 fit_on_node: Any) -> _Choice | None:
     """The best node for the pod over the whole cluster, through the index."""
     state = session.state
     policy = session.config.gpu_placement
-    mix = _mix_for(state, pod, weighs_demand(policy))
+    mix = _mix_for(state, pod)
     index = FragIndex.of(state, policy, mix)
     skey = pod_shape_key(pod, pipeline_only)
     entry = index.shapes.get(skey)
@@ -259,7 +271,7 @@ def ordered_choices(
     """Every node of ``names`` the pod fits on, best first (scores each)."""
     state = session.state
     policy = session.config.gpu_placement
-    mix = _mix_for(state, pod, weighs_demand(policy))
+    mix = _mix_for(state, pod)
     fm = FragIndex.of(state, policy, mix).model
     out = []
     for name in names:

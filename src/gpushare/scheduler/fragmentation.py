@@ -12,13 +12,14 @@ distribution of shapes ``p_t``, the node's fragmentation is the expected amount:
 
 Placement rules (``Config.gpu_placement``):
 
-* ``fgd``: the published rule: the node and GPU whose fragmentation grows least
-  (``F(after) - F(before)``), ties by node name (the reference breaks them at random).
-* ``fragmentation``: the same rule with the shapes weighted by the GPU capacity they ask
-  for (``p_t * gpu_t``, renormalised; GPU-less shapes drop out) instead of by how many
-  tasks have them. What is lost to fragmentation is GPU capacity, and a shape asking for
-  eight GPUs is turned away by a fragment as surely as one asking for a tenth, so its
-  weight in "what can the coming demand still use" should follow its demand, not its count.
+* ``fgd``: the published rule: each fitting node scored ``⌊100·σ(−growth/1000)⌋`` where
+  growth is ``F(after) - F(before)`` if the pod goes there, highest first; a fraction's GPU
+  chosen the same way (lowest index on equal scores). The reference breaks equal node
+  scores at random; here a fixed hash of the node name does (deterministic, and spread over
+  node types as a random pick is).
+* ``fragmentation``: the same node choice; a fraction's GPU by the exact growth of
+  fragmentation (not its truncated score), then the fullest GPU. See ``frag_placement``
+  and docs/performance.md for what was tried and measured.
 
 Pure functions over plain numbers, memoised by node state: no I/O, deterministic.
 """
@@ -105,16 +106,6 @@ class TaskMix:
             taken = min(taken + POPULARITY_STEP, len(ranked))
         kept = ranked[:taken]
         return cls(tuple((s, n / covered) for s, n in kept), with_memory)
-
-    def by_demand(self) -> TaskMix:
-        """The same shapes weighted by the GPU capacity they ask for (GPU-less ones out)."""
-        total = sum(p * t.gpu_total for t, p in self.shapes)
-        if not total:
-            return self
-        return TaskMix(
-            tuple((t, p * t.gpu_total / total) for t, p in self.shapes if t.gpu_total),
-            self.with_memory,
-        )
 
 
 def _without_memory(s: TaskShape) -> TaskShape:
