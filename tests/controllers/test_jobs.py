@@ -101,3 +101,10 @@ def test_finished_job_creates_nothing_more():
     j["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
     plan = plan_job(j, [], NOW, suffixes())
     assert plan.create == []
+
+
+def test_backoff_doubles_from_10s_and_is_capped_at_6_minutes():
+    from gpushare.controllers.jobs import backoff_seconds
+
+    assert [backoff_seconds(n) for n in range(0, 8)] == [0, 10, 20, 40, 80, 160, 320, 360]
+    assert backoff_seconds(1000) == 360

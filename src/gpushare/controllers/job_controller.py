@@ -108,7 +108,9 @@ class JobController:
                     del unseen[pod_key]
                 else:
                     pods.setdefault(pod_key, pod)
-        plan = plan_job(job, list(pods.values()), now_rfc3339(), random_suffix)
+        plan = plan_job(job, list(pods.values()), now_rfc3339(), random_suffix, time.time())
+        if plan.requeue_after is not None:
+            self.queue.add_after(key, plan.requeue_after + 0.05)
         namespace = str(meta.get("namespace", "default"))
         for body in plan.create:
             try:

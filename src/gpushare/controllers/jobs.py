@@ -10,6 +10,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare.controllers.translate import timestamp
+
 Obj = dict[str, Any]
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -23,6 +25,35 @@ class JobPlan:
     create: list[Obj] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)  # pod names
     status: Obj | None = None  # the new status, or None when unchanged
+    #: Pods are owed but held back by the failure back-off: look again in this many seconds.
+    requeue_after: float | None = None
+
+
+BACKOFF_BASE_SECONDS = 10.0  # kube-controller-manager's: 10 s, 20 s, 40 s, ...
+BACKOFF_MAX_SECONDS = 360.0  # ... capped at 6 minutes
+
+
+def backoff_seconds(failures: int) -> float:
+    """The delay before the pod that replaces the ``failures``-th failed one."""
+    if failures <= 0:
+        return 0.0
+    return min(BACKOFF_BASE_SECONDS * 2 ** min(failures - 1, 16), BACKOFF_MAX_SECONDS)
+
+
+def _finished_at(pod: Obj) -> float | None:
+    """When a failed pod finished: its last container's end, else its Ready change."""
+    status = pod.get("status") or {}
+    stamps: list[float] = []
+    for container in status.get("containerStatuses") or ():
+        terminated = ((container or {}).get("state") or {}).get("terminated") or {}
+        if terminated.get("finishedAt"):
+            stamps.append(timestamp(terminated["finishedAt"]))
+    if not stamps:
+        for condition in status.get("conditions") or ():
+            if (condition or {}).get("lastTransitionTime"):
+                stamps.append(timestamp(condition["lastTransitionTime"]))
+    found = [t for t in stamps if t > 0]
+    return max(found) if found else None
 
 
 def _phase(pod: Obj) -> str:
@@ -106,8 +137,14 @@ def pod_for(job: Obj, name: str, index: int | None) -> Obj:
     }
 
 
-def plan_job(job: Obj, pods: list[Obj], now: str, new_suffix: Any) -> JobPlan:
+def plan_job(
+    job: Obj, pods: list[Obj], now: str, new_suffix: Any, now_epoch: float | None = None
+) -> JobPlan:
     """What to do for one Job.
+
+    With ``now_epoch`` (seconds), a pod that replaces failed ones waits
+    ``backoff_seconds(failures)`` after the last failure, as kube-controller-manager's
+    Job controller does.
 
     ``pods`` are the pods the Job controls, including those created but not yet seen by
     the watch (the shell remembers them), so a lagging cache never doubles a Job's pods;
@@ -165,6 +202,14 @@ def plan_job(job: Obj, pods: list[Obj], now: str, new_suffix: Any) -> JobPlan:
         else:
             want = min(parallelism, max(completions - succeeded, 0))
         missing = want - active_count
+        if missing > 0 and failed_pods and now_epoch is not None:
+            last = max((t for p in failed_pods if (t := _finished_at(p)) is not None),
+                       default=None)
+            if last is not None:
+                wait = last + backoff_seconds(failed) - now_epoch
+                if wait > 0:
+                    plan.requeue_after = wait
+                    missing = 0
         if missing > 0:
             if indexed and completions is not None:
                 busy = {i for p in active if (i := _index_of(p)) is not None}
