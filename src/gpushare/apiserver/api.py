@@ -21,6 +21,7 @@ from gpushare.apiserver import (
     pods,
     quota,
     schemas,
+    serviceaccounts,
     validation,
 )
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
@@ -97,6 +98,8 @@ class Api:
     # Extra admission (tenancy): hook(api, cluster, info, obj, old) runs before validation
     # of every create and update and raises ApiError to refuse; it may set defaults.
     admission_hooks: list[Callable[..., None]] = field(default_factory=list)
+    # The CA that serves the API, published in every namespace as ConfigMap kube-root-ca.crt.
+    root_ca_pem: str = ""
 
     def __post_init__(self) -> None:
         for cluster in sorted(self.store.clusters() | {DEFAULT_CLUSTER}):
@@ -341,6 +344,8 @@ class Api:
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             return
+        serviceaccounts.admit_pod(self.store, cluster, obj,
+                                  "".join(random.choices(_NAME_CHARS, k=5)))
         class_name = spec.get("priorityClassName")
         if class_name:
             pc = self.store.get(cluster, PRIORITYCLASS_GR, "", class_name)
@@ -439,12 +444,45 @@ class Api:
                 if ref.get("uid") and not self.owner_exists(cluster, ns, ref):
                     self.gone_owners.append((cluster, ref["uid"]))
                     self.wake_gc()
+        if gr == "configmaps" and old is not None and \
+                obj["metadata"]["name"] == serviceaccounts.ROOT_CA_CONFIGMAP:
+            self.publish_root_ca(cluster, obj["metadata"].get("namespace") or "")
         if gr == "namespaces" and old is None:
             name = obj["metadata"]["name"]
             if self.store.get(cluster, "serviceaccounts", name, "default") is None:
                 sa_info = self.registry(cluster).get("", "v1", "serviceaccounts")
                 assert sa_info is not None
                 self.create(cluster, sa_info, name, {"metadata": {"name": "default"}})
+            self.publish_root_ca(cluster, name)
+
+    def publish_root_ca(self, cluster: str, ns: str) -> None:
+        """Keep ConfigMap kube-root-ca.crt in `ns` holding the API's CA (as Kubernetes'
+        root-ca-cert-publisher does), so in-cluster clients can verify the server."""
+        if not self.root_ca_pem:
+            return
+        nsobj = self.store.get(cluster, "namespaces", "", ns)
+        if nsobj is None or nsobj["metadata"].get("deletionTimestamp"):
+            return
+        info = self.registry(cluster).get("", "v1", "configmaps")
+        assert info is not None
+        name = serviceaccounts.ROOT_CA_CONFIGMAP
+        current = self.store.get(cluster, "configmaps", ns, name)
+        data = {"ca.crt": self.root_ca_pem}
+        if current is None:
+            self.create(cluster, info, ns, {"metadata": {"name": name, "annotations": {
+                "kubernetes.io/description": "Contains a CA bundle that can be used to verify "
+                                             "the kube-apiserver when using internal "
+                                             "endpoints such as the internal service IP or "
+                                             "kubernetes.default.svc."}}, "data": data})
+        elif current.get("data") != data:
+            obj = deep_copy(current)
+            obj["data"] = data
+            self.update(cluster, info, ns, name, obj)
+
+    def publish_root_ca_everywhere(self) -> None:
+        for cluster in list(self.registries):
+            for ns in list(self.store.list(cluster, "namespaces")):
+                self.publish_root_ca(cluster, ns["metadata"]["name"])
 
     def owner_exists(self, cluster: str, ns: str, ref: dict[str, Any]) -> bool:
         """Whether the owner a reference names exists (with that uid).
@@ -475,6 +513,8 @@ class Api:
         if uid and self.store.dependents(cluster, uid):
             self.gone_owners.append((cluster, uid))
             self.wake_gc()
+        if gr == "configmaps" and obj["metadata"]["name"] == serviceaccounts.ROOT_CA_CONFIGMAP:
+            self.publish_root_ca(cluster, obj["metadata"].get("namespace") or "")
 
     # -- update ----------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from gpushare.apiserver.query import paginate, select
 from gpushare.apiserver.resource_metrics import METRICS_GROUP, resource_metrics_response
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.selectors import parse_field_selector, parse_label_selector
+from gpushare.apiserver.serviceaccounts import ServiceAccountTokens, TokenSigner, token_review
 from gpushare.apiserver.store import ObjectTooLarge, StoreUnavailable
 from gpushare.apiserver.telemetry import ComponentMetrics, ResourceUsage
 from gpushare.apiserver.watch import Watcher, WatchHub, encode_event, stream
@@ -98,7 +99,8 @@ class App:
     def __init__(self, api: Api, tokens: TokenFile, server_address: str,
                  bookmark_interval: float = 60.0, event_ttl: float = 3600.0,
                  max_body_bytes: int = limits.DEFAULT_MAX_BODY_BYTES,
-                 anonymous_metrics: bool = False) -> None:
+                 anonymous_metrics: bool = False,
+                 signer: TokenSigner | None = None) -> None:
         self.api = api
         self.max_body_bytes = max_body_bytes
         # /metrics needs a token allowed `get` on it (the system:monitoring role) unless
@@ -107,6 +109,7 @@ class App:
         self.store = api.store
         self.hub = WatchHub(api.store)
         self.tokens = tokens
+        self.sa_tokens = ServiceAccountTokens(api.store, signer or TokenSigner())
         self.authorizer = Authorizer(api.store)
         self.openapi = OpenApiCache()
         self.gc = GarbageCollector(api, event_ttl=event_ttl)
@@ -301,7 +304,8 @@ class App:
         header = request.headers.get("authorization", "")
         user = None
         if header[:7].lower() == "bearer ":
-            user = self.tokens.authenticate(header[7:].strip())
+            token = header[7:].strip()
+            user = self.tokens.authenticate(token) or self.sa_tokens.authenticate(token)
         if user is None or (user.clusters is not None and cluster not in user.clusters):
             raise ApiError(401, "Unauthorized", "Unauthorized")
         as_user = request.headers.get("impersonate-user")
@@ -423,6 +427,22 @@ class App:
         metric_resource = f"{info.resource}/{sub}" if sub else info.resource
         gr = info.group_resource
         api = self.api
+
+        if sub == "token" and gr == "serviceaccounts":
+            if method != "POST":
+                raise ApiError(405, "serviceaccounts/token only supports POST",
+                               "MethodNotAllowed")
+            assert name is not None
+            body = await self._body(request, allow_empty=True)
+            answer = self.sa_tokens.request(cluster, ns or "", name, body)
+            return json_response(answer, 201), "create", metric_resource
+        if gr == "authentication.k8s.io/tokenreviews":
+            body = await self._body(request)
+            token = ((body.get("spec") or {}).get("token") if isinstance(body, dict) else None)
+            static = self.tokens.authenticate(token) if isinstance(token, str) and token \
+                else None
+            return json_response(token_review(self.sa_tokens, static, cluster, body), 201), \
+                "create", metric_resource
 
         if sub == "bindings" or (sub == "binding" and method == "POST"):
             body = await self._body(request)

@@ -22,7 +22,8 @@ def builtin_resources() -> list[ResourceInfo]:
         r("", "v1", "events", "Event", True, short_names=("ev",)),
         r("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
         r("", "v1", "secrets", "Secret", True),
-        r("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",)),
+        r("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",),
+          subresources=("token",)),
         r("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False,
           short_names=("pc",)),
         r("coordination.k8s.io", "v1", "leases", "Lease", True),
@@ -78,6 +79,8 @@ def builtin_resources() -> list[ResourceInfo]:
         r("certificates.k8s.io", "v1", "certificatesigningrequests",
           "CertificateSigningRequest", False, short_names=("csr",),
           subresources=("status", "approval")),
+        r("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False,
+          verbs=("create",)),
     ]
 
 

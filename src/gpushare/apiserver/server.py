@@ -18,6 +18,8 @@ from gpushare.apiserver.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.app import App
 from gpushare.apiserver.auth import TokenFile
 from gpushare.apiserver.limits import DEFAULT_MAX_BODY_BYTES
+from gpushare.apiserver.serviceaccounts import SIGNING_KEY as SA_SIGNING_KEY
+from gpushare.apiserver.serviceaccounts import TokenSigner
 from gpushare.apiserver.store import DEFAULT_EVENT_LOG_BYTES, Store
 from gpushare.apiserver.tls import ensure_certificates
 from gpushare.tenancy import admission as tenancy_admission
@@ -91,21 +93,24 @@ class ApiServer:
             self._lock.close()
             raise
         self.port = self._sock.getsockname()[1]
-        self.store = Store(self.data_dir / DB_NAME, event_log_size=event_log_size, sync=sync,
-                           event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes)
-        self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
-        self.api = Api(self.store)
-        self.app = App(self.api, self.tokens, f"{host}:{self.port}",
-                       bookmark_interval=bookmark_interval, event_ttl=event_ttl,
-                       max_body_bytes=max_body_bytes,
-                       anonymous_metrics=anonymous_metrics)
-        tenancy_admission.install(self.api, self.app)
         self.tls = tls
         ssl: dict[str, Any] = {}
         self.ca_path: Path | None = None
         if tls:
             self.ca_path, cert, key = ensure_certificates(self.data_dir / "pki", [host])
             ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+        self.store = Store(self.data_dir / DB_NAME, event_log_size=event_log_size, sync=sync,
+                           event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes)
+        self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
+        root_ca = self.ca_path.read_text() if self.ca_path is not None else ""
+        self.api = Api(self.store, root_ca_pem=root_ca)
+        self.api.publish_root_ca_everywhere()
+        signer = TokenSigner(self.data_dir / "pki" / SA_SIGNING_KEY)
+        self.app = App(self.api, self.tokens, f"{host}:{self.port}",
+                       bookmark_interval=bookmark_interval, event_ttl=event_ttl,
+                       max_body_bytes=max_body_bytes,
+                       anonymous_metrics=anonymous_metrics, signer=signer)
+        tenancy_admission.install(self.api, self.app)
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
                                 lifespan="on", timeout_keep_alive=120,
                                 timeout_graceful_shutdown=2, **ssl)
