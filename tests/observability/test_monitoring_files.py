@@ -81,7 +81,8 @@ def test_the_shipped_rbac_lets_prometheus_scrape_and_nothing_more(tmp_path):
                                   text=True, timeout=60)
             assert done.returncode == 0, done.stderr
         assert server.ca_path is not None
-        with httpx.Client(base_url=server.url, verify=ssl.create_default_context(cafile=str(server.ca_path)),
+        tls = ssl.create_default_context(cafile=str(server.ca_path))
+        with httpx.Client(base_url=server.url, verify=tls,
                           headers={"Authorization": "Bearer prom-token"}) as prom:
             r = prom.get("/metrics")
             assert r.status_code == 200 and "apiserver_request_total" in r.text
