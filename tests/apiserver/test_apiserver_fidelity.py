@@ -450,3 +450,20 @@ def test_crd_validation_keywords_and_cel_rules(cluster: Cluster) -> None:
     done = cluster.kubectl("apply", "-f", "-", stdin=broken, check=False)
     assert done.returncode != 0 and "x-kubernetes-validations[0].rule" in done.stderr
     cluster.kubectl("delete", "crd", "widgets.fidelity.example.com")
+
+
+def test_diff_and_server_side_dry_run(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=CONFIG)
+    changed = CONFIG.replace('b: "2"', 'b: "3"')
+    diff = cluster.kubectl("diff", "--server-side", "-f", "-", stdin=changed, check=False)
+    assert diff.returncode == 1, diff.stderr  # 1: differences found
+    assert '-  b: "2"' in diff.stdout and '+  b: "3"' in diff.stdout
+    out = cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-",
+                          stdin=changed).stdout
+    assert "serverside-applied (server dry run)" in out
+    assert _get(cluster, "configmap", "owned")["data"]["b"] == "2"
+    bad_quota = ("apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: bad}\n"
+                 "spec: {hard: {pods: lots}}\n")
+    done = cluster.kubectl("apply", "-f", "-", stdin=bad_quota, check=False)
+    assert done.returncode != 0 and "spec.hard[pods]" in done.stderr
+    cluster.kubectl("delete", "configmap", "owned")

@@ -389,6 +389,8 @@ class Api:
             causes = validation.validate_rbac(gr, obj)
         elif gr in kind_rules.RULES:
             causes = kind_rules.RULES[gr](obj, old)
+        elif gr == quota.QUOTA_GR:
+            causes = quota.validate(obj, old)
         if info.crd and info.schema and gr != QUEUE_GR:
             schema_causes: list[Cause] = []
             crds.validate_against_schema(obj, info.schema, "", schema_causes,
@@ -418,7 +420,7 @@ class Api:
         if not ns or not self.store.count(cluster, quota.QUOTA_GR, ns):
             return
         for q in list(self.store.list(cluster, quota.QUOTA_GR, ns)):
-            hard = (q.get("spec") or {}).get("hard") or {}
+            hard = quota.hard_of(q)
             if gr != quota.QUOTA_GR and gr not in quota.counted_grs(hard):
                 continue
             status = quota.status(q, lambda g: self.store.list(cluster, g, ns))

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
-from gpushare.apiserver.errors import ApiError
+from gpushare.apiserver.errors import ApiError, Cause
 from gpushare.apiserver.validation import quantity_value
 
 QUOTA_GR = "resourcequotas"
@@ -51,23 +51,21 @@ def counted_grs(hard: Iterable[str]) -> set[str]:
 
 
 def _active(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    status = pod.get("status")
+    return not isinstance(status, dict) or status.get("phase") not in ("Succeeded", "Failed")
 
 
 def pod_usage(pod: dict[str, Any]) -> dict[str, Decimal]:
     """The compute quota names a pod uses (`requests.cpu`, `cpu`, `limits.nvidia.com/gpu`)."""
-    spec = pod.get("spec") or {}
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
     totals: dict[str, dict[str, Decimal]] = {"requests": {}, "limits": {}}
     for part in ("requests", "limits"):
-        for c in spec.get("containers") or ():
-            for name, raw in (((c or {}).get("resources") or {}).get(part) or {}).items():
-                v = quantity_value(raw)
-                if v is not None:
+        for key in ("containers", "initContainers"):
+            for name, v in _amounts(spec.get(key), part):
+                if key == "containers":
                     totals[part][name] = totals[part].get(name, Decimal(0)) + v
-        for c in spec.get("initContainers") or ():
-            for name, raw in (((c or {}).get("resources") or {}).get(part) or {}).items():
-                v = quantity_value(raw)
-                if v is not None and v > totals[part].get(name, Decimal(0)):
+                elif v > totals[part].get(name, Decimal(0)):
                     totals[part][name] = v
     out: dict[str, Decimal] = {}
     for name, v in totals["requests"].items():
@@ -79,6 +77,23 @@ def pod_usage(pod: dict[str, Any]) -> dict[str, Decimal]:
     return out
 
 
+def _amounts(containers: Any, part: str) -> list[tuple[str, Decimal]]:
+    """(resource, amount) of every container's `part` (requests or limits); junk skipped."""
+    out: list[tuple[str, Decimal]] = []
+    if not isinstance(containers, list):
+        return out
+    for c in containers:
+        resources = c.get("resources") if isinstance(c, dict) else None
+        entries = resources.get(part) if isinstance(resources, dict) else None
+        if not isinstance(entries, dict):
+            continue
+        for name, raw in entries.items():
+            v = quantity_value(raw)
+            if v is not None:
+                out.append((str(name), v))
+    return out
+
+
 def _object_usage(gr: str, obj: dict[str, Any], hard: Iterable[str]) -> dict[str, Decimal]:
     out: dict[str, Decimal] = {}
     if gr == "pods" and not _active(obj):
@@ -87,9 +102,11 @@ def _object_usage(gr: str, obj: dict[str, Any], hard: Iterable[str]) -> dict[str
         if _count_gr(name) == gr:
             out[name] = Decimal(1)
     if gr == "services":
-        kind = (obj.get("spec") or {}).get("type")
+        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        kind = spec.get("type")
+        ports = spec.get("ports") if isinstance(spec.get("ports"), list) else []
         if kind == "NodePort" or kind == "LoadBalancer":
-            out["services.nodeports"] = Decimal(len((obj.get("spec") or {}).get("ports") or ()))
+            out["services.nodeports"] = Decimal(len(ports))
         if kind == "LoadBalancer":
             out["services.loadbalancers"] = Decimal(1)
     if gr == "pods":
@@ -114,8 +131,14 @@ def render(value: Decimal) -> str:
     return f"{int(milli)}m"
 
 
+def hard_of(quota: dict[str, Any]) -> dict[str, Any]:
+    spec = quota.get("spec")
+    hard = spec.get("hard") if isinstance(spec, dict) else None
+    return dict(hard) if isinstance(hard, dict) else {}
+
+
 def status(quota: dict[str, Any], objects: Lister) -> dict[str, Any]:
-    hard = dict((quota.get("spec") or {}).get("hard") or {})
+    hard = hard_of(quota)
     used = usage(hard, objects)
     return {"hard": hard, "used": {k: render(v) for k, v in used.items()}}
 
@@ -124,7 +147,7 @@ def admit(gr: str, obj: dict[str, Any], quotas: list[dict[str, Any]],
           objects: Lister) -> None:
     """Refuse (403) a new object that would take a namespace past one of its quotas."""
     for quota in quotas:
-        hard = (quota.get("spec") or {}).get("hard") or {}
+        hard = hard_of(quota)
         if gr not in counted_grs(hard):
             continue
         wanted = _object_usage(gr, obj, hard)
@@ -153,3 +176,24 @@ def admit(gr: str, obj: dict[str, Any], quotas: list[dict[str, Any]],
             raise ApiError(403, f'{kind} "{name}" is forbidden: exceeded quota: '
                                 f"{quota['metadata']['name']}, requested: {req}, used: {use}, "
                                 f"limited: {lim}", "Forbidden", {"name": name, "kind": kind})
+
+
+def validate(obj: dict[str, Any], _old: dict[str, Any] | None) -> list[Cause]:
+    """spec.hard: a map of quantities >= 0."""
+    spec = obj.get("spec")
+    if spec is None:
+        return []
+    if not isinstance(spec, dict):
+        return [Cause("spec", "must be an object", "FieldValueTypeInvalid")]
+    hard = spec.get("hard")
+    if hard is None:
+        return []
+    if not isinstance(hard, dict):
+        return [Cause("spec.hard", "must be a map of quantities", "FieldValueTypeInvalid")]
+    causes = []
+    for name, raw in hard.items():
+        value = quantity_value(raw)
+        if value is None or value < 0:
+            causes.append(Cause(f"spec.hard[{name}]", f'Invalid value: "{raw}": must be a '
+                                                      "quantity greater than or equal to 0"))
+    return causes
