@@ -54,6 +54,9 @@ def fit_on_node(
         return None
     if usage.pods_free_future() < 1:
         return None
+    if (pod.gpu.is_memory and session.behaviour.per_node_quota_check
+            and not session.node_quota_allows(pod, node.gpu_memory_mib)):
+        return None
     if pod.cpu_millis > usage.cpu_free_future() or pod.memory_bytes > usage.mem_free_future():
         return None
     now = (

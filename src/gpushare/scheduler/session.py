@@ -16,6 +16,7 @@ from gpushare.model.job import Job
 from gpushare.model.pod import Pod
 from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, Res
 from gpushare.model.queue import UNLIMITED
+from gpushare.scheduler.behaviour import Behaviour
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.gang import GangView
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
@@ -63,6 +64,7 @@ class Session:
     def __init__(self, state: ClusterState, config: Config, now: float) -> None:
         self.state = state
         self.config = config
+        self.behaviour = Behaviour.of(config)
         self.now = now
         self.pending_reasons: dict[str, str] = {}
         #: Per eviction action that ran, what its search did (``CycleResult.searches``).
@@ -240,6 +242,30 @@ class Session:
                         f"{_fmt(r, request[i])}{_UNIT[r]} > quota {_fmt(r, quota[i])}",
                     )
         return CheckResult(True)
+
+    def node_quota_allows(self, pod: Pod, gpu_memory_mib: int) -> bool:
+        """KAI's per-node capacity check (``compat: kai``) for a ``gpu-memory`` pod: on a
+        node whose GPUs have ``gpu_memory_mib`` each, the request counts as its fraction of
+        that GPU (rounded up to two decimals, one device as KAI counts it), checked against
+        every ancestor's limit, and for a non-preemptible job against non-preemptible
+        allocated plus that fraction within quota. On small GPUs the fraction is larger than
+        the cluster-wide check (largest GPU) assumed."""
+        if not pod.gpu.is_memory or not gpu_memory_mib:
+            return True
+        job = self.state.jobs.get(pod.job)
+        if job is None:
+            return True
+        hundredths = -(-pod.gpu.memory_mib * 100 // gpu_memory_mib)
+        gpu = Fraction(hundredths, 100)
+        for name in self.state.ancestors(job.queue):
+            limit = self.limit[name][0]
+            if limit != UNLIMITED and self.allocated(name)[0] + gpu > limit:
+                return False
+            if not job.preemptible:
+                quota = self.quota[name][0]
+                if quota != UNLIMITED and self.allocated_np(name)[0] + gpu > quota:
+                    return False
+        return True
 
     # -------------------------------------------------------------- reasons
     def set_reason(self, job: Job, reason: str) -> None:
