@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from prometheus_client import CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from gpushare.agent.inventory import declared_gpus
 from gpushare.agent.telemetry import AgentMetrics
@@ -27,7 +27,9 @@ SUFFIXES = ("_bucket", "_count", "_sum", "_total")
 
 def _exported() -> set[str]:
     names: set[str] = set()
-    registries = [SchedulerMetrics().registry,
+    import gpushare.tenancy.metrics  # noqa: F401  (its figures live in the default registry)
+
+    registries = [SchedulerMetrics().registry, REGISTRY,
                   AgentMetrics("n", declared_gpus("n", "1xL40S"), "none").registry,
                   Metrics(lambda: 0, lambda: 0, lambda: 0, lambda: 0, lambda: 0).registry]
     for registry in registries:
@@ -52,11 +54,13 @@ def test_every_grafana_expression_uses_exported_metrics():
     assert len(exprs) > 15
     # metric names only: label matchers, `by (...)` and label_values' label left out
     bare = [re.sub(r"\{[^}]*\}|by \([^)]*\)|,\s*queue_name\)", "", e) for e in exprs]
+    assert not any("tenant_name" in e for e in bare)
     used = {m for e in bare for m in NAME.findall(e)}
     assert used - exported == set(), sorted(used - exported)
     for must in ("queue_allocated_gpus", "queue_fair_share_gpu", "queue_deserved_gpus",
                  "gpushare_scheduler_decisions_total", "gpushare_scheduler_pending_jobs",
-                 "gpushare_gpu_slots_held", "gpushare_watchdog_kills_total"):
+                 "gpushare_gpu_slots_held", "gpushare_watchdog_kills_total",
+                 "gpushare_tenant_pods", "gpushare_tenant_sync_seconds_bucket"):
         assert must in used
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))

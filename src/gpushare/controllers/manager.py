@@ -7,7 +7,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.job_controller import JobController
@@ -18,7 +18,7 @@ from gpushare.controllers.static_node_pods import StaticNodePods
 from gpushare.controllers.workload_controllers import DeploymentController, ReplicaSetController
 from gpushare.kube.client import KubeClient, Stopper
 from gpushare.kube.informers import InformerFactory
-from gpushare.kube.metrics_push import MetricsPusher
+from gpushare.kube.metrics_push import MetricsPusher, union_registry
 from gpushare.scheduler.config import Config
 
 log = logging.getLogger(__name__)
@@ -136,13 +136,15 @@ def start_controllers(
         thread.start()
         out.threads.append(thread)
         log.info("started node-lifecycle")
+    # The process's own collectors and the tenancy figures live in the default registry.
+    exported = union_registry(out.registry, REGISTRY)
     if metrics_port is not None:
         from gpushare.kube.metrics_push import serve
 
-        serve(out.registry, metrics_port)
+        serve(exported, metrics_port)
         log.info("serving metrics on port %d", metrics_port)
     if metrics_push_interval:
-        out.pusher = MetricsPusher(client, out.registry, "controllers", stopper,
+        out.pusher = MetricsPusher(client, exported, "controllers", stopper,
                                    interval=metrics_push_interval)
         out.threads.append(out.pusher.start())
     return out

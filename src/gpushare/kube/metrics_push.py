@@ -15,16 +15,35 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.core import Metric
 
 from gpushare.kube.client import ApiError, KubeClient, Stopper
 
 log = logging.getLogger(__name__)
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _Union:
+    """A collector yielding the families of several registries (their names are disjoint)."""
+
+    def __init__(self, registries: tuple[CollectorRegistry, ...]) -> None:
+        self._registries = registries
+
+    def collect(self) -> Iterator[Metric]:
+        for registry in self._registries:
+            yield from registry.collect()
+
+
+def union_registry(*registries: CollectorRegistry) -> CollectorRegistry:
+    """One registry to render or serve that reads all of ``registries``."""
+    union = CollectorRegistry(auto_describe=False)
+    union.register(_Union(registries))
+    return union
 
 
 def default_instance() -> str:
