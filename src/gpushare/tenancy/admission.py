@@ -84,7 +84,7 @@ class TenantAdmission:
         if gr == "pods":
             self._pod(api, cluster, policy, obj, old, name)
         elif gr == PODGROUP_GR:
-            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+            spec = _dict(obj.get("spec"))
             queue = spec.get("queue")
             if queue:
                 self._queue(policy, resource, name, queue, "spec.queue")
@@ -121,7 +121,7 @@ class TenantAdmission:
                         f"metadata.labels[{QUEUE_LABEL}]")
         if old is not None:
             return
-        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        spec = _dict(pod.get("spec"))
         if spec.get("nodeName"):
             raise _forbidden("pods", name, "spec.nodeName: pods of a virtual cluster are placed "
                              "by the host's scheduler; leave spec.nodeName empty")
@@ -137,15 +137,15 @@ class TenantAdmission:
     def _pod_template(self, api: Api, policy: TenantPolicy, resource: str, name: str,
                       template: dict[str, Any], path: str) -> None:
         prefix = f"{path}." if path else ""
-        tmeta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
-        labels = tmeta.get("labels") if isinstance(tmeta.get("labels"), dict) else {}
+        tmeta = _dict(template.get("metadata"))
+        labels = _dict(tmeta.get("labels"))
         if labels.get(QUEUE_LABEL):
             self._queue(policy, resource, name, str(labels[QUEUE_LABEL]),
                         f"{prefix}metadata.labels[{QUEUE_LABEL}]")
         if labels.get(PRIORITY_LABEL):
             self._priority(api, policy, resource, name, str(labels[PRIORITY_LABEL]),
                            f"{prefix}metadata.labels[{PRIORITY_LABEL}]")
-        spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+        spec = _dict(template.get("spec"))
         if spec.get("priorityClassName"):
             self._priority(api, policy, resource, name, str(spec["priorityClassName"]),
                            f"{prefix}spec.priorityClassName")
@@ -257,3 +257,7 @@ def _dig(obj: Any, path: tuple[str, ...]) -> Any:
             return None
         obj = obj.get(key)
     return obj
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -228,7 +228,7 @@ class TenancyController:
                 self._create(tenant, CRDS.collection(), crd)
             for role in tenant_roles():
                 self._create(tenant, CLUSTERROLES.collection(), role)
-            binding = {
+            binding: Obj = {
                 "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                 "metadata": {"name": ADMINS_BINDING},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",

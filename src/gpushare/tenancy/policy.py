@@ -43,7 +43,7 @@ class TenantPolicy:
     def from_object(cls, vc: dict[str, Any]) -> TenantPolicy:
         """The policy of a stored (validated) VirtualCluster; tolerant of odd values."""
         meta = vc.get("metadata") or {}
-        spec = vc.get("spec") if isinstance(vc.get("spec"), dict) else {}
+        spec = _dict(vc.get("spec"))
         raw_queues = spec.get("queues")
         queues = tuple(q for q in raw_queues if isinstance(q, str)) if isinstance(
             raw_queues, list) else ()
@@ -184,3 +184,7 @@ def virtualcluster_crd() -> dict[str, Any]:
             }],
         },
     }
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

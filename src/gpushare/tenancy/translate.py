@@ -89,7 +89,7 @@ def references(pod: Obj) -> References:
     """The ConfigMaps and Secrets (tenant names) a pod needs to run."""
     cms: set[str] = set()
     secrets: set[str] = set()
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    spec = _dict(pod.get("spec"))
     for key in ("containers", "initContainers"):
         for c in spec.get(key) or ():
             if not isinstance(c, dict):
@@ -171,7 +171,7 @@ def host_pod(tenant: str, pod: Obj, queue: str, podgroup: str) -> Obj:
     """The host pod for tenant pod ``pod``."""
     meta = _meta(pod)
     ns, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    spec = _dict(pod.get("spec"))
     labels = _tenant_labels(meta.get("labels"))
     labels.pop(PRIORITY_LABEL, None)
     labels[QUEUE_LABEL] = queue
@@ -210,8 +210,7 @@ def host_pod(tenant: str, pod: Obj, queue: str, podgroup: str) -> Obj:
 
 def tenant_status(host: Obj) -> Obj:
     """The status a tenant pod shows for its host pod."""
-    status = copy.deepcopy(host.get("status")) if isinstance(host.get("status"), dict) else {}
-    return status
+    return copy.deepcopy(_dict(host.get("status")))
 
 
 def binding_for(tenant_pod: Obj, host: Obj) -> Obj:
@@ -260,7 +259,7 @@ def host_podgroup(tenant: str, plan: PodGroupPlan, queue: str, tenant_pg: Obj | 
     spec: Obj = plan.spec()
     spec["queue"] = queue
     if tenant_pg is not None:
-        tspec = tenant_pg.get("spec") if isinstance(tenant_pg.get("spec"), dict) else {}
+        tspec = _dict(tenant_pg.get("spec"))
         for key in ("minMember", "minSubGroup", "subGroups", "priorityClassName",
                     "preemptibility", "topologyConstraint", "markUnschedulable"):
             if key in tspec:
@@ -294,3 +293,7 @@ def _label_value(text: str) -> str:
 __all__ = ["PREEMPTIBILITY_LABEL", "References", "binding_for", "copy_differs", "host_copy",
            "host_pod", "host_podgroup", "owned_by_tenant", "podgroup_differs", "references",
            "tenant_status"]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
