@@ -79,7 +79,112 @@ def test_new_template_moves_the_replicas_to_a_new_replicaset():
     assert plan.create is None and plan.scale == {f"web-{digest}": 3}
     changed = {**TEMPLATE, "metadata": {"labels": {"app": "web", "v": "2"}}}
     plan = plan_deployment(deployment(3, changed), [current])
-    assert plan.create is not None
-    assert plan.scale == {f"web-{digest}": 0}
+    # 3 replicas: maxSurge 25% rounds up to 1, maxUnavailable 25% down to 0; the old
+    # ReplicaSet (2 of 3) keeps its pods until new ones are available.
+    assert plan.create is not None and plan.create["spec"]["replicas"] == 2
+    assert plan.scale == {}
+    assert plan.create["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "1"
     status = plan_deployment(deployment(2), [current]).status
     assert status["availableReplicas"] == 2 and status["conditions"][0]["status"] == "True"
+
+
+def _simulate(dep, steps=50):
+    """Run the plan to completion, pods becoming available at once; every state seen."""
+    sets: dict[str, dict] = {}
+    seen = []
+    for _ in range(steps):
+        for r in sets.values():  # the ReplicaSet controller: pods exist and are ready
+            n = r["spec"]["replicas"]
+            r["status"] = {"replicas": n, "readyReplicas": n, "availableReplicas": n}
+        plan = plan_deployment(dep, list(sets.values()))
+        if plan.create is not None:
+            sets[plan.create["metadata"]["name"]] = plan.create
+        for name, replicas in plan.scale.items():
+            sets[name]["spec"]["replicas"] = replicas
+        for name, notes in plan.annotate.items():
+            sets[name]["metadata"]["annotations"].update(notes)
+        seen.append({n: r["spec"]["replicas"] for n, r in sets.items()})
+        if plan.create is None and not plan.scale and not plan.annotate:
+            break
+    return sets, seen
+
+
+def test_rolling_update_keeps_the_available_floor_and_the_surge_ceiling():
+    from gpushare.controllers.replicas import rolling_bounds
+
+    for replicas, surge, unavailable in ((4, "25%", "25%"), (10, 3, 0), (5, 0, 2), (1, 1, 0)):
+        v1 = deployment(replicas)
+        v1["spec"]["strategy"] = {"type": "RollingUpdate",
+                                  "rollingUpdate": {"maxSurge": surge,
+                                                    "maxUnavailable": unavailable}}
+        sets, _ = _simulate(v1)
+        v2 = {**v1, "spec": {**v1["spec"], "template": {
+            **TEMPLATE, "metadata": {"labels": {"app": "web", "v": "2"}}}}}
+        max_surge, max_unavailable = rolling_bounds(v2, replicas)
+        sets2 = dict(sets)
+        _, seen = _simulate_from(v2, sets2)
+        for state in seen:
+            assert sum(state.values()) <= replicas + max_surge, (replicas, state)
+        # What old ReplicaSets keep plus the new one's available pods stay above the floor.
+        for state in seen:
+            assert sum(state.values()) >= replicas - max_unavailable, (replicas, state)
+        new_name = f"web-{template_hash(v2['spec']['template'])}"
+        assert seen[-1][new_name] == replicas
+        assert all(v == 0 for n, v in seen[-1].items() if n != new_name)
+        assert sets2[new_name]["metadata"]["annotations"][
+            "deployment.kubernetes.io/revision"] == "2"
+
+
+def _simulate_from(dep, sets, steps=60):
+    seen = []
+    for _ in range(steps):
+        plan = plan_deployment(dep, list(sets.values()))
+        if plan.create is not None:
+            created = plan.create
+            created["status"] = {"replicas": 0, "readyReplicas": 0, "availableReplicas": 0}
+            sets[created["metadata"]["name"]] = created
+        for name, replicas in plan.scale.items():
+            sets[name]["spec"]["replicas"] = replicas
+        for name, notes in plan.annotate.items():
+            sets[name]["metadata"]["annotations"].update(notes)
+        seen.append({n: r["spec"]["replicas"] for n, r in sets.items()})
+        for r in sets.values():  # pods come up (and go) between steps
+            n = r["spec"]["replicas"]
+            r["status"] = {"replicas": n, "readyReplicas": n, "availableReplicas": n}
+        if plan.create is None and not plan.scale and not plan.annotate:
+            break
+    return sets, seen
+
+
+def test_rollout_never_progresses_past_unavailable_pods():
+    v1 = deployment(2)
+    sets, _ = _simulate(v1)
+    v2 = {**v1, "spec": {**v1["spec"], "template": {
+        **TEMPLATE, "metadata": {"labels": {"app": "web", "v": "2"}}}}}
+    plan = plan_deployment(v2, list(sets.values()))
+    new = plan.create
+    assert new["spec"]["replicas"] == 1  # surge 25% of 2 rounds up to 1
+    new["status"] = {"replicas": 1, "readyReplicas": 0, "availableReplicas": 0}
+    sets[new["metadata"]["name"]] = new
+    # The new pod never becomes available: the old pods stay (unavailable 25% of 2 is 0).
+    again = plan_deployment(v2, list(sets.values()))
+    assert again.create is None and again.scale == {}
+
+
+def test_recreate_waits_for_old_pods_and_undo_takes_the_next_revision():
+    v1 = deployment(2)
+    v1["spec"]["strategy"] = {"type": "Recreate"}
+    sets, _ = _simulate(v1)
+    old_name = next(iter(sets))
+    v2 = {**v1, "spec": {**v1["spec"], "template": {
+        **TEMPLATE, "metadata": {"labels": {"app": "web", "v": "2"}}}}}
+    plan = plan_deployment(v2, list(sets.values()))
+    assert plan.scale == {old_name: 0} and plan.create["spec"]["replicas"] == 0
+    sets, _ = _simulate_from(v2, sets)
+    assert {n: r["spec"]["replicas"] for n, r in sets.items()} == {
+        old_name: 0, f"web-{template_hash(v2['spec']['template'])}": 2}
+    # Back to the first template (kubectl rollout undo): its ReplicaSet is reused and
+    # gets revision 3; the Deployment says 3 too.
+    plan = plan_deployment(v1, list(sets.values()))
+    assert plan.annotate == {old_name: {"deployment.kubernetes.io/revision": "3"}}
+    assert plan.deployment_annotations == {"deployment.kubernetes.io/revision": "3"}

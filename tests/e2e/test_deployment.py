@@ -16,6 +16,9 @@ metadata:
   labels: {{kai.scheduler/queue: serving}}
 spec:
   replicas: {replicas}
+  # Pods on a node without an agent never become available: a rolling update would wait
+  # for them (tests/e2e/test_rollout.py); Recreate moves the replicas at once.
+  strategy: {{type: Recreate}}
   selector: {{matchLabels: {{app: web}}}}
   template:
     metadata:

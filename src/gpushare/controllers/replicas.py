@@ -102,52 +102,174 @@ def _pod_from_template(rs: Obj, name: str) -> Obj:
     }
 
 
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def template_hash(template: Obj) -> str:
-    """A short, stable name for a pod template."""
-    digest = hashlib.sha256(orjson.dumps(template, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    """A short, stable name for a pod template. A null field counts as absent, as in
+    Kubernetes' own hash (``kubectl rollout undo`` sends ``creationTimestamp: null``)."""
+    digest = hashlib.sha256(orjson.dumps(_without_nulls(template),
+                                         option=orjson.OPT_SORT_KEYS)).hexdigest()
     return digest[:10]
+
+
+REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
+CHANGE_CAUSE_ANNOTATION = "kubernetes.io/change-cause"
+
+
+def _replicas(obj: Obj, default: int = 1) -> int:
+    value = (obj.get("spec") or {}).get("replicas")
+    try:
+        return int(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def _revision(rs: Obj) -> int:
+    try:
+        return int((_meta(rs).get("annotations") or {}).get(REVISION_ANNOTATION, "0"))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _int_or_percent(value: Any, total: int, round_up: bool, default: str) -> int:
+    """``maxSurge`` / ``maxUnavailable``: an integer or a percentage of ``total``."""
+    if value is None:
+        value = default
+    if isinstance(value, str) and value.endswith("%"):
+        try:
+            percent = float(value[:-1])
+        except ValueError:
+            percent = float(default[:-1])
+        scaled = percent * total / 100
+        return int(-(-scaled // 1)) if round_up else int(scaled // 1)
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError):
+        return _int_or_percent(default, total, round_up, default)
+
+
+def rolling_bounds(deployment: Obj, wanted: int) -> tuple[int, int]:
+    """(maxSurge, maxUnavailable) in pods, as Kubernetes resolves them: the surge rounds
+    up, the unavailable rounds down, and both zero means one unavailable."""
+    rolling = ((deployment.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
+    surge = _int_or_percent(rolling.get("maxSurge"), wanted, True, "25%")
+    unavailable = _int_or_percent(rolling.get("maxUnavailable"), wanted, False, "25%")
+    if surge == 0 and unavailable == 0:
+        unavailable = 1
+    return surge, unavailable
+
+
+def _new_replicaset(deployment: Obj, name: str, digest: str, replicas: int,
+                    revision: int) -> Obj:
+    meta, spec = _meta(deployment), deployment.get("spec") or {}
+    template = spec.get("template") or {}
+    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    labels[TEMPLATE_HASH_LABEL] = digest
+    new_template = copy.deepcopy(template)
+    new_template.setdefault("metadata", {})["labels"] = labels
+    selector = copy.deepcopy(spec.get("selector") or {})
+    selector.setdefault("matchLabels", {})[TEMPLATE_HASH_LABEL] = digest
+    annotations = {REVISION_ANNOTATION: str(revision)}
+    cause = (meta.get("annotations") or {}).get(CHANGE_CAUSE_ANNOTATION)
+    if cause:
+        annotations[CHANGE_CAUSE_ANNOTATION] = cause
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": name,
+            "namespace": meta.get("namespace", "default"),
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(deployment, "apps/v1", "Deployment")],
+        },
+        "spec": {"replicas": replicas, "selector": selector, "template": new_template},
+    }
 
 
 @dataclass(slots=True)
 class DeploymentPlan:
     create: Obj | None = None  # the ReplicaSet of the current template, when missing
     scale: dict[str, int] = field(default_factory=dict)  # ReplicaSet name -> replicas
+    #: ReplicaSet name -> annotations to merge (its revision, when a rollback reuses it)
+    annotate: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: annotations to merge on the Deployment (its current revision)
+    deployment_annotations: dict[str, str] = field(default_factory=dict)
     status: Obj | None = None
 
 
 def plan_deployment(deployment: Obj, replicasets: list[Obj]) -> DeploymentPlan:
-    """The current template's ReplicaSet gets every replica; older ones get none."""
+    """One step of a rollout, as kube-controller-manager's Deployment controller takes it.
+
+    The current template's ReplicaSet (named by its hash) is the new one; the others are
+    old. ``Recreate`` scales the old ones to zero and starts the new one once their pods
+    are gone. ``RollingUpdate`` (the default) grows the new one while the total stays
+    within ``replicas + maxSurge`` and shrinks old ones only while ``replicas -
+    maxUnavailable`` pods stay available. Each ReplicaSet carries its
+    ``deployment.kubernetes.io/revision`` (a template used again, as by ``kubectl rollout
+    undo``, gets the next one) and the Deployment carries its current one."""
     plan = DeploymentPlan()
     meta, spec = _meta(deployment), deployment.get("spec") or {}
-    wanted = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
+    wanted = _replicas(deployment)
     template = spec.get("template") or {}
     digest = template_hash(template)
     name = f"{meta.get('name')}-{digest}"
     current = next((rs for rs in replicasets if _meta(rs).get("name") == name), None)
+    olds = sorted((rs for rs in replicasets if _meta(rs).get("name") != name),
+                  key=lambda rs: (_revision(rs), _created(rs)))
+    top = max((_revision(rs) for rs in olds), default=0)
+    revision = _revision(current) if current is not None else 0
+    if revision <= top or revision == 0:
+        revision = top + 1  # a new template, or an old one used again (rollout undo)
+    if current is not None and _revision(current) != revision:
+        plan.annotate[name] = {REVISION_ANNOTATION: str(revision)}
+    if (meta.get("annotations") or {}).get(REVISION_ANNOTATION) != str(revision):
+        plan.deployment_annotations[REVISION_ANNOTATION] = str(revision)
+
+    strategy = str((spec.get("strategy") or {}).get("type") or "RollingUpdate")
+    new_spec = _replicas(current, 0) if current is not None else 0
+    old_total = sum(_replicas(rs, 0) for rs in olds)
+    old_pods = sum(int((rs.get("status") or {}).get("replicas") or 0) for rs in olds)
+    target_new = new_spec
+    if strategy == "Recreate":
+        for rs in olds:
+            if _replicas(rs, 0):
+                plan.scale[str(_meta(rs).get("name"))] = 0
+        target_new = wanted if old_total == 0 and old_pods == 0 else new_spec
+    else:
+        surge, unavailable = rolling_bounds(deployment, wanted)
+        if not olds or old_total == 0 or new_spec > wanted:
+            target_new = wanted
+        else:
+            room = wanted + surge - (new_spec + old_total)
+            target_new = new_spec + max(min(room, wanted - new_spec), 0)
+        # Old ones shrink only as far as the available floor allows.
+        new_available = int(((current or {}).get("status") or {}).get("availableReplicas")
+                            or 0)
+        new_unavailable = max(target_new - new_available, 0) if current is not None \
+            else target_new
+        min_available = wanted - unavailable
+        remove = (target_new + old_total) - min_available - new_unavailable
+        for rs in olds:
+            if remove <= 0:
+                break
+            have = _replicas(rs, 0)
+            if have == 0:
+                continue
+            cut = min(have, remove)
+            plan.scale[str(_meta(rs).get("name"))] = have - cut
+            remove -= cut
     if current is None:
-        labels = dict((template.get("metadata") or {}).get("labels") or {})
-        labels[TEMPLATE_HASH_LABEL] = digest
-        new_template = copy.deepcopy(template)
-        new_template.setdefault("metadata", {})["labels"] = labels
-        selector = copy.deepcopy(spec.get("selector") or {})
-        selector.setdefault("matchLabels", {})[TEMPLATE_HASH_LABEL] = digest
-        plan.create = {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "metadata": {
-                "name": name,
-                "namespace": meta.get("namespace", "default"),
-                "labels": labels,
-                "ownerReferences": [owner_reference(deployment, "apps/v1", "Deployment")],
-            },
-            "spec": {"replicas": wanted, "selector": selector, "template": new_template},
-        }
-    elif int((current.get("spec") or {}).get("replicas", 1)) != wanted:
-        plan.scale[name] = wanted
-    for rs in replicasets:
-        rs_name = str(_meta(rs).get("name"))
-        if rs_name != name and int((rs.get("spec") or {}).get("replicas", 0) or 0) != 0:
-            plan.scale[rs_name] = 0
+        plan.create = _new_replicaset(deployment, name, digest, target_new, revision)
+    elif target_new != new_spec:
+        plan.scale[name] = target_new
+
     totals = {"replicas": 0, "readyReplicas": 0, "availableReplicas": 0}
     for rs in replicasets:
         rs_status = rs.get("status") or {}
@@ -161,20 +283,31 @@ def plan_deployment(deployment: Obj, replicasets: list[Obj]) -> DeploymentPlan:
         "updatedReplicas": updated,
         "readyReplicas": totals["readyReplicas"],
         "availableReplicas": available,
-        "unavailableReplicas": max(wanted - available, 0),
+        "unavailableReplicas": max(totals["replicas"] - available, 0),
     }
-    condition = {
+    floor = wanted - (rolling_bounds(deployment, wanted)[1] if strategy != "Recreate" else wanted)
+    conditions = [{
         "type": "Available",
-        "status": "True" if available >= wanted else "False",
-        "reason": "MinimumReplicasAvailable" if available >= wanted
+        "status": "True" if available >= floor else "False",
+        "reason": "MinimumReplicasAvailable" if available >= floor
         else "MinimumReplicasUnavailable",
-        "message": f"{available} of {wanted} replicas available",
-    }
+        "message": "Deployment has minimum availability." if available >= floor
+        else "Deployment does not have minimum availability.",
+    }]
+    done = (updated == wanted and totals["replicas"] == wanted and available >= wanted
+            and current is not None)
+    conditions.append({
+        "type": "Progressing", "status": "True",
+        "reason": "NewReplicaSetAvailable" if done else "ReplicaSetUpdated",
+        "message": f'ReplicaSet "{name}" has successfully progressed.' if done
+        else f'ReplicaSet "{name}" is progressing.',
+    })
     old = deployment.get("status") or {}
-    old_conditions = [c for c in old.get("conditions") or [] if c.get("type") == "Available"]
-    changed = any(old.get(k) != v for k, v in status.items()) or not old_conditions or any(
-        old_conditions[0].get(k) != v for k, v in condition.items()
+    old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
+    changed = any(old.get(k) != v for k, v in status.items()) or any(
+        any((old_conditions.get(c["type"]) or {}).get(k) != v for k, v in c.items())
+        for c in conditions
     )
     if changed:
-        plan.status = {**old, **status, "conditions": [condition]}
+        plan.status = {**old, **status, "conditions": conditions}
     return plan

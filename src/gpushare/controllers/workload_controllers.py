@@ -197,6 +197,12 @@ class DeploymentController(_OwnerController):
                 self.index.created(uid, created)
                 self.events.emit(deployment, "Normal", "ScalingReplicaSet",
                                  f"Created replica set {plan.create['metadata']['name']}")
+        for name, notes in plan.annotate.items():
+            self.client.merge_patch(REPLICASETS.item(name, namespace),
+                                    {"metadata": {"annotations": notes}})
+        if plan.deployment_annotations:
+            self.client.merge_patch(DEPLOYMENTS.item(str(meta["name"]), namespace),
+                                    {"metadata": {"annotations": plan.deployment_annotations}})
         for name, replicas in plan.scale.items():
             self.client.merge_patch(REPLICASETS.item(name, namespace),
                                     {"spec": {"replicas": replicas}})
