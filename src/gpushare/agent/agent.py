@@ -575,7 +575,7 @@ class Agent:
         self.event(pod.supervisor.pod, "GPUMemoryExceeded", violation.message)
 
     def pod_views(self) -> list[PodView]:
-        """The pods with processes now, for the telemetry."""
+        """The pods with processes running now, for the telemetry."""
         with self._lock:
             entries = [e for e in self._pods.values() if not e.supervisor.finished]
         out = []
@@ -583,7 +583,8 @@ class Agent:
             key = f"{e.namespace}/{e.name}"
             groups = [ContainerGroup(key, name, pgid)
                       for name, pgid in e.supervisor.container_groups()]
-            out.append(PodView(e.namespace, e.name, e.share, groups))
+            if groups:  # only pods with processes now hold anything
+                out.append(PodView(e.namespace, e.name, e.share, groups))
         return out
 
     def monitor_once(self) -> list[str]:
