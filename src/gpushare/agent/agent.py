@@ -140,6 +140,7 @@ class Agent:
         self._pods: dict[str, _Running] = {}  # by uid
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        self._skipped: set[str] = set()  # uids of pods skipped as malformed (event sent)
         self._writes: queue.Queue[tuple[str, str, str, str, Any]] = queue.Queue()
         self._values = _ApiValues(kube)
         self._threads: list[threading.Thread] = []
@@ -335,7 +336,7 @@ class Agent:
                     seen = set()
                     for pod in pods:
                         seen.add(pod["metadata"].get("uid"))
-                        self._sync(pod)
+                        self._sync_guarded(pod)
                     with self._lock:
                         gone = [uid for uid in self._pods if uid not in seen]
                     for uid in gone:
@@ -360,7 +361,7 @@ class Agent:
                     if kind == "DELETED":
                         self._forget(obj["metadata"].get("uid"))
                     else:
-                        self._sync(obj)
+                        self._sync_guarded(obj)
             except Exception as exc:
                 log.warning("pod watch broke (%s); listing again", exc)
                 resource_version = ""
@@ -375,6 +376,21 @@ class Agent:
         body = self.kube.list(PODS.collection(), fieldSelector=self._on_this_node)
         version = str((body.get("metadata") or {}).get("resourceVersion") or "")
         return list(body.get("items") or []), version
+
+    def _sync_guarded(self, pod: dict[str, Any]) -> None:
+        """`_sync`, but a pod the agent cannot run (a malformed spec stored before
+        validation) is skipped with a Warning event, once, and the other pods go on."""
+        try:
+            self._sync(pod)
+        except Exception as exc:
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid") or "")
+            log.warning("skipping pod %s/%s: it cannot be run: %r", meta.get("namespace"),
+                        meta.get("name"), exc)
+            if uid not in self._skipped:
+                self._skipped.add(uid)
+                self.event(pod, "FailedCreatePodSandBox",
+                           f"the pod cannot be run by this agent: {exc}")
 
     def _sync(self, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}

@@ -22,6 +22,7 @@ from gpushare.apiserver import (
     quota,
     schemas,
     serviceaccounts,
+    shapes,
     validation,
 )
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
@@ -237,7 +238,8 @@ class Api:
                     "FieldValueRequired")])
             m["name"] = self._generate_name(cluster, gr, ns, gen)
         name = m["name"]
-        causes = validation.validate_name(gr, name) + validation.validate_metadata(m)
+        causes = (validation.validate_name(gr, name) + validation.validate_metadata(m)
+                  + shapes.metadata_causes(m))
         if causes:
             raise invalid(info.group, info.kind, str(name), causes)
         if self.store.get(cluster, gr, ns, name) is not None:
@@ -391,6 +393,8 @@ class Api:
             causes = kind_rules.RULES[gr](obj, old)
         elif gr == quota.QUOTA_GR:
             causes = quota.validate(obj, old)
+        named = {c.field for c in causes}
+        causes += [c for c in _shape_causes(gr, obj) if c.field not in named]
         if info.crd and info.schema and gr != QUEUE_GR:
             schema_causes: list[Cause] = []
             crds.validate_against_schema(obj, info.schema, "", schema_causes,
@@ -601,7 +605,7 @@ class Api:
                     obj["status"] = deep_copy(old["status"])
                 else:
                     obj.pop("status", None)
-            causes = validation.validate_metadata(m)
+            causes = validation.validate_metadata(m) + shapes.metadata_causes(m)
             if causes:
                 raise invalid(info.group, info.kind, m["name"], causes)
         obj["kind"] = info.kind
@@ -888,6 +892,26 @@ def _builtin_schema(info: ResourceInfo) -> dict[str, Any] | None:
     if info.storage_group_resource:  # stored in the core form
         return schemas.kind_schema("", "v1", info.kind)
     return None if info.crd else schemas.kind_schema(info.group, info.version, info.kind)
+
+
+def _shape_causes(gr: str, obj: dict[str, Any]) -> list[Cause]:
+    """What readers depend on, checked for every write (status writes included)."""
+    if gr == "pods":
+        spec = obj.get("spec")
+        causes = shapes.pod_spec_causes(spec, "spec") if isinstance(spec, dict) else []
+        return causes + shapes.pod_status_causes(obj.get("status"))
+    if gr in ("batch/jobs", "apps/deployments", "apps/replicasets", "apps/statefulsets",
+              "apps/daemonsets"):
+        spec = obj.get("spec")
+        template = spec.get("template") if isinstance(spec, dict) else None
+        tspec = template.get("spec") if isinstance(template, dict) else None
+        return shapes.pod_spec_causes(tspec, "spec.template.spec") if isinstance(
+            tspec, dict) else []
+    if gr.startswith("rbac.authorization.k8s.io/"):
+        return shapes.rbac_causes(gr, obj)
+    if gr == CRD_GR:
+        return shapes.crd_causes(obj)
+    return []
 
 
 def _qualified(info: ResourceInfo) -> str:

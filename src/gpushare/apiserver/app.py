@@ -400,6 +400,9 @@ class App:
             if not verb:
                 raise ApiError(405, f"method {method} is not allowed", "MethodNotAllowed")
             sub_rbac = sub or ""
+        if name is None and verb in ("update", "patch"):
+            raise ApiError(405, f"{method} is not supported on a collection; name the object",
+                           "MethodNotAllowed")
         if info.resource == "selfsubjectaccessreviews":
             return await self._access_review(request, cluster, user), "create", info.resource
         if info.resource == "selfsubjectreviews":

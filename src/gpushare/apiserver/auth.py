@@ -136,6 +136,14 @@ class TokenFile:
 RBAC = "rbac.authorization.k8s.io"
 
 
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a list field (subjects, rules); skips shapes validation refuses, so
+    one binding stored before validation cannot break every authorization."""
+    if not isinstance(value, list):
+        return []
+    return [v for v in value if isinstance(v, dict)]
+
+
 def _subject_matches(subject: dict[str, Any], user: User) -> bool:
     kind = subject.get("kind")
     name = subject.get("name")
@@ -148,20 +156,30 @@ def _subject_matches(subject: dict[str, Any], user: User) -> bool:
     return False
 
 
+def _strs(rule: dict[str, Any], key: str) -> list[str]:
+    value = rule.get(key)
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _ref_name(ref: Any) -> str:
+    name = ref.get("name") if isinstance(ref, dict) else None
+    return name if isinstance(name, str) else ""
+
+
 def _rule_allows(rule: dict[str, Any], attrs: Attributes) -> bool:
-    verbs = rule.get("verbs") or ()
+    verbs = _strs(rule, "verbs")
     if "*" not in verbs and attrs.verb not in verbs:
         return False
-    groups = rule.get("apiGroups") or ()
+    groups = _strs(rule, "apiGroups")
     if "*" not in groups and attrs.group not in groups:
         return False
-    resources = rule.get("resources") or ()
+    resources = _strs(rule, "resources")
     wanted = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
     if "*" not in resources and wanted not in resources and not (
         attrs.subresource and f"*/{attrs.subresource}" in resources
     ):
         return False
-    names = rule.get("resourceNames") or ()
+    names = _strs(rule, "resourceNames")
     return not names or attrs.name in names
 
 
@@ -183,8 +201,8 @@ class Authorizer:
             return True
         for rules in self._rules_for(cluster, user, ""):
             for rule in rules:
-                urls = rule.get("nonResourceURLs") or ()
-                verbs = rule.get("verbs") or ()
+                urls = _strs(rule, "nonResourceURLs")
+                verbs = _strs(rule, "verbs")
                 if ("*" in verbs or verb in verbs) and any(
                     u == path or u == "*" or (u.endswith("*") and path.startswith(u[:-1]))
                     for u in urls
@@ -200,20 +218,21 @@ class Authorizer:
         out: list[list[dict[str, Any]]] = []
         store = self.store
         for crb in store.list(cluster, f"{RBAC}/clusterrolebindings"):
-            if any(_subject_matches(s, user) for s in crb.get("subjects") or ()):
+            if any(_subject_matches(s, user) for s in _dicts(crb.get("subjects"))):
                 role = store.get(cluster, f"{RBAC}/clusterroles", "",
-                                 (crb.get("roleRef") or {}).get("name", ""))
+                                 _ref_name(crb.get("roleRef")))
                 if role is not None:
-                    out.append(role.get("rules") or [])
+                    out.append(_dicts(role.get("rules")))
         if namespace:
             for rb in store.list(cluster, f"{RBAC}/rolebindings", namespace):
-                if not any(_subject_matches(s, user) for s in rb.get("subjects") or ()):
+                if not any(_subject_matches(s, user) for s in _dicts(rb.get("subjects"))):
                     continue
-                ref = rb.get("roleRef") or {}
-                if ref.get("kind") == "ClusterRole":
-                    role = store.get(cluster, f"{RBAC}/clusterroles", "", ref.get("name", ""))
+                ref = rb.get("roleRef")
+                kind = ref.get("kind") if isinstance(ref, dict) else None
+                if kind == "ClusterRole":
+                    role = store.get(cluster, f"{RBAC}/clusterroles", "", _ref_name(ref))
                 else:
-                    role = store.get(cluster, f"{RBAC}/roles", namespace, ref.get("name", ""))
+                    role = store.get(cluster, f"{RBAC}/roles", namespace, _ref_name(ref))
                 if role is not None:
-                    out.append(role.get("rules") or [])
+                    out.append(_dicts(role.get("rules")))
         return out

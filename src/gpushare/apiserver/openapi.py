@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 from typing import Any
 
 import orjson
@@ -22,6 +23,9 @@ OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _PATCH_TYPES_CRD = ("application/json-patch+json", "application/merge-patch+json",
                     "application/apply-patch+yaml")
 _PATCH_TYPES_BUILTIN = (*_PATCH_TYPES_CRD, "application/strategic-merge-patch+json")
+
+
+log = logging.getLogger(__name__)
 
 
 def schema_name(info: ResourceInfo) -> str:
@@ -113,7 +117,16 @@ def _paths(info: ResourceInfo) -> dict[str, Any]:
 
 
 def _crd_schema(info: ResourceInfo) -> dict[str, Any]:
-    schema = dict(info.schema or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+    try:
+        return _crd_schema_of(info, info.schema)
+    except Exception:  # a schema stored before validation: publish the kind schemaless
+        log.exception("OpenAPI: the schema of %s (%s) cannot be published; served without one",
+                      info.kind, info.group_resource)
+        return _crd_schema_of(info, None)
+
+
+def _crd_schema_of(info: ResourceInfo, stored: Any) -> dict[str, Any]:
+    schema = dict(stored or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
     props = dict(schema.get("properties") or {})
     props["metadata"] = {"allOf": [{"$ref": f"#/components/schemas/{OBJECT_META}"}],
                          "description": "Standard object metadata."}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -9,6 +10,8 @@ from typing import Any
 import orjson
 
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
+
+log = logging.getLogger(__name__)
 
 Row = list[Any]
 
@@ -370,6 +373,11 @@ def table_cells(info: ResourceInfo, obj: dict[str, Any], now: datetime) -> Row:
     return cells
 
 
+def _unrenderable(info: ResourceInfo, obj: dict[str, Any]) -> Row:
+    width = max(len(table_columns(info)), 1)
+    return [obj["metadata"].get("name", ""), *(["<invalid>"] * (width - 1))]
+
+
 def partial_metadata(obj: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
             "metadata": obj["metadata"]}
@@ -385,7 +393,13 @@ def to_table(
     now = datetime.now(UTC)
     rows = []
     for obj in objs:
-        row: dict[str, Any] = {"cells": table_cells(info, obj, now)}
+        try:
+            cells = table_cells(info, obj, now)
+        except Exception:  # one malformed object must not fail everybody's `kubectl get`
+            log.exception("table: %s %s/%s cannot be rendered", info.kind,
+                          obj["metadata"].get("namespace") or "", obj["metadata"].get("name"))
+            cells = _unrenderable(info, obj)
+        row: dict[str, Any] = {"cells": cells}
         if include_object == "Object":
             row["object"] = obj
         elif include_object != "None":

@@ -425,6 +425,12 @@ class Mirror:
             self.invalid[f"pod/{key}"] = str(error)
             self.state.remove_pod(key)
             return
+        except (AttributeError, TypeError, ValueError, KeyError) as error:
+            # A shape validation refuses, stored before it (or by an older server).
+            log.warning("pod %s cannot be scheduled: malformed (%r)", key, error)
+            self.invalid[f"pod/{key}"] = f"malformed pod: {error}"
+            self.state.remove_pod(key)
+            return
         self.invalid.pop(f"pod/{key}", None)
         if key in self.evicting and pod.status is PodStatus.RUNNING:
             pod.status = PodStatus.RELEASING

@@ -268,19 +268,39 @@ def cpu_memory_requests(pod: Obj) -> tuple[int, int]:
     """Millicores and bytes: the sum over containers, or the largest init container."""
     spec = pod.get("spec") or {}
 
-    def requests(container: Obj) -> tuple[int, int]:
-        req = (container.get("resources") or {}).get("requests") or {}
-        return _milli_quantity(req.get("cpu", 0)), _int_quantity(req.get("memory", 0))
+    def requests(container: Any, path: str) -> tuple[int, int]:
+        if not isinstance(container, dict):
+            raise TranslateError(f"{path} is not an object")
+        resources = container.get("resources") or {}
+        req = resources.get("requests") if isinstance(resources, dict) else None
+        if not isinstance(req or {}, dict):
+            raise TranslateError(f"{path}.resources.requests is not a map of quantities")
+        req = req or {}
+        return (_pod_quantity(req.get("cpu", 0), f"{path}.resources.requests.cpu", True),
+                _pod_quantity(req.get("memory", 0), f"{path}.resources.requests.memory", False))
 
     cpu = memory = 0
-    for container in spec.get("containers") or []:
-        c, m = requests(container)
-        cpu += c
-        memory += m
-    for container in spec.get("initContainers") or []:
-        c, m = requests(container)
-        cpu, memory = max(cpu, c), max(memory, m)
+    for field_name in ("containers", "initContainers"):
+        containers = spec.get(field_name) or []
+        if not isinstance(containers, list):
+            raise TranslateError(f"spec.{field_name} is not a list of containers")
+        for i, container in enumerate(containers):
+            c, m = requests(container, f"spec.{field_name}[{i}]")
+            if field_name == "containers":
+                cpu += c
+                memory += m
+            else:
+                cpu, memory = max(cpu, c), max(memory, m)
     return cpu, memory
+
+
+def _pod_quantity(value: Any, path: str, milli: bool) -> int:
+    """A pod's request; an invalid, infinite or out-of-range one makes the pod unusable
+    (it is reported, not scheduled) instead of breaking the cycle's arithmetic."""
+    try:
+        return to_milli(value) if milli else to_int(value)
+    except (QuantityError, ValueError, TypeError):
+        raise TranslateError(f"{path}: {value!r} is not a valid quantity") from None
 
 
 def bound_gpus(pod: Obj) -> tuple[tuple[int, ...], int]:

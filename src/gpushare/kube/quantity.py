@@ -30,8 +30,22 @@ class QuantityError(ValueError):
     """A quantity string that is not a Kubernetes quantity."""
 
 
+# Kubernetes holds a quantity in an int64 (of milli-units at most): larger is out of range.
+_MAX = Decimal(2**63 - 1)
+
+
 def parse_quantity(value: str | int | float) -> Decimal:
-    """``"500m"`` → 0.5, ``"1Gi"`` → 1073741824, ``2`` → 2."""
+    """``"500m"`` → 0.5, ``"1Gi"`` → 1073741824, ``2`` → 2; QuantityError for what is not
+    a quantity, not finite (``"1e400"`` as a float) or out of int64 range."""
+    number = _parse(value)
+    if not number.is_finite() or abs(number) > _MAX:
+        raise QuantityError(f"{value!r} is out of range")
+    return number
+
+
+def _parse(value: str | int | float) -> Decimal:
+    if isinstance(value, bool):
+        raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int | float):
         return Decimal(str(value))
     text = str(value).strip()

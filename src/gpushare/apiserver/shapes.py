@@ -1,0 +1,384 @@
+"""Shape checks of what readers depend on, before an object is stored. Pure functions
+returning field causes: metadata lists (finalizers, ownerReferences), pod spec and status
+shapes, resource quantities, RBAC subjects and rules, structural CRD schemas."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from gpushare.apiserver.errors import Cause
+
+_QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_QUANTITY = re.compile(r"^([+-]?(\d+\.?\d*|\.\d+))(([eE][+-]?\d+)|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G"
+                       r"|T|P|E)?$")
+_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+           "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3,
+           "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+# Kubernetes keeps quantities in an int64 of milli-units at most: larger values are refused.
+MAX_QUANTITY = Decimal(2**63 - 1) / 1000
+_POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+def quantity_value(value: Any) -> Decimal | None:
+    """The value of a Kubernetes quantity ("100m", "2Gi", "1e3", 4), or None if invalid,
+    not finite or out of range."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        number = Decimal(value)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        number = Decimal(str(value))
+    elif isinstance(value, str):
+        match = _QUANTITY.match(value.strip())
+        if not match:
+            return None
+        try:
+            number = Decimal(match.group(1))
+            suffix = match.group(3) or ""
+            if suffix[:1] in ("e", "E"):
+                exponent = int(suffix[1:])
+                if abs(exponent) > 30:
+                    return None
+                number = number.scaleb(exponent)
+            elif suffix:
+                number = number * Decimal(_SUFFIX[suffix])
+        except (InvalidOperation, ValueError):
+            return None
+    else:
+        return None
+    if not number.is_finite() or abs(number) > MAX_QUANTITY:
+        return None
+    return number
+
+
+def _strings(value: Any, path: str, causes: list[Cause]) -> None:
+    if value is None:
+        return
+    if not isinstance(value, list):
+        causes.append(Cause(path, "must be a list of strings", "FieldValueTypeInvalid"))
+        return
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            causes.append(Cause(f"{path}[{i}]", "must be a string", "FieldValueTypeInvalid"))
+
+
+def _string_map(value: Any, path: str, causes: list[Cause]) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        causes.append(Cause(path, "must be a map of strings", "FieldValueTypeInvalid"))
+        return
+    for k, v in value.items():
+        if not isinstance(v, str):
+            causes.append(Cause(f"{path}.{k}", "must be a string", "FieldValueTypeInvalid"))
+
+
+def _objects(value: Any, path: str, causes: list[Cause]) -> list[tuple[str, dict[str, Any]]]:
+    """The (path, item) pairs of a list that must hold objects; causes for the others."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        causes.append(Cause(path, "must be a list of objects", "FieldValueTypeInvalid"))
+        return []
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, dict):
+            out.append((f"{path}[{i}]", item))
+        else:
+            causes.append(Cause(f"{path}[{i}]", "must be an object", "FieldValueTypeInvalid"))
+    return out
+
+
+# -- metadata ----------------------------------------------------------------------------------
+
+def metadata_causes(meta: dict[str, Any]) -> list[Cause]:
+    causes: list[Cause] = []
+    finalizers = meta.get("finalizers")
+    _strings(finalizers, "metadata.finalizers", causes)
+    if isinstance(finalizers, list):
+        for i, f in enumerate(finalizers):
+            if isinstance(f, str) and (len(f) > 316 or not _QUALIFIED.match(f)):
+                causes.append(Cause(f"metadata.finalizers[{i}]",
+                                    f'Invalid value: "{f}": a finalizer must be a qualified '
+                                    "name (an optional DNS subdomain prefix and '/', then a "
+                                    "name)"))
+    controllers = 0
+    for path, ref in _objects(meta.get("ownerReferences"), "metadata.ownerReferences", causes):
+        for key in ("apiVersion", "kind", "name", "uid"):
+            if not isinstance(ref.get(key), str) or not ref[key]:
+                causes.append(Cause(f"{path}.{key}", "Required value: must be a non-empty "
+                                                     "string", "FieldValueRequired"))
+        for key in ("controller", "blockOwnerDeletion"):
+            if ref.get(key) is not None and not isinstance(ref[key], bool):
+                causes.append(Cause(f"{path}.{key}", "must be a boolean",
+                                    "FieldValueTypeInvalid"))
+        controllers += ref.get("controller") is True
+    if controllers > 1:
+        causes.append(Cause("metadata.ownerReferences", "Invalid value: only one reference can "
+                                                        "have Controller set to true"))
+    for key in ("namespace", "generateName"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            causes.append(Cause(f"metadata.{key}", "must be a string", "FieldValueTypeInvalid"))
+    return causes
+
+
+# -- pods --------------------------------------------------------------------------------------
+
+def _resources(value: Any, path: str, causes: list[Cause]) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        causes.append(Cause(path, "must be an object", "FieldValueTypeInvalid"))
+        return
+    for key in ("requests", "limits"):
+        entries = value.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, dict):
+            causes.append(Cause(f"{path}.{key}", "must be a map of quantities",
+                                "FieldValueTypeInvalid"))
+            continue
+        for name, q in entries.items():
+            number = quantity_value(q)
+            if number is None:
+                causes.append(Cause(f"{path}.{key}.{name}",
+                                    f'Invalid value: "{q}": quantities must match the regular '
+                                    "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' "
+                                    "and be finite and at most 2^63/1000"))
+            elif number < 0:
+                causes.append(Cause(f"{path}.{key}.{name}", f'Invalid value: "{q}": must be '
+                                                             "greater than or equal to 0"))
+
+
+def container_causes(c: dict[str, Any], path: str) -> list[Cause]:
+    causes: list[Cause] = []
+    _strings(c.get("command"), f"{path}.command", causes)
+    _strings(c.get("args"), f"{path}.args", causes)
+    for epath, env in _objects(c.get("env"), f"{path}.env", causes):
+        if not isinstance(env.get("name"), str) or not env["name"]:
+            causes.append(Cause(f"{epath}.name", "Required value", "FieldValueRequired"))
+        if env.get("value") is not None and not isinstance(env["value"], str):
+            causes.append(Cause(f"{epath}.value", "must be a string", "FieldValueTypeInvalid"))
+    _objects(c.get("envFrom"), f"{path}.envFrom", causes)
+    _objects(c.get("volumeMounts"), f"{path}.volumeMounts", causes)
+    for ppath, port in _objects(c.get("ports"), f"{path}.ports", causes):
+        value = port.get("containerPort")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+            causes.append(Cause(f"{ppath}.containerPort", f"Invalid value: {value!r}: must be "
+                                                          "between 1 and 65535, inclusive"))
+    _resources(c.get("resources"), f"{path}.resources", causes)
+    for key in ("workingDir", "image", "imagePullPolicy"):
+        if c.get(key) is not None and not isinstance(c[key], str):
+            causes.append(Cause(f"{path}.{key}", "must be a string", "FieldValueTypeInvalid"))
+    return causes
+
+
+def pod_spec_causes(spec: dict[str, Any], path: str) -> list[Cause]:
+    """Shapes of a pod spec beyond what `validation.validate_pod_spec` checks (which covers
+    the names and images of `containers`)."""
+    causes: list[Cause] = []
+    for key in ("containers", "initContainers", "ephemeralContainers"):
+        for cpath, c in _objects(spec.get(key), f"{path}.{key}", causes):
+            causes += container_causes(c, cpath)
+    for ipath, c in _objects(spec.get("initContainers"), f"{path}.initContainers", []):
+        if not isinstance(c.get("name"), str) or not c["name"]:
+            causes.append(Cause(f"{ipath}.name", "Required value", "FieldValueRequired"))
+        if not c.get("image"):
+            causes.append(Cause(f"{ipath}.image", "Required value", "FieldValueRequired"))
+    _objects(spec.get("volumes"), f"{path}.volumes", causes)
+    _objects(spec.get("tolerations"), f"{path}.tolerations", causes)
+    _objects(spec.get("imagePullSecrets"), f"{path}.imagePullSecrets", causes)
+    _string_map(spec.get("nodeSelector"), f"{path}.nodeSelector", causes)
+    for key in ("nodeName", "schedulerName", "serviceAccountName", "priorityClassName",
+                "hostname"):
+        if spec.get(key) is not None and not isinstance(spec[key], str):
+            causes.append(Cause(f"{path}.{key}", "must be a string", "FieldValueTypeInvalid"))
+    for key in ("affinity", "securityContext", "overhead"):
+        if spec.get(key) is not None and not isinstance(spec[key], dict):
+            causes.append(Cause(f"{path}.{key}", "must be an object", "FieldValueTypeInvalid"))
+    priority = spec.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        causes.append(Cause(f"{path}.priority", "must be an integer", "FieldValueTypeInvalid"))
+    return causes
+
+
+def pod_status_causes(status: Any) -> list[Cause]:
+    if status is None:
+        return []
+    if not isinstance(status, dict):
+        return [Cause("status", "must be an object", "FieldValueTypeInvalid")]
+    causes: list[Cause] = []
+    phase = status.get("phase")
+    if phase is not None and phase not in _POD_PHASES:
+        causes.append(Cause("status.phase", f'Unsupported value: "{phase}": supported values: '
+                                            + ", ".join(f'"{p}"' for p in _POD_PHASES),
+                            "FieldValueNotSupported"))
+    for cpath, cond in _objects(status.get("conditions"), "status.conditions", causes):
+        for key in ("type", "status"):
+            if not isinstance(cond.get(key), str):
+                causes.append(Cause(f"{cpath}.{key}", "Required value: must be a string",
+                                    "FieldValueRequired"))
+    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
+        for spath, cs in _objects(status.get(key), f"status.{key}", causes):
+            if cs.get("state") is not None and not isinstance(cs["state"], dict):
+                causes.append(Cause(f"{spath}.state", "must be an object",
+                                    "FieldValueTypeInvalid"))
+            count = cs.get("restartCount")
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+                causes.append(Cause(f"{spath}.restartCount", "must be an integer",
+                                    "FieldValueTypeInvalid"))
+    for key in ("podIP", "hostIP", "reason", "message", "startTime", "qosClass"):
+        if status.get(key) is not None and not isinstance(status[key], str):
+            causes.append(Cause(f"status.{key}", "must be a string", "FieldValueTypeInvalid"))
+    _objects(status.get("podIPs"), "status.podIPs", causes)
+    return causes
+
+
+# -- RBAC --------------------------------------------------------------------------------------
+
+def rbac_causes(gr: str, obj: dict[str, Any]) -> list[Cause]:
+    causes: list[Cause] = []
+    if gr.endswith("bindings"):
+        for path, s in _objects(obj.get("subjects"), "subjects", causes):
+            kind = s.get("kind")
+            if kind not in ("User", "Group", "ServiceAccount"):
+                causes.append(Cause(f"{path}.kind", f'Unsupported value: "{kind}": supported '
+                                                    'values: "ServiceAccount", "User", "Group"',
+                                    "FieldValueNotSupported"))
+            if not isinstance(s.get("name"), str) or not s["name"]:
+                causes.append(Cause(f"{path}.name", "Required value", "FieldValueRequired"))
+            if s.get("namespace") is not None and not isinstance(s["namespace"], str):
+                causes.append(Cause(f"{path}.namespace", "must be a string",
+                                    "FieldValueTypeInvalid"))
+        ref = obj.get("roleRef")
+        if isinstance(ref, dict) and not isinstance(ref.get("name", ""), str):
+            causes.append(Cause("roleRef.name", "must be a string", "FieldValueTypeInvalid"))
+    else:
+        for path, rule in _objects(obj.get("rules"), "rules", causes):
+            for key in ("verbs", "apiGroups", "resources", "resourceNames", "nonResourceURLs"):
+                _strings(rule.get(key), f"{path}.{key}", causes)
+    return causes
+
+
+# -- CRD schemas -------------------------------------------------------------------------------
+
+_TYPES = ("object", "array", "string", "integer", "number", "boolean")
+_FORBIDDEN = ("$ref", "additionalItems", "patternProperties", "dependencies", "definitions",
+              "id", "$schema")
+
+
+def structural_causes(schema: Any, path: str, root: bool = True) -> list[Cause]:
+    """Where an openAPIV3Schema breaks Kubernetes' structural-schema rules: every node has
+    a type (unless int-or-string or preserving unknown fields), properties/items are
+    schemas, no `$ref` and other forbidden keywords, the root is an object."""
+    if schema is None:
+        return []
+    if not isinstance(schema, dict):
+        return [Cause(path, "must be an object (a schema)", "FieldValueTypeInvalid")]
+    causes: list[Cause] = []
+    for key in _FORBIDDEN:
+        if key in schema:
+            causes.append(Cause(f"{path}.{key}", f"Forbidden: {key} is not supported",
+                                "FieldValueForbidden"))
+    typ = schema.get("type")
+    # Kubernetes wants a type even beside oneOf/anyOf; this server evaluates those
+    # branches itself, so a node typed only through them is accepted.
+    loose = schema.get("x-kubernetes-int-or-string") is True or schema.get(
+        "x-kubernetes-preserve-unknown-fields") is True or any(
+        isinstance(schema.get(k), list) for k in ("oneOf", "anyOf", "allOf"))
+    if typ is None:
+        if not loose:
+            causes.append(Cause(f"{path}.type", "Required value: must not be empty for "
+                                                "specified object fields", "FieldValueRequired"))
+    elif typ not in _TYPES:
+        causes.append(Cause(f"{path}.type", f'Unsupported value: "{typ}": supported values: '
+                                            + ", ".join(f'"{t}"' for t in _TYPES),
+                            "FieldValueNotSupported"))
+    if root and typ not in (None, "object"):
+        causes.append(Cause(f"{path}.type", 'Invalid value: must be "object" at the root'))
+    props = schema.get("properties")
+    if props is not None:
+        if not isinstance(props, dict):
+            causes.append(Cause(f"{path}.properties", "must be a map of schemas",
+                                "FieldValueTypeInvalid"))
+        else:
+            for key, sub in props.items():
+                causes += structural_causes(sub, f"{path}.properties[{key}]", False)
+    items = schema.get("items")
+    if items is not None:
+        if not isinstance(items, dict):
+            causes.append(Cause(f"{path}.items", "must be a schema (an object); lists of "
+                                                 "schemas are not supported",
+                                "FieldValueTypeInvalid"))
+        else:
+            causes += structural_causes(items, f"{path}.items", False)
+    elif typ == "array":
+        causes.append(Cause(f"{path}.items", "Required value: must be specified",
+                            "FieldValueRequired"))
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        if props:
+            causes.append(Cause(f"{path}.additionalProperties", "Forbidden: additionalProperties "
+                                                                "and properties are mutually "
+                                                                "exclusive",
+                                "FieldValueForbidden"))
+        causes += structural_causes(extra, f"{path}.additionalProperties", False)
+    elif extra is not None and not isinstance(extra, bool):
+        causes.append(Cause(f"{path}.additionalProperties", "must be a schema or a boolean",
+                            "FieldValueTypeInvalid"))
+    required = schema.get("required")
+    if required is not None:
+        _strings(required, f"{path}.required", causes)
+    enum = schema.get("enum")
+    if enum is not None and not isinstance(enum, list):
+        causes.append(Cause(f"{path}.enum", "must be a list", "FieldValueTypeInvalid"))
+    for key in ("allOf", "anyOf", "oneOf"):
+        branches = schema.get(key)
+        if branches is None:
+            continue
+        if not isinstance(branches, list):
+            causes.append(Cause(f"{path}.{key}", "must be a list of schemas",
+                                "FieldValueTypeInvalid"))
+            continue
+        for i, sub in enumerate(branches):
+            if not isinstance(sub, dict):
+                causes.append(Cause(f"{path}.{key}[{i}]", "must be a schema",
+                                    "FieldValueTypeInvalid"))
+    if schema.get("not") is not None and not isinstance(schema["not"], dict):
+        causes.append(Cause(f"{path}.not", "must be a schema", "FieldValueTypeInvalid"))
+    return causes
+
+
+def crd_causes(crd: dict[str, Any]) -> list[Cause]:
+    spec = crd.get("spec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("versions"), list):
+        return []
+    causes: list[Cause] = []
+    names = spec.get("names")
+    if not isinstance(names, dict):
+        causes.append(Cause("spec.names", "must be an object", "FieldValueTypeInvalid"))
+    for i, v in enumerate(spec["versions"]):
+        if not isinstance(v, dict):
+            continue
+        wrapper = v.get("schema")
+        if wrapper is None:
+            continue
+        if not isinstance(wrapper, dict):
+            causes.append(Cause(f"spec.versions[{i}].schema", "must be an object",
+                                "FieldValueTypeInvalid"))
+            continue
+        causes += structural_causes(wrapper.get("openAPIV3Schema"),
+                                    f"spec.versions[{i}].schema.openAPIV3Schema")
+        columns = v.get("additionalPrinterColumns")
+        for path, col in _objects(columns, f"spec.versions[{i}].additionalPrinterColumns",
+                                  causes):
+            for key in ("name", "type", "jsonPath"):
+                if not isinstance(col.get(key), str) or not col[key]:
+                    causes.append(Cause(f"{path}.{key}", "Required value",
+                                        "FieldValueRequired"))
+    return causes
