@@ -347,7 +347,7 @@ class TenantSyncer:
         tm = _meta(t)
         ns, name = str(tm.get("namespace")), str(tm.get("name"))
         self._sync_references(t)
-        queue, pg_name = self._ensure_podgroup(t)
+        queue, pg_name, pg_body = self._plan_podgroup(t)
         body = translate.host_pod(self.name, t, queue, pg_name)
         try:
             created = self.host.create(PODS.collection(self.host_ns), body)
@@ -359,6 +359,9 @@ class TenantSyncer:
             metrics.SYNC_ACTIONS.labels(self.name, "pod", "create").inc()
             with self._pending.lock:
                 self._pending.created[hname] = created
+        # The PodGroup after the pod: the scheduler takes them in either order, and the
+        # pod is on the host one round trip sooner.
+        self._ensure_podgroup(pg_body)
         if _annotations(created).get(names.TENANT_UID_ANNOTATION) != tm.get("uid"):
             self.queue.add_after(f"p:{ns}/{name}", 0.5)  # an old host pod still going away
             return
@@ -485,9 +488,9 @@ class TenantSyncer:
             return None
         return found
 
-    def _ensure_podgroup(self, t: Obj) -> tuple[str, str]:
-        """The host PodGroup of the pod's workload (made or brought up to date): the
-        tenant's explicit PodGroup, else its owner chain's. Returns (queue, name)."""
+    def _plan_podgroup(self, t: Obj) -> tuple[str, str, Obj]:
+        """The host PodGroup of the pod's workload: the tenant's explicit PodGroup, else
+        its owner chain's. Returns (queue, name, body)."""
         policy = self.policy
         tm = _meta(t)
         ns = str(tm.get("namespace"))
@@ -514,6 +517,10 @@ class TenantSyncer:
                             priority, plan.preemptibility, plan.top_owner_kind)
         want = translate.host_podgroup(self.name, plan, queue, tenant_pg)
         want["spec"]["priorityClassName"] = priority
+        return queue, want["metadata"]["name"], want
+
+    def _ensure_podgroup(self, want: Obj) -> None:
+        """Make the host PodGroup ``want``, or bring it up to date."""
         pg_name = want["metadata"]["name"]
         current = self.h.podgroups.get(f"{self.host_ns}/{pg_name}")
         if current is None:
@@ -526,7 +533,6 @@ class TenantSyncer:
                 current = self.host.get(PODGROUPS.item(pg_name, self.host_ns))
         if current is not None and translate.podgroup_differs(current, want):
             self.host.merge_patch(PODGROUPS.item(pg_name, self.host_ns), {"spec": want["spec"]})
-        return queue, pg_name
 
     # -- events -------------------------------------------------------------------------------
 
