@@ -72,6 +72,19 @@ def controllers(
     metrics_port: Annotated[
         int | None, typer.Option(help="also serve them on this port's /metrics")
     ] = None,
+    leader_elect: Annotated[bool, typer.Option(
+        "--leader-elect", help="run only while holding a coordination.k8s.io Lease, so that"
+        " several replicas can run with one active")] = False,
+    leader_elect_resource_name: Annotated[str, typer.Option(
+        help="the Lease's name")] = "gpushare-controllers",
+    leader_elect_resource_namespace: Annotated[str, typer.Option(
+        help="the Lease's namespace")] = "kube-system",
+    leader_elect_lease_duration: Annotated[float, typer.Option(
+        help="seconds a silent holder keeps the Lease")] = 15.0,
+    leader_elect_renew_deadline: Annotated[float, typer.Option(
+        help="seconds the holder may fail to renew before it stops")] = 10.0,
+    leader_elect_retry_period: Annotated[float, typer.Option(
+        help="seconds between attempts to acquire or renew")] = 2.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run all controllers in one process (pod-grouper, workloads, scheduler, queue status)."""
@@ -90,6 +103,21 @@ def controllers(
             raise typer.Exit(2) from None
     stop = _stop_on_signals()
     enabled = tuple(only) if only else DEFAULT
+    elector = None
+    if leader_elect:
+        from gpushare.kube.client import KubeClient
+        from gpushare.kube.leader import LeaderElectionConfig, LeaderElector
+
+        elector = LeaderElector(KubeClient.from_kubeconfig(path, pool_size=2), LeaderElectionConfig(
+            name=leader_elect_resource_name, namespace=leader_elect_resource_namespace,
+            lease_duration=leader_elect_lease_duration,
+            renew_deadline=leader_elect_renew_deadline,
+            retry_period=leader_elect_retry_period,
+        ))
+        log.info("leader election: %s waiting for %s/%s", elector.identity,
+                 leader_elect_resource_namespace, leader_elect_resource_name)
+        if not elector.acquire(stop):
+            return
     try:
         running = start_controllers(
             path, enabled=enabled,
@@ -101,9 +129,20 @@ def controllers(
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
     log.info("controllers running: %s", ", ".join(running.controllers))
+    if elector is not None:
+        def on_lost() -> None:
+            # Another replica may be working already: stop acting at once (no bind after
+            # this), as client-go's users exit.
+            typer.echo("error: lost the leader Lease; exiting", err=True)
+            os._exit(1)
+
+        threading.Thread(target=elector.keep, args=(stop, on_lost), name="leader-elect",
+                         daemon=True).start()
     stop.wait()
     log.info("stopping controllers")
     running.stop()
+    if elector is not None:
+        elector.release()
 
 
 node_app = typer.Typer(help="Nodes without an agent (declared GPUs).", no_args_is_help=True)
