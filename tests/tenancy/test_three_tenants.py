@@ -46,3 +46,24 @@ def test_three_tenants_share_the_gpu_each_seeing_only_its_own_pod(platform):
 
 def _running(pod):
     return pod if pod["status"].get("phase") == "Running" else None
+
+
+def test_tenant_list_and_bad_input(platform):
+    import json
+
+    done = platform.gpushare("tenant", "list", "--json", "--data-dir", str(platform.data))
+    rows = {r["name"]: r for r in json.loads(done.stdout)}
+    assert set(TEAMS) <= set(rows)
+    assert rows["vision"]["queues"] == ["vision"] and rows["vision"]["phase"] == "Ready"
+    assert rows["vision"]["endpoint"] == "/clusters/vision"
+    table = platform.gpushare("tenant", "list", "--data-dir", str(platform.data)).stdout
+    assert table.splitlines()[0].split()[:3] == ["NAME", "QUEUES", "PHASE"]
+    bad = platform.gpushare("tenant", "create", "Bad_Name", "--queue", "nlp", "--data-dir",
+                            str(platform.data), check=False)
+    assert bad.returncode != 0 and "metadata.name" in bad.stderr
+    bad = platform.gpushare("tenant", "create", "ok-name", "--queue", "nlp", "--max-pods",
+                            "-3", "--data-dir", str(platform.data), check=False)
+    assert bad.returncode != 0 and "spec.maxPods" in bad.stderr
+    assert platform.host.run("get", "virtualcluster", "ok-name", check=False).returncode != 0
+    assert platform.gpushare("tenant", "delete", "nope", "--data-dir", str(platform.data),
+                             check=False).returncode != 0
