@@ -76,7 +76,7 @@ def test_a_push_shows_on_metrics_and_bad_ones_name_the_field(server):
         r = admin.put("/metrics/components/fake/one?interval=5", content=PROM)
         assert r.status_code == 200 and r.json() == {"samples": 1}
         text = admin.get("/metrics").text
-        assert 'x_total{component="fake",instance="one"} 1.0' in text
+        assert 'x_total{component="fake",instance="one"} 1\n' in text
         r = admin.put("/metrics/components/fake/one?interval=never", content=PROM)
         assert r.status_code == 400 and r.json()["message"].startswith("interval")
         r = admin.put("/metrics/resource/node-a", content=b"{not json")

@@ -39,7 +39,7 @@ from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.selectors import parse_field_selector, parse_label_selector
 from gpushare.apiserver.serviceaccounts import ServiceAccountTokens, TokenSigner, token_review
 from gpushare.apiserver.store import ObjectTooLarge, StoreUnavailable
-from gpushare.apiserver.telemetry import ComponentMetrics, ResourceUsage
+from gpushare.apiserver.telemetry import ComponentMetrics, ResourceUsage, parse_exposition
 from gpushare.apiserver.watch import Watcher, WatchHub, encode_event, stream
 from gpushare.dashboard import dashboard_response
 
@@ -121,7 +121,9 @@ class App:
         # What the controllers and node agents push (their figures, their measurements).
         self.components = ComponentMetrics()
         self.usage = ResourceUsage()
-        self.metrics.registry.register(self.components)
+        # a push never overrides the server's own families
+        self._own_families = frozenset(
+            parse_exposition(self.metrics.render(), {}).keys())
         self._gc_task: asyncio.Task[None] | None = None
         # Extra authorization (tenancy): policy(cluster, user, attrs) -> why it is refused,
         # or None; and where a pod's logs are: target(cluster, ns, name) -> (cluster, ns,
@@ -271,7 +273,8 @@ class App:
             if not self.authorizer.non_resource_allowed(cluster, user, "/metrics", "get"):
                 raise ApiError(403, f'forbidden: User "{user.name}" cannot get path '
                                     '"/metrics"', "Forbidden")
-        return Response(self.metrics.render(), 200,
+        body = self.metrics.render() + self.components.render(self._own_families)
+        return Response(body, 200,
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def _telemetry_push(self, request: Request, cluster: str, user: User,

@@ -14,14 +14,12 @@ component that died does not look alive.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpushare.apiserver.errors import ApiError, bad_request
 
@@ -49,14 +47,85 @@ def _interval(raw: str | None) -> float:
 
 
 @dataclass(slots=True)
+class _Family:
+    header: bytes  # its "# HELP" and "# TYPE" lines
+    kind: str
+    samples: bytes  # its sample lines, labelled with the pusher
+
+
+@dataclass(slots=True)
 class _Push:
-    families: list[Metric]
+    families: dict[str, _Family]
     received: float
     ttl: float
 
 
+_SAMPLE = re.compile(rb"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?[ \t]+(\S+)([ \t]+-?\d+)?$")
+_META = re.compile(rb"^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*)(?: (.*))?$")
+_KINDS = {b"counter", b"gauge", b"histogram", b"summary", b"untyped", b"info", b"stateset",
+          b"gaugehistogram", b"unknown"}
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def parse_exposition(text: bytes, labels: dict[str, str]) -> dict[str, _Family]:
+    """Prometheus text exposition split into families, each sample line given ``labels``.
+
+    A line-level pass (no float parsing, no re-rendering): a push is parsed once, when it
+    arrives, and a scrape only joins bytes. Raises ValueError naming the bad line."""
+    extra = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()).encode()
+    families: dict[str, _Family] = {}
+    current: _Family | None = None
+    current_name = ""
+    lines: list[bytes] = []
+
+    def close() -> None:
+        if current is not None:
+            current.samples += b"".join(lines)
+
+    for number, raw in enumerate(text.split(b"\n"), 1):
+        line = raw.rstrip(b"\r")
+        if not line.strip():
+            continue
+        if line.startswith(b"#"):
+            meta = _META.match(line)
+            if meta is None:
+                continue  # a comment
+            what, name = meta.group(1), meta.group(2).decode()
+            if what == b"TYPE" and (meta.group(3) or b"") not in _KINDS:
+                raise ValueError(f"line {number}: unknown metric type {meta.group(3)!r}")
+            if name != current_name:
+                close()
+                lines = []
+                current_name = name
+                current = families.setdefault(name, _Family(b"", "untyped", b""))
+            assert current is not None
+            if not any(h.startswith(line[:6]) for h in current.header.splitlines()):
+                current.header += line + b"\n"  # one HELP and one TYPE line per family
+            if what == b"TYPE":
+                current.kind = (meta.group(3) or b"untyped").decode()
+            continue
+        sample = _SAMPLE.match(line)
+        if sample is None:
+            raise ValueError(f"line {number}: not a sample: {line[:80]!r}")
+        if current is None or not sample.group(1).decode().startswith(current_name):
+            close()
+            lines = []
+            current_name = sample.group(1).decode()
+            current = families.setdefault(current_name, _Family(b"", "untyped", b""))
+        own = sample.group(2)
+        merged = b"{" + extra + (b"," + own[1:] if own and own != b"{}" else b"}")
+        lines.append(sample.group(1) + merged + b" " + sample.group(3)
+                     + (sample.group(4) or b"") + b"\n")
+    close()
+    return {name: f for name, f in families.items()
+            if not (f.kind == "gauge" and name.endswith("_created"))}
+
+
 class ComponentMetrics:
-    """The latest exposition pushed by each (component, instance), merged on collect."""
+    """The latest exposition pushed by each (component, instance), merged on render."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -71,19 +140,13 @@ class ComponentMetrics:
                            "RequestEntityTooLarge")
         seconds = _interval(interval)
         try:
-            families = [
-                f for f in text_string_to_metric_families(text.decode())
-                if not (f.type == "gauge" and f.name.endswith("_created"))
-            ]
-        except (ValueError, UnicodeDecodeError, IndexError, TypeError) as e:
+            families = parse_exposition(text, {"component": component, "instance": instance})
+        except ValueError as e:
             raise bad_request(f"body: not Prometheus text exposition: {e}") from e
-        extra = {"component": component, "instance": instance}
-        for family in families:
-            family.samples = [s._replace(labels={**s.labels, **extra}) for s in family.samples]
         with self._lock:
             self._pushes[(component, instance)] = _Push(
                 families, self._clock(), max(3 * seconds, MIN_TTL_SECONDS))
-        return sum(len(f.samples) for f in families)
+        return sum(f.samples.count(b"\n") for f in families.values())
 
     def _fresh(self) -> list[tuple[tuple[str, str], _Push]]:
         now = self._clock()
@@ -97,25 +160,31 @@ class ComponentMetrics:
         now = self._clock()
         return [(c, i, now - p.received) for (c, i), p in self._fresh()]
 
-    def collect(self) -> Iterator[Metric]:
-        """The union of every live push: one family per name, samples of all pushers."""
-        merged: dict[str, Metric] = {}
-        age = Metric("gpushare_component_push_age_seconds",
-                     "Seconds since each component's last metrics push", "gauge")
+    def render(self, exclude: frozenset[str] = frozenset()) -> bytes:
+        """The union of every live push, one family per name (the first pusher's header;
+        a pusher that disagrees on a family's type is left out of it); names in
+        ``exclude`` (the server's own) are never taken from a push."""
         now = self._clock()
-        for (component, instance), push in self._fresh():
-            age.add_sample(age.name, {"component": component, "instance": instance},
-                           now - push.received)
-            for family in push.families:
-                have = merged.get(family.name)
+        pushes = self._fresh()
+        out = [b"# HELP gpushare_component_push_age_seconds Seconds since each component's "
+               b"last metrics push\n# TYPE gpushare_component_push_age_seconds gauge\n"]
+        for (component, instance), push in pushes:
+            out.append(f'gpushare_component_push_age_seconds{{component="{_escape(component)}",'
+                       f'instance="{_escape(instance)}"}} {now - push.received:.3f}\n'.encode())
+        merged: dict[str, tuple[_Family, list[bytes]]] = {}
+        for _key, push in pushes:
+            for name, family in push.families.items():
+                if name in exclude:
+                    continue
+                have = merged.get(name)
                 if have is None:
-                    have = Metric(family.name, family.documentation, family.type, family.unit)
-                    merged[family.name] = have
-                elif have.type != family.type:
-                    continue  # two pushers disagree on a family's type: keep the first
-                have.samples.extend(family.samples)
-        yield age
-        yield from merged.values()
+                    merged[name] = (family, [family.samples])
+                elif have[0].kind == family.kind:
+                    have[1].append(family.samples)
+        for family, parts in merged.values():
+            out.append(family.header)
+            out.extend(parts)
+        return b"".join(out)
 
 
 # -- metrics.k8s.io ------------------------------------------------------------------------
