@@ -48,7 +48,7 @@ def test_strategic_merge_uses_the_merge_keys_of_the_type(cluster: Cluster) -> No
     cluster.kubectl("patch", "service", "web", "-p",
                     json.dumps({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}}))
     ports = _get(cluster, "service", "web")["spec"]["ports"]
-    assert [(p["port"], p.get("targetPort")) for p in ports] == [(80, 9090), (443, None)]
+    assert [(p["port"], p.get("targetPort")) for p in ports] == [(80, 9090), (443, 443)]
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "tainted"},
             "spec": {"taints": [{"key": "a", "value": "1", "effect": "NoSchedule"}]}}
     cluster.kubectl("apply", "-f", "-", stdin=json.dumps(node))
@@ -467,3 +467,23 @@ def test_diff_and_server_side_dry_run(cluster: Cluster) -> None:
     done = cluster.kubectl("apply", "-f", "-", stdin=bad_quota, check=False)
     assert done.returncode != 0 and "spec.hard[pods]" in done.stderr
     cluster.kubectl("delete", "configmap", "owned")
+
+
+def test_services_get_cluster_ips_and_node_ports(cluster: Cluster) -> None:
+    assert _get(cluster, "service", "kubernetes")["spec"]["clusterIP"] == "10.96.0.1"
+    cluster.kubectl("create", "service", "nodeport", "np", "--tcp=80:8080")
+    cluster.kubectl("create", "service", "clusterip", "headless", "--clusterip=None")
+    np = _get(cluster, "service", "np")["spec"]
+    assert np["clusterIP"].startswith("10.") and np["clusterIP"] != "10.96.0.1"
+    assert np["clusterIPs"] == [np["clusterIP"]] and np["ipFamilies"] == ["IPv4"]
+    assert 30000 <= np["ports"][0]["nodePort"] <= 32767
+    assert _get(cluster, "service", "headless")["spec"]["clusterIP"] == "None"
+    row = cluster.kubectl("get", "service", "np").stdout.splitlines()[1].split()
+    assert row[2] == np["clusterIP"] and f"80:{np['ports'][0]['nodePort']}/TCP" in row[4]
+    # Updates keep the allocations; the cluster IP cannot change.
+    cluster.kubectl("label", "service", "np", "x=y")
+    assert _get(cluster, "service", "np")["spec"]["clusterIP"] == np["clusterIP"]
+    done = cluster.kubectl("patch", "service", "np", "-p",
+                           '{"spec": {"clusterIP": "10.96.9.9"}}', check=False)
+    assert done.returncode != 0 and "spec.clusterIP" in done.stderr
+    cluster.kubectl("delete", "service", "np", "headless")

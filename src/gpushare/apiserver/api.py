@@ -22,6 +22,7 @@ from gpushare.apiserver import (
     quota,
     schemas,
     serviceaccounts,
+    services,
     shapes,
     validation,
 )
@@ -393,6 +394,9 @@ class Api:
             causes = kind_rules.RULES[gr](obj, old)
         elif gr == quota.QUOTA_GR:
             causes = quota.validate(obj, old)
+        elif gr == "services":
+            # Cluster IPs and node ports are unique across namespaces.
+            causes = services.allocate(obj, old, self.store.list(cluster, "services"))
         named = {c.field for c in causes}
         causes += [c for c in _shape_causes(gr, obj) if c.field not in named]
         if info.crd and info.schema and gr != QUEUE_GR:

@@ -250,6 +250,33 @@ def _job_row(obj: dict[str, Any], now: datetime) -> Row:
             duration, age(obj["metadata"].get("creationTimestamp"), now)]
 
 
+def _service_row(obj: dict[str, Any], now: datetime) -> Row:
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    kind = str(spec.get("type") or "ClusterIP")
+    external = [str(i.get("ip") or i.get("hostname") or "") for i in
+                (status.get("loadBalancer") or {}).get("ingress") or () if isinstance(i, dict)]
+    external += [str(i) for i in spec.get("externalIPs") or ()]
+    if kind == "ExternalName":
+        shown = str(spec.get("externalName") or "<none>")
+    elif external:
+        shown = ",".join(external)
+    else:
+        shown = "<pending>" if kind == "LoadBalancer" else "<none>"
+    ports = []
+    for p in spec.get("ports") or ():
+        if not isinstance(p, dict):
+            continue
+        text = str(p.get("port", ""))
+        if p.get("nodePort"):
+            text += f":{p['nodePort']}"
+        ports.append(f"{text}/{p.get('protocol') or 'TCP'}")
+    selector = spec.get("selector") if isinstance(spec.get("selector"), dict) else {}
+    return [obj["metadata"]["name"], kind, str(spec.get("clusterIP") or "<none>"), shown,
+            ",".join(ports) or "<none>", age(obj["metadata"].get("creationTimestamp"), now),
+            ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>"]
+
+
 def _deploy_row(obj: dict[str, Any], now: datetime) -> Row:
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -296,6 +323,9 @@ BUILTIN_TABLES: dict[str, tuple[list[ColumnDef], Callable[[dict[str, Any], datet
                ("Age", "string", 0), ("Version", "string", 0), ("Internal-IP", "string", 1),
                ("External-IP", "string", 1), ("OS-Image", "string", 1),
                ("Kernel-Version", "string", 1), ("Container-Runtime", "string", 1)], _node_row),
+    "services": ([("Name", "string", 0), ("Type", "string", 0), ("Cluster-IP", "string", 0),
+                  ("External-IP", "string", 0), ("Port(s)", "string", 0), ("Age", "string", 0),
+                  ("Selector", "string", 1)], _service_row),
     "namespaces": ([("Name", "string", 0), ("Status", "string", 0), ("Age", "string", 0)],
                    _name_age(lambda o: [(o.get("status") or {}).get("phase", "")])),
     "events": ([("Last Seen", "string", 0), ("Type", "string", 0), ("Reason", "string", 0),
