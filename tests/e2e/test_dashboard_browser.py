@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from e2e_support import add_node, wait_for
@@ -40,6 +42,7 @@ def _play(server, kubectl, tmp_path):
     kubectl.run("apply", "-f", str(EXAMPLES / "queues.yaml"))
     kubectl.run("apply", "-f", str(EXAMPLES / "nlp-burst.yaml"))
     kubectl.run("apply", "-f", str(EXAMPLES / "vision.yaml"), "-f", str(EXAMPLES / "recsys.yaml"))
+    kubectl.run("apply", "-f", str(EXAMPLES / "virtualclusters.yaml"))
     base = f"https://127.0.0.1:{server.port}"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
@@ -77,6 +80,11 @@ def _play(server, kubectl, tmp_path):
             expect(evict.first).to_contain_text("reclaim")
             expect(evict.first).to_contain_text("from queue nlp")
             expect(page.locator("#live")).to_contain_text("live")
+            # The tenants: one row per VirtualCluster with its queue.
+            for team in TEAMS:
+                row = page.locator(f'#tenants tr[data-tenant="{team}"]')
+                expect(row).to_contain_text(team, timeout=30_000)
+                expect(row).to_contain_text("Ready", timeout=30_000)
             shot = os.environ.get("GPUSHARE_SCREENSHOT")
             page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
             if shot:
@@ -95,6 +103,50 @@ def _play(server, kubectl, tmp_path):
             expect(page.locator("#pending tr[data-pod^='default/nlp-train']")).to_have_count(0)
             assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
             assert len(navigations) == loads
+        finally:
+            browser.close()
+
+
+MONITOR_ROLE = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: queue-watcher}
+rules:
+- apiGroups: [scheduling.run.ai]
+  resources: [queues]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: queue-watcher}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: queue-watcher}
+subjects: [{kind: User, name: carol, apiGroup: rbac.authorization.k8s.io}]
+"""
+
+
+def test_a_user_sees_what_their_rbac_allows(server, kubectl, tmp_path):
+    """Carol may read queues only: the queue tree is drawn, the rest says RBAC refused."""
+    kubectl.run("apply", "-f", str(EXAMPLES / "queues.yaml"))
+    kubectl.run("apply", "-f", "-", stdin=MONITOR_ROLE)
+    carol = tmp_path / "carol.kubeconfig"
+    done = subprocess.run([sys.executable, "-m", "gpushare.cli.main", "kubeconfig",
+                           "--data-dir", str(server.data_dir), "--user", "carol",
+                           "-o", str(carol)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_context(ignore_https_errors=True).new_page()
+            page.goto(f"https://127.0.0.1:{server.port}/dashboard")
+            page.fill("#token", carol.read_text())
+            page.click("#login-form button[type=submit]")
+            expect(page.locator('[data-queue="nlp"] .quota-value')).to_have_text(
+                "330m", timeout=30_000)
+            expect(page.locator("#nodes .body")).to_contain_text("RBAC does not allow",
+                                                                 timeout=30_000)
+            expect(page.locator("#pending .body")).to_contain_text("RBAC does not allow")
+            expect(page.locator("#timeline .body")).to_contain_text("RBAC does not allow")
+            expect(page.locator("[data-node]")).to_have_count(0)
         finally:
             browser.close()
 
