@@ -34,7 +34,14 @@ def _stop_on_signals() -> threading.Event:
 
 
 def _kubeconfig_path(kubeconfig: str | None) -> str:
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    """The kubeconfig to use; ``""`` (the pod's ServiceAccount) when none is given or found
+    inside a pod."""
+    default = Path.home() / ".kube" / "config"
+    if not kubeconfig and not os.environ.get("KUBECONFIG") and not default.is_file() and (
+        os.environ.get("KUBERNETES_SERVICE_HOST")
+    ):
+        return ""
+    path = kubeconfig or os.environ.get("KUBECONFIG") or str(default)
     if not Path(path).is_file():
         raise typer.BadParameter(f"{path}: no such kubeconfig", param_hint="--kubeconfig")
     return path

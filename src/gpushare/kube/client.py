@@ -124,8 +124,12 @@ class KubeClient:
 
     @classmethod
     def from_kubeconfig(cls, path: str, pool_size: int = 64) -> KubeClient:
+        """From a kubeconfig file; ``""`` inside a pod: its ServiceAccount (in-cluster)."""
         configuration = k8s_client.Configuration()
-        k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+        if path:
+            k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+        else:
+            k8s_config.load_incluster_config(client_configuration=configuration)
         # One connection per concurrent request: the binder pool and the informers.
         configuration.connection_pool_maxsize = pool_size
         configuration.refresh_api_key_hook = _throttled(configuration.refresh_api_key_hook)

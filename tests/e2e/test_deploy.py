@@ -1,0 +1,100 @@
+"""deploy/: generated from the code, rendered by ``kubectl kustomize``, applied to the
+embedded server with ``kubectl apply --server-side``, and the three-team pattern run by
+controllers started with the rendered manifests' settings; ``gpushare install`` and
+``uninstall`` round-trip."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from e2e_support import KUBECTL, add_node, wait_for
+from test_seed_pattern import QUEUES, TEAMS, team_pod
+
+from gpushare.cli.install import DEPLOY, render_crds, render_rbac
+from gpushare.controllers.scheduler_config import load_scheduler_config
+
+
+def test_generated_manifests_are_current():
+    assert (DEPLOY / "base" / "crds.yaml").read_text() == render_crds(), (
+        "run `gpushare manifests write`")
+    assert (DEPLOY / "base" / "rbac.yaml").read_text() == render_rbac()
+    names = {d["metadata"]["name"] for d in yaml.safe_load_all(render_crds())}
+    assert {"queues.scheduling.run.ai", "podgroups.scheduling.run.ai"} <= names
+
+
+def _render(overlay: str) -> list[dict]:
+    done = subprocess.run([KUBECTL, "kustomize", str(DEPLOY / "overlays" / overlay)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _settings(objects: list[dict], tmp_path: Path) -> tuple[tuple[str, ...] | None, Path]:
+    """The controllers' --only set and scheduler config file, as the manifests give them."""
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--leader-elect" in args and deployment["spec"]["replicas"] == 2
+    only = tuple(a.split("=", 1)[1] for a in args if a.startswith("--only="))
+    config_map = next(o for o in objects if o["kind"] == "ConfigMap")
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(config_map["data"]["scheduler.yaml"])
+    return only or None, path
+
+
+def test_rendered_deploy_applies_server_side_and_runs_the_three_teams(server, kubectl,
+                                                                      tmp_path):
+    from gpushare.controllers.manager import DEFAULT, start_controllers
+
+    cluster = _settings(_render("cluster"), tmp_path)[0]
+    assert cluster == ("pod-grouper", "scheduler", "queue-status", "node-lifecycle")
+    objects = _render("standalone")
+    rendered = subprocess.run([KUBECTL, "kustomize", str(DEPLOY / "overlays" / "standalone")],
+                              capture_output=True, text=True, check=True).stdout
+    kubectl.run("apply", "--server-side", "-f", "-", stdin=rendered)
+    assert kubectl.json("get", "deployment", "-n", "gpushare",
+                        "gpushare-controllers")["spec"]["replicas"] == 2
+    kubectl.run("get", "crd", "queues.scheduling.run.ai", "podgroups.scheduling.run.ai")
+    kubectl.run("auth", "can-i", "create", "pods/binding",
+                "--as=system:serviceaccount:gpushare:gpushare-controllers")
+
+    only, config_path = _settings(objects, tmp_path)
+    running = start_controllers(str(server.kubeconfig), enabled=only or DEFAULT,
+                                scheduler_config=load_scheduler_config(config_path))
+    try:
+        add_node(server.kubeconfig, "gpu-node-1", "1xL40S")
+        kubectl.run("apply", "-f", "-", stdin=QUEUES)
+        kubectl.run("apply", "-f", "-", stdin="".join(team_pod(t) for t in TEAMS))
+
+        def allocated():
+            queues = {q["metadata"]["name"]: q for q in kubectl.json("get", "queues")["items"]}
+            got = {t: (queues[t].get("status") or {}).get("allocated", {})
+                   .get("nvidia.com/gpu") for t in TEAMS}
+            return got if set(got.values()) == {"330m"} else None
+
+        wait_for(allocated, what="each team allocated 330m")
+    finally:
+        running.stop()
+
+
+def test_install_and_uninstall(server, kubectl):
+    gpushare = [sys.executable, "-m", "gpushare.cli.main"]
+    done = subprocess.run([*gpushare, "install", "--kubeconfig", str(server.kubeconfig),
+                           "--overlay", "cluster"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "deployment/gpushare-controllers serverside-applied" in done.stdout
+    dep = kubectl.json("get", "deployment", "-n", "gpushare", "gpushare-controllers",
+                       "--show-managed-fields")
+    assert any(f["manager"] == "gpushare-install" for f in dep["metadata"]["managedFields"])
+    # Applying again changes nothing and fails nothing.
+    again = subprocess.run([*gpushare, "install", "--kubeconfig", str(server.kubeconfig)],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    done = subprocess.run([*gpushare, "uninstall", "--kubeconfig", str(server.kubeconfig)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert kubectl.run("get", "deployment", "-n", "gpushare", "gpushare-controllers",
+                       check=False).returncode != 0
+    kubectl.run("get", "crd", "queues.scheduling.run.ai")  # kept without --crds
