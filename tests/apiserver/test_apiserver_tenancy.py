@@ -174,7 +174,7 @@ def test_watch_of_one_cluster_sees_only_its_objects(cluster: Cluster) -> None:
 
 
 def test_only_admins_create_logical_clusters(cluster: Cluster) -> None:
-    cluster.server.tokens.add("frank-token", "frank", [])
+    cluster.server.tokens.add("frank-token", "frank", [], ["frank-made"])
     with http_client(cluster.server, token="frank-token", cluster="frank-made") as frank:
         r = frank.get("/api/v1/namespaces")
         assert r.status_code == 404 and "does not exist" in r.json()["message"]

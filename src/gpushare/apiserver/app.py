@@ -33,6 +33,7 @@ from gpushare.apiserver.metrics import Metrics
 from gpushare.apiserver.objects import status_success
 from gpushare.apiserver.openapi import OpenApiCache
 from gpushare.apiserver.patch import json_patch, merge_patch
+from gpushare.apiserver.privilege import REQUEST_USER, PrivilegeAdmission
 from gpushare.apiserver.query import paginate, select
 from gpushare.apiserver.resource_metrics import METRICS_GROUP, resource_metrics_response
 from gpushare.apiserver.resources import ResourceInfo
@@ -111,6 +112,7 @@ class App:
         self.tokens = tokens
         self.sa_tokens = ServiceAccountTokens(api.store, signer or TokenSigner())
         self.authorizer = Authorizer(api.store)
+        api.admission_hooks.append(PrivilegeAdmission(self.authorizer))
         self.openapi = OpenApiCache()
         self.gc = GarbageCollector(api, event_ttl=event_ttl)
         self.server_address = server_address
@@ -205,6 +207,7 @@ class App:
         if path == "/metrics":
             return self._metrics(request, cluster), "get", path
         user = self._authenticate(request, cluster)
+        REQUEST_USER.set(user)  # for admission: who is writing
         if cluster not in self.api.registries and not user.is_admin:
             # Only cluster admins bring a new logical cluster into being (by using it).
             raise ApiError(404, f'logical cluster "{cluster}" does not exist', "NotFound")

@@ -6,7 +6,8 @@
     - token: <secret>
       user: admin
       groups: [system:masters]
-      clusters: [root]        # optional: logical clusters the token is valid in (default: all)
+      clusters: [root]        # logical clusters the token is valid in (default: root only;
+                              # every cluster for a system:masters token)
 
 Members of `system:masters` may do anything; everybody else is authorized by the Roles,
 ClusterRoles and bindings of the logical cluster the request is for.
@@ -28,6 +29,7 @@ from gpushare.apiserver.store import Store
 MASTERS = "system:masters"
 AUTHENTICATED = "system:authenticated"
 ADMIN_USER = "admin"
+ROOT_CLUSTER = "root"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,10 @@ class TokenFile:
             if not isinstance(e, dict) or not e.get("token") or not e.get("user"):
                 continue
             clusters = e.get("clusters")
+            if not clusters and MASTERS not in (e.get("groups") or ()):
+                # Only a cluster admin's token without `clusters:` works everywhere; anyone
+                # else's is for the root cluster.
+                clusters = [ROOT_CLUSTER]
             users[str(e["token"])] = User(
                 str(e["user"]), (*[str(g) for g in e.get("groups") or ()], AUTHENTICATED),
                 tuple(str(c) for c in clusters) if clusters else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import logging
+import os
 import socket
 import threading
 import time
@@ -48,6 +49,23 @@ def kubeconfig(server: str, token: str, user: str = "admin", context: str = "gpu
     }
 
 
+def restrict_data_dir(data_dir: Path) -> None:
+    """The data directory holds the store, tokens and keys: owner only (0700), and the
+    files in it that exist already 0600 (the store is created 0600 and SQLite gives its
+    -wal/-shm files the store's mode)."""
+    data_dir.chmod(0o700)
+    pki = data_dir / "pki"
+    if pki.is_dir():
+        pki.chmod(0o700)
+    for path in [*data_dir.glob(f"{DB_NAME}*"), data_dir / TOKENS_NAME,
+                 data_dir / KUBECONFIG_NAME, *(pki.glob("*.key") if pki.is_dir() else ())]:
+        if path.is_file():
+            path.chmod(0o600)
+    db = data_dir / DB_NAME
+    if not db.exists():
+        os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, ending watch streams first so that shutdown does not wait on them."""
 
@@ -75,6 +93,7 @@ class ApiServer:
                  anonymous_metrics: bool = False) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        restrict_data_dir(self.data_dir)
         # One server per data directory: two would each trust their own copy in memory.
         self._lock = (self.data_dir / LOCK_NAME).open("a")
         try:

@@ -88,7 +88,8 @@ def _still_good(cert_path: Path, ca: x509.Certificate,
 
 def ensure_certificates(pki: Path, hosts: list[str]) -> tuple[Path, Path, Path]:
     """(ca.crt, server.crt, server.key) for serving on `hosts` (and localhost)."""
-    pki.mkdir(parents=True, exist_ok=True)
+    pki.mkdir(parents=True, exist_ok=True, mode=0o700)
+    pki.chmod(0o700)
     cert_path, key_path = pki / SERVER_CERT, pki / SERVER_KEY
     wanted: list[x509.GeneralName] = [x509.DNSName("localhost"),
                                       x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]

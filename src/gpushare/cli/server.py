@@ -95,7 +95,8 @@ def kubeconfig_cmd(
     name = user or "admin"
     if user is not None:
         token = token or secrets.token_urlsafe(32)
-        tokens.add(token, user, list(groups or ()))
+        # The new token is valid in the logical cluster it is issued for, nowhere else.
+        tokens.add(token, user, list(groups or ()), [cluster])
     ca_path = data_dir / "pki" / "ca.crt"
     ca = ca_path.read_bytes() if ca_path.exists() else None
     text = yaml.safe_dump(kubeconfig(server, token or tokens.admin_token, name, ca_pem=ca),
