@@ -55,6 +55,12 @@ def test_up_runs_everything_and_ctrl_c_stops_it_all(tmp_path: Path):
                  what="the Job complete")
         pod = kubectl("get", "pods", "-l", "job-name=hello", "-o", "name").strip()
         assert "hello from a job" in kubectl("logs", pod)
+        # No earlier container: Kubernetes' 400 and message, not a proxy error.
+        previous = subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), "logs", pod,
+                                   "--previous"], capture_output=True, text=True, timeout=60)
+        assert previous.returncode != 0
+        assert "(BadRequest)" in previous.stderr, previous.stderr
+        assert 'previous terminated container "hello"' in previous.stderr, previous.stderr
         children = psutil.Process(proc.pid).children(recursive=True)
         commands = [_cmdline(c) for c in children]
         assert any(" controllers " in c for c in commands), commands

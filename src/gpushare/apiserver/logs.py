@@ -74,8 +74,10 @@ async def open_log_stream(
     if code >= 400:
         body = await _read_all(reader, chunked, headers)
         writer.close()
-        raise ApiError(404 if code == 404 else 502, body.decode(errors="replace").strip() or
-                       f"node agent answered {code}")
+        message = body.decode(errors="replace").strip() or f"node agent answered {code}"
+        if code == 400:  # e.g. `--previous` with no terminated container, as kubelet says
+            raise bad_request(message)
+        raise ApiError(404 if code == 404 else 502, message)
     return _body(reader, writer, chunked)
 
 
