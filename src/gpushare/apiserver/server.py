@@ -18,6 +18,7 @@ import yaml
 from gpushare.apiserver.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.app import App
 from gpushare.apiserver.auth import TokenFile
+from gpushare.apiserver.encryption import Transformer
 from gpushare.apiserver.limits import DEFAULT_MAX_BODY_BYTES
 from gpushare.apiserver.serviceaccounts import SIGNING_KEY as SA_SIGNING_KEY
 from gpushare.apiserver.serviceaccounts import TokenSigner
@@ -119,7 +120,8 @@ class ApiServer:
             self.ca_path, cert, key = ensure_certificates(self.data_dir / "pki", [host])
             ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
         self.store = Store(self.data_dir / DB_NAME, event_log_size=event_log_size, sync=sync,
-                           event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes)
+                           event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes,
+                           transformer=Transformer.for_data_dir(self.data_dir))
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
         root_ca = self.ca_path.read_text() if self.ca_path is not None else ""
         self.api = Api(self.store, root_ca_pem=root_ca)

@@ -113,7 +113,9 @@ class Store:
 
     def __init__(self, path: Path | str | None, event_log_size: int = 50_000, *,
                  sync: str = "full", event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES,
-                 max_object_bytes: int | None = None) -> None:
+                 max_object_bytes: int | None = None, transformer: Any = None) -> None:
+        # Encryption at rest (apiserver/encryption.py): encode/decode/stale on stored rows.
+        self.transformer = transformer
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")
         self.path = str(path) if path is not None else ":memory:"
@@ -164,8 +166,13 @@ class Store:
     def _load(self) -> None:
         row = self.db.execute("SELECT value FROM meta WHERE key='rv'").fetchone()
         self.rv = int(row[0]) if row else 0
+        stale: list[tuple[bytes, str, str, str, str]] = []
         for cluster, gr, ns, name, rv, data in self.db.execute("SELECT * FROM objects"):
             try:
+                if self.transformer is not None:
+                    if self.transformer.stale(gr, data):
+                        stale.append((data, cluster, gr, ns, name))
+                    data = self.transformer.decode(cluster, gr, ns, name, data)
                 obj = orjson.loads(data)
                 m = obj["metadata"]
                 if not isinstance(m.get("name"), str) or not isinstance(
@@ -176,6 +183,16 @@ class Store:
                 continue
             self._index_put(cluster, gr, obj)
             self.rv = max(self.rv, rv)
+        if stale and self.transformer is not None:
+            # Plain rows from before encryption, or rows of an older key: write them anew.
+            self.db.execute("BEGIN")
+            for data, cluster, gr, ns, name in stale:
+                plain = self.transformer.decode(cluster, gr, ns, name, data)
+                self.db.execute("UPDATE objects SET data=? WHERE cluster=? AND gr=? AND ns=? "
+                                "AND name=?", (self.transformer.encode(cluster, gr, ns, name,
+                                                                       plain),
+                                               cluster, gr, ns, name))
+            self.db.execute("COMMIT")
 
     def close(self) -> None:
         self.flush()
@@ -269,7 +286,9 @@ class Store:
         if old is not None:
             self._index_remove(cluster, gr, old)
         self._index_put(cluster, gr, obj)
-        self._pending.append((_PUT, (cluster, gr, ns, name, rv, data)))
+        row = (data if self.transformer is None
+               else self.transformer.encode(cluster, gr, ns, name, data))
+        self._pending.append((_PUT, (cluster, gr, ns, name, rv, row)))
         self._pending_events.append(
             Event(rv, MODIFIED if old is not None else ADDED, cluster, gr, obj, old, data))
         self._schedule_flush()
