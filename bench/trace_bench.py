@@ -66,11 +66,12 @@ def main() -> None:
         print(f"nodes: {len(nodes)} with {sum(n.gpus for n in nodes)} GPUs ({nodes_path})")
         for name in lists:
             pods = read_pods(args.trace_dir / f"openb_pod_list_{name}.csv")
-            for policy in policies:
-                n_seeds = args.seeds
-                if policy == "spread" and args.spread_seeds is not None:
-                    n_seeds = min(n_seeds, args.spread_seeds)
-                for seed in range(42, 42 + n_seeds):
+            # Seed by seed, all policies each time: a run cut short still compares them.
+            for seed in range(42, 42 + args.seeds):
+                for policy in policies:
+                    if (policy == "spread" and args.spread_seeds is not None
+                            and seed >= 42 + args.spread_seeds):
+                        continue
                     r = run_fill(nodes, pods, policy, seed, args.demand)
                     a = r.allocation(1, round(args.demand * 100))
                     run = {"list": name, "policy": policy, "seed": seed, "gpus": r.gpus,
