@@ -13,10 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpushare.agent.inventory import GpuDevice, GpuInventory
+from gpushare.contracts import (
+    GPU_INDICES_ANNOTATION,
+    GPU_MEMORY_MIB_ANNOTATION,
+    GPU_PORTION_ANNOTATION,
+)
 
-ANN_INDICES = "gpushare.io/gpu-indices"
-ANN_PORTION = "gpushare.io/gpu-portion"
-ANN_MEMORY_MIB = "gpushare.io/gpu-memory-mib"
+ANN_INDICES = GPU_INDICES_ANNOTATION
+ANN_PORTION = GPU_PORTION_ANNOTATION
+ANN_MEMORY_MIB = GPU_MEMORY_MIB_ANNOTATION
 
 
 class GpuAssignmentError(ValueError):

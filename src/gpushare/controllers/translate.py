@@ -11,6 +11,16 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
+from gpushare.contracts import (
+    GPU_INDICES_ANNOTATION,
+    GPU_MEMORY_MIB_ANNOTATION,
+    GPU_PORTION_ANNOTATION,
+    BindingError,
+    format_portion_milli,
+    parse_indices,
+    parse_portion_milli,
+)
+from gpushare.contracts import MILLI as MILLI_GPU
 from gpushare.controllers import no_agent
 from gpushare.kube.quantity import QuantityError, to_int, to_milli
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
@@ -26,9 +36,9 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 FRACTION_ANNOTATION = "gpu-fraction"
 MEMORY_ANNOTATION = "gpu-memory"
 DEVICES_ANNOTATION = "gpu-fraction-num-devices"
-INDICES_ANNOTATION = "gpushare.io/gpu-indices"
-PORTION_ANNOTATION = "gpushare.io/gpu-portion"
-MEMORY_MIB_ANNOTATION = "gpushare.io/gpu-memory-mib"
+INDICES_ANNOTATION = GPU_INDICES_ANNOTATION
+PORTION_ANNOTATION = GPU_PORTION_ANNOTATION
+MEMORY_MIB_ANNOTATION = GPU_MEMORY_MIB_ANNOTATION
 PODGROUP_ANNOTATION = "pod-group-name"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 PREEMPTION_DELAY_ANNOTATION = "kai.scheduler/preemption-delay"
@@ -306,15 +316,14 @@ def _pod_quantity(value: Any, path: str, milli: bool) -> int:
 def bound_gpus(pod: Obj) -> tuple[tuple[int, ...], int]:
     """The GPU indices and milli-portion written on a bound pod."""
     annotations = _meta(pod).get("annotations") or {}
-    text = annotations.get(INDICES_ANNOTATION, "")
     try:
-        indices = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
+        indices = parse_indices(str(annotations.get(INDICES_ANNOTATION, "")))
+    except BindingError:
         indices = ()
-    portion_text = annotations.get(PORTION_ANNOTATION, "")
+    portion_text = str(annotations.get(PORTION_ANNOTATION, ""))
     try:
-        portion = round(to_fraction(portion_text) * 1000) if portion_text else 0
-    except ValueError:
+        portion = parse_portion_milli(portion_text) if portion_text else 0
+    except BindingError:
         portion = 0
     return indices, portion
 
@@ -367,5 +376,6 @@ def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float) -> Pod:
 
 
 def format_portion(portion: float) -> str:
-    """0.7 → ``"0.7"``, 0.33 → ``"0.33"``, 1.0 → ``"1"``: how the bind annotation reads."""
-    return f"{portion:.3f}".rstrip("0").rstrip(".") or "0"
+    """0.7 → ``"0.7"``, 0.33 → ``"0.33"``, 1.0 → ``"1"``: how the bind annotation reads
+    (the decision's portion to exact milli-GPUs, then the contract's codec)."""
+    return format_portion_milli(round(portion * MILLI_GPU))
