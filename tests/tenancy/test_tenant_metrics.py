@@ -49,9 +49,11 @@ def test_tenant_pods_gpu_and_sync_latency_reach_metrics(platform):
     samples = wait_for(figures, 60, "the tenant's GPU on /metrics")
     assert _get(samples, "gpushare_tenant_pods", tenant="metered") == 1
     assert _get(samples, "gpushare_tenant_phase", tenant="metered", phase="Ready") == 1
-    # host pod bound -> tenant pod bound (the syncer times that direction)
-    synced = _get(samples, "gpushare_tenant_sync_seconds_count", tenant="metered",
-                  direction="to_tenant")
-    assert synced is not None and synced >= 1
+    # both directions are timed: tenant pod created -> host pod created, and
+    # host pod bound -> tenant pod bound
+    for direction in ("to_host", "to_tenant"):
+        synced = _get(samples, "gpushare_tenant_sync_seconds_count", tenant="metered",
+                      direction=direction)
+        assert synced is not None and synced >= 1, direction
     assert _get(samples, "gpushare_tenant_pods", tenant="metered",
                 component="controllers") == 1

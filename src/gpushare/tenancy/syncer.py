@@ -143,6 +143,7 @@ class TenantSyncer:
         self._view_queued = False
         self._view_lock = threading.Lock()
         self._bind_seen: dict[str, float] = {}  # host pod name -> when its binding was seen
+        self._create_seen: dict[str, float] = {}  # tenant "ns/name" -> when it was first seen
         self._last_sweep = 0.0
         self.ready = threading.Event()
         self.pods.add_handler(self._on_tenant_pod)
@@ -194,7 +195,13 @@ class TenantSyncer:
 
     def _on_tenant_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
         m = _meta(pod)
-        self.queue.add(f"p:{m.get('namespace')}/{m.get('name')}")
+        key = f"{m.get('namespace')}/{m.get('name')}"
+        if kind == "ADDED" and old is None and not _annotations(pod).get(
+                names.HOST_UID_ANNOTATION):
+            self._create_seen[key] = time.monotonic()
+        elif kind == "DELETED":
+            self._create_seen.pop(key, None)
+        self.queue.add(f"p:{key}")
 
     def _on_tenant_ref(self, prefix: str) -> Any:
         def handler(kind: str, obj: Obj, old: Obj | None) -> None:
@@ -357,6 +364,10 @@ class TenantSyncer:
             created = self.host.get(PODS.item(hname, self.host_ns)) or {}
         else:
             metrics.SYNC_ACTIONS.labels(self.name, "pod", "create").inc()
+            seen = self._create_seen.pop(f"{ns}/{name}", None)
+            if seen is not None:
+                metrics.SYNC_SECONDS.labels(self.name, "to_host").observe(
+                    time.monotonic() - seen)
             with self._pending.lock:
                 self._pending.created[hname] = created
         # The PodGroup after the pod: the scheduler takes them in either order, and the
