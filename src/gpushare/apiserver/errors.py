@@ -56,7 +56,9 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
-        if self.details:
+        if self.details or self.reason == "NotFound":
+            # kube-apiserver's 404 for a path it does not serve has empty details; clients
+            # read them (kubectl debug tells "no ephemeralcontainers" from "no such pod").
             body["details"] = self.details
         return body
 
