@@ -33,6 +33,8 @@ def test_demo_three_virtual_clusters_burst_then_reclaim_330m_each(tmp_path):
     try:
         out = done.stdout + done.stderr
         assert done.returncode == 0, out
+        # Declared GPUs: the GPU steps say they are skipped and no pod runs the matmul worker.
+        assert "the GPU steps (a real matmul per team" in out and "skipped" in out
         admin = tmp_path / "admin.kubeconfig"
         for team in TEAMS:
             assert f"KUBECONFIG={tmp_path / 'tenants' / f'{team}.kubeconfig'} kubectl" in out

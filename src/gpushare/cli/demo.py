@@ -7,6 +7,12 @@ a scratch directory; each team works only in its own cluster with its own kubeco
 the scheduler reclaims their guarantee: every team ends holding ``330m``, and each sees
 only its own pods. Each step is driven with the real ``kubectl`` and checked against the
 API; a step that does not happen in time fails the demo (exit 1).
+
+When the agent's Node reports real GPUs and an enforcement (``gpushare.io/enforcement``),
+the teams' pods run a bf16 matmul loop (``three_teams/matmul.py``) instead of sleeping; the
+demo then measures each team's share of the summed rate beside its quota (step 5) and
+shows a pod allocating past its memory share stopped by the enforcement while the others
+keep their rate (step 6). With declared GPUs those steps are skipped.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +31,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from gpushare.cli.demo_gpu import (
+    ENFORCEMENT,
+    gpu_manifest,
+    judge_shares,
+    kept_rate,
+    parse_rates,
+    real_enforcement,
+    shares,
+    stopped_by_enforcement,
+)
 
 TEAMS = ("nlp", "vision", "recsys")
 
@@ -59,7 +77,22 @@ def demo(
         try:
             with _control_plane(root, gpus, keep) as kubeconfig:
                 host = _Kubectl(kubectl, kubeconfig, "platform")
-                tenants = _run_story(host, root, timeout)
+                node = (host.json("get", "nodes").get("items") or [{}])[0]
+                enforcement = real_enforcement(node)
+                manifests = _Manifests(root, enforcement is not None)
+                if enforcement is None:
+                    typer.echo("The node's GPUs are declared (enforcement: "
+                               f"{_annotation(node, ENFORCEMENT)}): the GPU steps (a real "
+                               "matmul per team, measured shares, an over-share pod) are "
+                               "skipped.")
+                else:
+                    typer.secho(f"Real GPU on node {node['metadata']['name']}: enforcement in "
+                                f"force (from the Node's {ENFORCEMENT}): {enforcement}",
+                                bold=True)
+                tenants = _run_story(host, manifests, root, timeout)
+                if enforcement is not None:
+                    rates = _measure_shares(host, tenants, timeout)
+                    _over_share_pod(host, tenants, manifests, node, rates, timeout)
                 if keep:
                     typer.echo("\nExplore each team's own cluster:")
                     for team in TEAMS:
@@ -75,12 +108,12 @@ def demo(
 # -- the story ---------------------------------------------------------------------------
 
 
-def _run_story(host: _Kubectl, root: Path, timeout: float) -> dict[str, _Kubectl]:
-    manifests = resources.files("gpushare.examples") / "three_teams"
+def _run_story(host: _Kubectl, manifests: _Manifests, root: Path,
+               timeout: float) -> dict[str, _Kubectl]:
     host.step("1. The platform engineer creates the queues (ml-org owns the GPU, each team is "
               "guaranteed 0.33) and a virtual cluster per team")
-    host.show("apply", "-f", str(manifests / "queues.yaml"))
-    host.show("apply", "-f", str(manifests / "virtualclusters.yaml"))
+    host.show("apply", "-f", manifests.path("queues.yaml"))
+    host.show("apply", "-f", manifests.path("virtualclusters.yaml"))
     for team in TEAMS:
         host.wait(timeout, f"virtual cluster {team} Ready", lambda t=team: (
             host.json("get", "virtualcluster", t).get("status", {}).get("phase") == "Ready"))
@@ -92,7 +125,7 @@ def _run_story(host: _Kubectl, root: Path, timeout: float) -> dict[str, _Kubectl
     nlp = tenants["nlp"]
     nlp.step("2. nlp, alone, runs its 3-pod training job (0.33 GPU each) in its own cluster: "
              "it bursts to the whole GPU")
-    nlp.show("apply", "-f", str(manifests / "nlp-burst.yaml"))
+    nlp.show("apply", "-f", manifests.path("nlp-burst.yaml", "nlp"))
     nlp.wait(timeout, "3 nlp pods running in nlp's cluster", lambda: nlp.running() == 3)
     host.wait(timeout, "host queue nlp allocated 990m", lambda: host.allocated("nlp") == "990m")
     for team in ("vision", "recsys"):
@@ -101,8 +134,8 @@ def _run_story(host: _Kubectl, root: Path, timeout: float) -> dict[str, _Kubectl
     host.show("get", "queues")
 
     host.step("3. vision and recsys apply their 0.33 pod, each in its own cluster")
-    tenants["vision"].show("apply", "-f", str(manifests / "vision.yaml"))
-    tenants["recsys"].show("apply", "-f", str(manifests / "recsys.yaml"))
+    tenants["vision"].show("apply", "-f", manifests.path("vision.yaml", "vision"))
+    tenants["recsys"].show("apply", "-f", manifests.path("recsys.yaml", "recsys"))
     for team in TEAMS:
         host.wait(timeout, f"{team} holds 330m of the GPU", lambda t=team: (
             host.allocated(t) == "330m" and tenants[t].running() == 1))
@@ -132,6 +165,117 @@ def _run_story(host: _Kubectl, root: Path, timeout: float) -> dict[str, _Kubectl
     tenants["vision"].show("logs", "vision-train")
     host.show("get", "virtualclusters")
     return tenants
+
+
+# -- the GPU steps (a node with a real GPU only) ------------------------------------------
+
+
+class _Manifests:
+    """The example manifests; on a real GPU the teams' pods run the matmul worker."""
+
+    def __init__(self, root: Path, gpu: bool) -> None:
+        self.source = resources.files("gpushare.examples") / "three_teams"
+        self.root = root / "manifests"
+        self.gpu = gpu
+        self.worker = str(self.source / "matmul.py")
+
+    def path(self, name: str, team: str | None = None, extra: tuple[str, ...] = ()) -> str:
+        if not self.gpu or team is None:
+            return str(self.source / name)
+        self.root.mkdir(parents=True, exist_ok=True)
+        target = self.root / name
+        target.write_text(gpu_manifest((self.source / name).read_text(), sys.executable,
+                                       self.worker, team, extra))
+        return str(target)
+
+
+def _annotation(obj: dict[str, Any], key: str) -> str | None:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
+
+
+def _running_pod(tenant: _Kubectl) -> str | None:
+    names = sorted(p["metadata"]["name"] for p in tenant.pods()
+                   if p.get("status", {}).get("phase") == "Running")
+    return names[0] if names else None
+
+
+def _fresh_rates(tenants: dict[str, _Kubectl], pods: dict[str, str], timeout: float,
+                 what: str, count: int = 3) -> dict[str, float]:
+    """The median of ``count`` rate lines each pod prints from now on."""
+    seen = {t: len(parse_rates(tenants[t].output("logs", pods[t]))) for t in pods}
+    rates: dict[str, float] = {}
+
+    def ready() -> bool:
+        for team, pod in pods.items():
+            new = parse_rates(tenants[team].output("logs", pod))[seen[team]:]
+            if len(new) < count:
+                return False
+            rates[team] = statistics.median(new[-count:])
+        return True
+
+    next(iter(tenants.values())).wait(timeout, what, ready)
+    return rates
+
+
+def _measure_shares(host: _Kubectl, tenants: dict[str, _Kubectl],
+                    timeout: float) -> dict[str, tuple[str, float]]:
+    host.step("5. The measured share of the GPU: each team's matmul rate (from its pod's log, "
+              "read through its own cluster) beside its 0.33 quota")
+    pods = {}
+    for team in TEAMS:
+        name = _running_pod(tenants[team])
+        if name is None:
+            raise DemoFailed(f"{team} has no running pod to measure")
+        pods[team] = name
+    rates = _fresh_rates(tenants, pods, timeout, "3 fresh rate lines from each team's pod")
+    quotas = dict.fromkeys(TEAMS, 0.33)
+    measured = shares(rates)
+    for team in TEAMS:
+        typer.echo(f"  {team:<7} {pods[team]:<18} {rates[team]:7.1f} TFLOP/s   share "
+                   f"{measured[team]:.2f}   quota {quotas[team]:.2f}")
+    typer.echo(f"  total   {sum(rates.values()):7.1f} TFLOP/s")
+    problems = judge_shares(rates, quotas)
+    if problems:
+        raise DemoFailed("measured shares off their quotas: " + "; ".join(problems))
+    typer.echo("  ✓ every team's measured share is within 0.10 of its quota's share")
+    return {team: (pods[team], rates[team]) for team in TEAMS}
+
+
+def _over_share_pod(host: _Kubectl, tenants: dict[str, _Kubectl], manifests: _Manifests,
+                    node: dict[str, Any], before: dict[str, tuple[str, float]],
+                    timeout: float) -> None:
+    memory = int((node["metadata"].get("labels") or {}).get("nvidia.com/gpu.memory") or 0)
+    if memory <= 0:
+        raise DemoFailed("the Node has no nvidia.com/gpu.memory label")
+    ask = int(memory * 0.6)
+    vision = tenants["vision"]
+    host.step(f"6. vision replaces its pod by one that, with 0.33 of the GPU (~{memory * 0.33:.0f}"
+              f" MiB), allocates {ask} MiB: the enforcement stops it, the others keep their "
+              "rate")
+    vision.show("apply", "-f", manifests.path("vision-greedy.yaml", "vision",
+                                               ("--alloc-mib", str(ask))))
+    vision.show("delete", "pod", "vision-train", "--wait=false")
+    verdict: dict[str, str] = {}
+
+    def stopped() -> bool:
+        pod = vision.json("get", "pod", "vision-greedy")
+        how = stopped_by_enforcement(pod, vision.output("logs", "vision-greedy"))
+        if how:
+            verdict["how"] = how
+        return how is not None
+
+    vision.wait(timeout * 2, "vision-greedy stopped by the enforcement", stopped)
+    typer.echo(f"  vision-greedy: {verdict['how']}")
+    vision.show("get", "pod", "vision-greedy")
+    vision.show("logs", "vision-greedy")
+    vision.show("get", "events", "--field-selector", "involvedObject.name=vision-greedy")
+    others = {t: before[t][0] for t in ("nlp", "recsys")}
+    after = _fresh_rates(tenants, others, timeout, "3 fresh rate lines from nlp and recsys")
+    for team, pod in others.items():
+        typer.echo(f"  {team:<7} {pod:<18} {before[team][1]:7.1f} -> {after[team]:7.1f} TFLOP/s")
+        if not kept_rate(before[team][1], after[team]):
+            raise DemoFailed(f"{team} lost its rate: {before[team][1]} -> {after[team]} TFLOP/s")
+    typer.echo("  ✓ nlp and recsys kept their rate")
 
 
 def _tenant_kubeconfig(root: Path, team: str, admin: Path) -> Path:
