@@ -98,6 +98,7 @@ def run(args: argparse.Namespace, sync: str) -> tuple[float, float]:
     token = yaml.safe_load((data / "tokens.yaml").read_text())["tokens"][0]["token"]
     ctx = ssl.create_default_context(cafile=str(data / "pki" / "ca.crt"))
 
+    per_client = args.pods // args.clients
     seen_bound: list[float] = []
     done = threading.Event()
 
@@ -121,7 +122,6 @@ def run(args: argparse.Namespace, sync: str) -> tuple[float, float]:
     for w in watchers:
         w.start()
     time.sleep(0.5)
-    per_client = args.pods // args.clients
     created_at: list[float] = []
 
     def client(idx: int) -> None:
@@ -163,7 +163,8 @@ def run(args: argparse.Namespace, sync: str) -> tuple[float, float]:
     print(f"creates: {pods / creates:.0f}/s (all created after {creates:.2f}s)")
     print(f"creates + bindings: {2 * pods / (end - start):.0f} requests/s; "
           f"{pods / (end - start):.0f} pods created and bound/s")
-    writes, commits = stats["apiserver_storage_writes"], stats["apiserver_storage_commits"]
+    writes = stats.get("apiserver_storage_writes", 0.0)
+    commits = stats.get("apiserver_storage_commits", 0.0)
     print(f"store: {writes:.0f} writes in {commits:.0f} commits "
           f"({writes / max(commits, 1):.1f} writes per commit)")
     if seen_bound:
