@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpushare.agent import ledger
 from gpushare.agent import node as nodes
 from gpushare.agent.enforcement import Enforcement
 from gpushare.agent.gpu_share import (
@@ -427,6 +428,11 @@ class Agent:
                 share = share_from_annotations(meta.get("annotations"), self.inventory)
             except GpuAssignmentError as exc:
                 self._fail_unstartable(pod, "UnexpectedAdmissionError", str(exc))
+                return
+            refused = ledger.overcommit(
+                (e.share for e in self._pods.values() if not e.supervisor.finished), share)
+            if refused is not None:
+                self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
                 return
             directory.mkdir(parents=True, exist_ok=True)
             supervisor = PodSupervisor(

@@ -1,0 +1,40 @@
+"""The agent's own ledger of GPU slots: a bound pod that would over-commit a GPU is refused.
+
+Binding is the scheduler's alone (the API refuses anyone else), but the agent does not take
+it on trust: before it starts a pod it adds the pod's portion of each GPU to what its running
+pods already hold and refuses the pod when a GPU would go past one whole GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpushare.agent.gpu_share import GpuShare
+
+EPSILON = 1e-6  # portions are decimal strings like "0.33": allow their float rounding
+OVERCOMMITTED = "GPUOvercommitted"
+
+
+def held(shares: Iterable[GpuShare | None]) -> dict[int, float]:
+    """Portion of each GPU index held by `shares`."""
+    out: dict[int, float] = {}
+    for share in shares:
+        if share is None:
+            continue
+        for device in share.devices:
+            out[device.index] = out.get(device.index, 0.0) + share.portion
+    return out
+
+
+def overcommit(running: Iterable[GpuShare | None], new: GpuShare | None) -> str | None:
+    """Why starting `new` beside `running` would over-commit a GPU, or None if it fits."""
+    if new is None:
+        return None
+    taken = held(running)
+    for device in new.devices:
+        total = taken.get(device.index, 0.0) + new.portion
+        if total > 1.0 + EPSILON:
+            return (f"GPU {device.index} would be over-committed: the pods running on it hold "
+                    f"{taken.get(device.index, 0.0):g} of it and this pod asks for "
+                    f"{new.portion:g} (total {total:g} > 1); the pod is not started")
+    return None
