@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import random
 import statistics
 import sys
 import time
@@ -23,9 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpushare.model import Job
 from gpushare.scheduler import Config, run_cycle
-from scheduler_bench import add_pending, build, settle
+from scheduler_bench import build, next_cycle
 
 DEFAULT_SIZES = ("10:100:10:0", "50:100:25:0", "200:300:100:0.1", "300:300:150:0.05")
 #: ``compat: kai`` searches victims without gpushare's bounds: minutes beyond these sizes.
@@ -50,19 +48,7 @@ def run(nodes: int, queues: int, pending: int, free: float, cycles: int,
     count = 0
     for c in range(cycles):
         if c:
-            settle(state)
-            rnd = random.Random(c)
-            leaves = [q for q in state.queues if q.startswith("team-")]
-            counter = [len(state.jobs)]
-
-            def new_job(queue, priority, min_member, counter=counter, c=c):
-                counter[0] += 1
-                job = Job(f"late-{c}-{counter[0]}", "bench", queue, priority=priority,
-                          preemptible=priority < 100, min_member=min_member)
-                state.upsert_job(job)
-                return job
-
-            add_pending(state, rnd, leaves, pending // 4, new_job)
+            next_cycle(state, c, pending)
         t = time.perf_counter()
         result = run_cycle(state, config, 0.0)
         times.append(time.perf_counter() - t)

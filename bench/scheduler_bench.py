@@ -119,6 +119,24 @@ def settle(state: ClusterState) -> None:
             state.set_pod(pod, PodStatus.PENDING)
 
 
+def next_cycle(state: ClusterState, c: int, pending: int) -> None:
+    """Between cycles: what was decided settles, and new work arrives (a quarter of the
+    first backlog, seeded by the cycle number), as it would in a live cluster."""
+    settle(state)
+    rnd = random.Random(c)
+    leaves = [q for q in state.queues if q.startswith("team-")]
+    counter = [len(state.jobs)]
+
+    def new_job(queue, priority, min_member):
+        counter[0] += 1
+        job = Job(f"late-{c}-{counter[0]}", "bench", queue, priority=priority,
+                  preemptible=priority < 100, min_member=min_member)
+        state.upsert_job(job)
+        return job
+
+    add_pending(state, rnd, leaves, pending // 4, new_job)
+
+
 def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...],
           free: float, budget: int | None = None, placement: str = "binpack") -> None:
     t0 = time.perf_counter()
@@ -132,20 +150,7 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
     searched: list[str] = []
     for c in range(cycles):
         if c:
-            settle(state)
-            rnd = random.Random(c)
-            # New work arrives between cycles, as it would in a live cluster.
-            leaves = [q for q in state.queues if q.startswith("team-")]
-            counter = [len(state.jobs)]
-
-            def new_job(queue, priority, min_member, counter=counter, c=c):
-                counter[0] += 1
-                job = Job(f"late-{c}-{counter[0]}", "bench", queue, priority=priority,
-                          preemptible=priority < 100, min_member=min_member)
-                state.upsert_job(job)
-                return job
-
-            add_pending(state, rnd, leaves, pending // 4, new_job)
+            next_cycle(state, c, pending)
         t = time.perf_counter()
         Session(state, config, 0.0)
         division.append(time.perf_counter() - t)
