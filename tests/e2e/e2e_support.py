@@ -8,10 +8,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from waiting import wait_for  # noqa: F401  (re-exported for the tests)
 
 KUBECTL = "/usr/bin/kubectl"
 SERVE = Path(__file__).with_name("serve.py")
@@ -78,18 +79,6 @@ class Kubectl:
 
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "-o", "json").stdout)
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def add_node(kubeconfig: Path, name: str, gpus: str, *extra: str, tainted: bool = False

@@ -8,11 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from waiting import wait_for
 
 KUBECTL = "/usr/bin/kubectl"
 GPUSHARE = [sys.executable, "-m", "gpushare.cli.main"]
@@ -37,17 +37,6 @@ spec:
     cpu: {{quota: -1, limit: -1, overQuotaWeight: 1}}
     memory: {{quota: -1, limit: -1, overQuotaWeight: 1}}
 """ for team in ("nlp", "vision", "recsys"))
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 @dataclass
