@@ -137,6 +137,7 @@ def test_delete_removes_everything_of_the_tenant_and_nothing_else(big):
     server = admin.json("config", "view", "--minify")["clusters"][0]["cluster"]["server"]
     assert admin.json("--server", f"{server}/clusters/recsys", "get", "pods", "-A")["items"] == []
     assert admin.json("--server", f"{server}/clusters/recsys", "get", "namespaces")["items"] == []
-    # Nothing of the others.
-    assert {t: [p["metadata"]["uid"] for p in _host_pods(big, t)]
-            for t in ("nlp", "vision")} == others
+    # Nothing of the others was removed or replaced (their syncers may still be adding pods
+    # that were created in the tenants before the snapshot).
+    after = {t: {p["metadata"]["uid"] for p in _host_pods(big, t)} for t in ("nlp", "vision")}
+    assert all(set(others[t]) <= after[t] for t in others), (others, after)
