@@ -9,21 +9,25 @@ placed per second, the fair-share division time and the sizes.
 
     python bench/scheduler_bench.py                 # 500, 1000 and 4000 nodes
     python bench/scheduler_bench.py --nodes 5000 --queues 1000 --cycles 3
+    python bench/scheduler_bench.py --nodes 500 1000 --plot /tmp/cycles.png
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
 from fractions import Fraction
+from pathlib import Path
 
 from gpushare.controllers.heap import HeapKeeper
 from gpushare.model import GpuRequest, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.quantities import MIB
 from gpushare.scheduler import ClusterState, Config, run_cycle
 from gpushare.scheduler.session import Session
+from gpushare.simulator.plots import check_path, line_plot
 
 UNL = Fraction(-1)
 GPUS_PER_NODE = 8
@@ -138,7 +142,8 @@ def next_cycle(state: ClusterState, c: int, pending: int) -> None:
 
 
 def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...],
-          free: float, budget: int | None = None, placement: str = "binpack") -> None:
+          free: float, budget: int | None = None, placement: str = "binpack") -> list[float]:
+    """Run the cycles, print one line of figures, return each cycle's duration (s)."""
     t0 = time.perf_counter()
     state = build(nodes, queues, pending, free)
     build_s = time.perf_counter() - t0
@@ -179,6 +184,7 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
     budget_text = "default" if budget is None else budget or "none"
     print(f"  victim searches per cycle (succeeded/searched, budget {budget_text}): "
           + " | ".join(searched))
+    return times
 
 
 def main() -> None:
@@ -197,10 +203,25 @@ def main() -> None:
                         "0: no bound; default: the scheduler's default)")
     parser.add_argument("--placement", default="binpack",
                         help="GPU placement strategy (binpack, spread, fgd, fragmentation)")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="also draw each size's cycle durations into this .png or .svg")
     args = parser.parse_args()
+    if args.plot is not None:
+        check_path(args.plot)
+    print(f"load average before: {os.getloadavg()}")
+    series: dict[str, list[tuple[float, float]]] = {}
     for n in args.nodes:
-        bench(n, args.queues, args.pending or n // 2, args.cycles,
-              tuple(args.actions.split(",")), args.free, args.search_budget, args.placement)
+        times = bench(n, args.queues, args.pending or n // 2, args.cycles,
+                      tuple(args.actions.split(",")), args.free, args.search_budget,
+                      args.placement)
+        series[f"{n} nodes"] = [(c + 1, t) for c, t in enumerate(times)]
+    print(f"load average after: {os.getloadavg()}")
+    if args.plot is not None:
+        actions = len(args.actions.split(","))
+        line_plot(args.plot, series, title=f"scheduler cycles: {actions} actions, "
+                  f"{args.placement}, {args.free:.0%} of nodes free",
+                  xlabel="cycle", ylabel="duration (s)")
+        print(f"plot: {args.plot}")
 
 
 if __name__ == "__main__":

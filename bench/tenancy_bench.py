@@ -34,6 +34,7 @@ import psutil
 from gpushare.controllers.manager import start_controllers
 from gpushare.controllers.static_nodes import register_static_node, static_node
 from gpushare.kube.client import PODS, KubeClient
+from gpushare.simulator.plots import check_path, line_plot
 from gpushare.tenancy.controller import VIRTUALCLUSTERS, tenant_client
 
 
@@ -95,7 +96,11 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=10)
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="also draw the two latency distributions into this .png or .svg")
     args = parser.parse_args()
+    if args.plot is not None:
+        check_path(args.plot)
     print(f"load average before: {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="tenancy-bench-") as tmp:
         data = Path(tmp) / "data"
@@ -123,17 +128,31 @@ def main() -> None:
             print(f"memory: {args.tenants} tenants provisioned in {provisioned:.1f}s; server "
                   f"RSS {base:.1f} -> {idle:.1f} MiB: {per_tenant:.2f} MiB per idle tenant "
                   f"(goal < 5)")
-            _latency(host, kubeconfig, names[:args.busy], args.rate, args.seconds)
+            latencies = _latency(host, kubeconfig, names[:args.busy], args.rate, args.seconds)
         finally:
             running.stop()
             host.close()
             server.terminate()
             server.wait(10)
     print(f"load average after: {os.getloadavg()}")
+    if args.plot is not None:
+        _plot(args.plot, latencies, args.rate)
+
+
+def _plot(path: Path, latencies: dict[str, list[float]], rate: float) -> None:
+    """Each latency's distribution as a cumulative curve: ms on x, share of pods on y."""
+    series = {}
+    for label, values in latencies.items():
+        ms = sorted(v * 1000 for v in values)
+        series[label] = [(v, (i + 1) / len(ms) * 100) for i, v in enumerate(ms)]
+    line_plot(path, series, title=f"sync latency at {rate:.0f} pods/s offered",
+              xlabel="latency (ms)", ylabel="pods (%, cumulative)", ylim=(0, 100))
+    print(f"plot: {path}")
 
 
 def _latency(host: KubeClient, kubeconfig: str, busy: list[str], rate: float,
-             seconds: float) -> None:
+             seconds: float) -> dict[str, list[float]]:
+    """Offer pods at ``rate``; print and return both latencies (s) by label."""
     sent: dict[str, float] = {}  # "tenant/name" -> create sent
     to_host: list[float] = []
     bound_at: dict[str, float] = {}
@@ -231,6 +250,7 @@ def _latency(host: KubeClient, kubeconfig: str, busy: list[str], rate: float,
               f"p50 {_pct(ms, 0.5):.1f} ms, median {statistics.median(ms) if ms else 0:.1f} "
               f"ms, p99 {_pct(ms, 0.99):.1f} ms, max {max(ms, default=float('nan')):.1f} ms "
               "(goal p99 < 200)")
+    return {"tenant create -> host pod": to_host, "host bind -> tenant nodeName": to_tenant}
 
 
 if __name__ == "__main__":
