@@ -46,10 +46,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_server(data: Path) -> subprocess.Popen[bytes]:
+def _start_server(data: Path, sync: str) -> subprocess.Popen[bytes]:
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gpushare.cli.main", "apiserver",
-                             "--data-dir", str(data), "--port", str(port)],
+                             "--data-dir", str(data), "--port", str(port), "--sync", sync],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     kubeconfig = data / "admin.kubeconfig"
     deadline = time.monotonic() + 30
@@ -96,15 +96,17 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=10)
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--sync", choices=("full", "normal"), default="full",
+                        help="the API server's SQLite durability (see gpushare apiserver)")
     parser.add_argument("--plot", type=Path, default=None,
                         help="also draw the two latency distributions into this .png or .svg")
     args = parser.parse_args()
     if args.plot is not None:
         check_path(args.plot)
-    print(f"load average before: {os.getloadavg()}")
+    print(f"load average before: {os.getloadavg()}; --sync {args.sync}")
     with tempfile.TemporaryDirectory(prefix="tenancy-bench-") as tmp:
         data = Path(tmp) / "data"
-        server = _start_server(data)
+        server = _start_server(data, args.sync)
         kubeconfig = str(data / "admin.kubeconfig")
         host = KubeClient.from_kubeconfig(kubeconfig)
         running = start_controllers(kubeconfig, enabled=("tenancy",))
