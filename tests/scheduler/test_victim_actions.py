@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpushare.scheduler import run_cycle
-from gpushare.scheduler.actions.common.solver import Search
+from gpushare.scheduler.actions.common.solver import Search, SearchRules
 from gpushare.scheduler.cycle import open_session
 from gpushare.simulator import ScenarioError, build_state, parse, settle
 
@@ -71,8 +71,8 @@ def search_on(data: dict[str, Any], candidates, validator, **options):
     sc = parse(data)
     state = build_state(sc)
     session = open_session(state, sc.config, NOW)
-    search = Search(session=session, action="preempt", reason="test",
-                    candidates=candidates, validator=validator, **options)
+    search = Search(session, SearchRules(action="preempt", reason="test",
+                                         candidates=candidates, validator=validator, **options))
     return state, session, search
 
 
@@ -466,5 +466,5 @@ def test_simulation_bound_is_honoured(compat, expected):
     stmt = state.statement()
     assert search.solve(stmt, preemptor, session.gang(preemptor).next_step()) is None
     stmt.discard()
-    assert search.stats.simulations == expected
+    assert search.budget.stats.simulations == expected
     assert all(p.status.value in ("Running", "Pending") for p in state.pods.values())

@@ -21,7 +21,7 @@ def _solve(data: dict[str, Any], victims: list[str], asking: str = "p"):
     stmt = state.statement()
     outcome = search.solve(stmt, asking_job, session.gang(asking_job).next_step())
     stmt.discard()
-    return outcome, search.stats
+    return outcome, search.budget.stats
 
 
 def _one_node(gpus: int, running_jobs: list[dict[str, Any]], asking_gpus: float = 1):

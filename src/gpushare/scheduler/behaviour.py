@@ -25,7 +25,49 @@ class Behaviour:
     #: checks it once, as the fraction of the largest GPU.
     per_node_quota_check: bool = False
 
+    # ---------------------------------------------------------------- victim search
+    #: The victim queue compares queues as if their next victim were already taken
+    #: (KAI), which reads every queue's next candidate before each pick; otherwise a
+    #: queue is compared as it stands and only the queue picked is read.
+    victim_lookahead: bool = False
+    #: Only victims that could free something the asking step lacks where they run are
+    #: read (:mod:`.actions.common.relevance`); KAI reads every candidate.
+    victim_relevance: bool = True
+    #: A victim step the action's rules refuse on its own is left out of the scenarios
+    #: (and a queue none of whose steps they allow is closed), so it cannot hold back
+    #: every scenario after it; KAI adds every step.
+    admissible_victim_steps: bool = True
+    #: Scenarios across nodes leave out victims on nodes that could host no pod of an
+    #: all-GPU step; KAI tries every accumulated victim.
+    prune_scenarios: bool = True
+    #: In a simulation the asking job's step is pipelined whole (KAI); otherwise it is
+    #: bound when all of it fits on free capacity.
+    pipeline_asking_step: bool = False
+    #: Once the asking job is placed, victims that still fit where they run stay there
+    #: and only the others are placed again (also before the asking job, where the
+    #: action allows it); KAI places every victim again, in fair order, like any pod.
+    victims_stay_home: bool = True
+    #: The min-runtime of an elastic victim protects its gang core while victims are
+    #: chosen; KAI instead rejects a found scenario that takes into the core.
+    min_runtime_in_search: bool = True
+    #: Jobs that can have no victim (no lower-priority job in the queue for preempt,
+    #: too few free GPUs for consolidation) are left out of the action's fair order
+    #: before it starts; KAI pops and pre-checks every pending job.
+    skip_hopeless_jobs: bool = True
+
     @classmethod
     def of(cls, config: Config) -> Behaviour:
         kai = config.kai
-        return cls(kai=kai, fairshare_mode=config.fairshare_mode, per_node_quota_check=kai)
+        return cls(
+            kai=kai,
+            fairshare_mode=config.fairshare_mode,
+            per_node_quota_check=kai,
+            victim_lookahead=kai,
+            victim_relevance=not kai,
+            admissible_victim_steps=not kai,
+            prune_scenarios=not kai,
+            pipeline_asking_step=kai,
+            victims_stay_home=not kai,
+            min_runtime_in_search=not kai,
+            skip_hopeless_jobs=not kai,
+        )

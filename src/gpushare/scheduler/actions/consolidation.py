@@ -17,7 +17,8 @@ from gpushare.scheduler.actions.common.eviction import (
     run_action,
 )
 from gpushare.scheduler.actions.common.options import VictimOptions
-from gpushare.scheduler.actions.common.solver import Outcome, Search
+from gpushare.scheduler.actions.common.outcome import Outcome
+from gpushare.scheduler.actions.common.solver import Search, SearchRules
 from gpushare.scheduler.nodeplacement import placement_strategy
 from gpushare.scheduler.session import Session
 
@@ -61,15 +62,14 @@ def consolidation(session: Session) -> None:
     def validator(outcome: Outcome) -> bool:
         return not outcome.evicted
 
-    search = Search(
-        session=session,
+    search = Search(session, SearchRules(
         action=ACTION,
         reason="moved to make room for a pending job",
         candidates=candidates,
         validator=validator,
         max_victim_jobs=None if limit < 0 else limit,
         max_simulations=options.max_simulations,
-    )
+    ))
 
     free: list[int] = []  # [commits seen, free milli-GPUs] (only commits change it)
 
@@ -81,7 +81,7 @@ def consolidation(session: Session) -> None:
         return _enough_gpus(session, step, free[1])
 
     jobs = pending_candidates(session)
-    if not config.kai:
+    if session.behaviour.skip_hopeless_jobs:
         # Free GPUs only shrink during the action (victims are moved, never evicted, and
         # the asking job takes room): a job whose step they do not cover now never gets
         # a search, so it is left out of the fair order from the start.

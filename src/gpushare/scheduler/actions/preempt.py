@@ -21,7 +21,8 @@ from gpushare.scheduler.actions.common.eviction import (
     running_seconds,
 )
 from gpushare.scheduler.actions.common.options import VictimOptions
-from gpushare.scheduler.actions.common.solver import Outcome, Search
+from gpushare.scheduler.actions.common.outcome import Outcome
+from gpushare.scheduler.actions.common.solver import Search, SearchRules
 from gpushare.scheduler.plugins import minruntime
 from gpushare.scheduler.session import Session
 
@@ -36,7 +37,7 @@ def _protected(session: Session, victim: Job) -> bool:
 def preempt(session: Session) -> None:
     options = VictimOptions.of(session.config)
     elastic = elastic_memo(session)
-    kai = session.config.kai
+    behaviour = session.behaviour
 
     def candidates(job: Job, partial: list[Pod]) -> LeafFilters:
         def qualifies(victim: Job) -> bool:
@@ -47,24 +48,24 @@ def preempt(session: Session) -> None:
         return {job.queue: qualifies}
 
     def validator(outcome: Outcome) -> bool:
-        if kai:
+        if not behaviour.min_runtime_in_search:
             return elastic_victims_keep_gang(
                 session, outcome, lambda victim: _protected(session, victim)
             )
         return True
 
-    search = Search(
-        session=session,
+    search = Search(session, SearchRules(
         action=ACTION,
         reason="preempted by a higher-priority job of its queue",
         candidates=candidates,
         validator=validator,
-        protected_core=None if kai else (
-            lambda job, victim: elastic(victim) and _protected(session, victim)
+        protected_core=(
+            (lambda job, victim: elastic(victim) and _protected(session, victim))
+            if behaviour.min_runtime_in_search else None
         ),
         max_simulations=options.max_simulations,
-        stay_before_asking=not kai,
-    )
+        stay_before_asking=True,
+    ))
 
     def may_try(job: Job, step: list[Pod]) -> bool:
         if in_preemption_delay(session, job):
@@ -72,7 +73,7 @@ def preempt(session: Session) -> None:
         return non_preemptible_within_quota(session, job, step)
 
     jobs = pending_candidates(session)
-    if not kai:
+    if behaviour.skip_hopeless_jobs:
         jobs = _queues_with_victims(session, jobs)
     run_action(session, name=ACTION, jobs=jobs, search=search, may_try=may_try)
 

@@ -32,7 +32,8 @@ from gpushare.scheduler.actions.common.eviction import (
     running_seconds,
 )
 from gpushare.scheduler.actions.common.options import VictimOptions
-from gpushare.scheduler.actions.common.solver import Outcome, Search, victim_units
+from gpushare.scheduler.actions.common.outcome import Outcome, victim_units
+from gpushare.scheduler.actions.common.solver import Search, SearchRules
 from gpushare.scheduler.actions.common.steps import VictimSteps
 from gpushare.scheduler.actions.common.victim_queue import pod_quantities
 from gpushare.scheduler.plugins import minruntime
@@ -66,34 +67,80 @@ def _protected(session: Session, reclaimer: Job, victim: Job) -> bool:
 
 
 def reclaim(session: Session) -> None:
-    options = VictimOptions.of(session.config)
-    elastic = elastic_memo(session)
-    kai = session.config.kai
+    _Reclaim(session).run()
 
-    limits: dict[tuple[str, str], float] = {}  # (reclaimer queue, victim queue) -> minimum
-    ran: dict[str, tuple[int, float]] = {}  # victim job -> (pod-set version, seconds run)
 
-    def protected(job: Job, victim: Job) -> bool:
+class _MinRuntimes:
+    """The reclaim min-runtime between two queues and each victim's time run, remembered
+    for the action (a victim's time is read again when its pods change)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._limits: dict[tuple[str, str], float] = {}  # (reclaimer queue, victim queue)
+        self._ran: dict[str, tuple[int, float]] = {}  # victim job -> (pod-set version, s)
+
+    def protected(self, job: Job, victim: Job) -> bool:
+        session = self._session
         pair = (job.queue, victim.queue)
-        limit = limits.get(pair)
+        limit = self._limits.get(pair)
         if limit is None:
-            limit = limits[pair] = minruntime.reclaim_min_runtime(
+            limit = self._limits[pair] = minruntime.reclaim_min_runtime(
                 session.state.queues, job.queue, victim.queue
             )
         if limit <= 0:
             return False
         version = session.state.job_version.get(victim.key, 0)
-        known = ran.get(victim.key)
+        known = self._ran.get(victim.key)
         if known is None or known[0] != version:
-            known = ran[victim.key] = (version, running_seconds(session, victim))
+            known = self._ran[victim.key] = (version, running_seconds(session, victim))
         return minruntime.is_protected(known[1], limit)
 
-    # The second path for queues below their weighted share (see .steady); off under KAI.
-    steady = SteadyShares.of(session) if options.steady_fair_share_reclaim else None
 
-    def paths(shares: Shares, job: Job, reclaimer: Reclaimer) -> tuple[bool, bool]:
+class _Reclaim:
+    """One run of the action: its rules, read by the shared search."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.behaviour = session.behaviour
+        self.options = VictimOptions.of(session.config)
+        self.elastic = elastic_memo(session)
+        self.min_runtimes = _MinRuntimes(session)
+        # The second path for queues below their weighted share (see .steady); off
+        # under KAI.
+        self.steady = SteadyShares.of(session) if self.options.steady_fair_share_reclaim else None
+        self.lists = victim_lists(session)
+        # Per victim job, at its pod-set version: the GPUs of the first step it would
+        # give up (read by the steady path).
+        self._first_gpus: dict[str, tuple[int, Fraction]] = {}
+        in_search = self.behaviour.min_runtime_in_search
+        self.search = Search(session, SearchRules(
+            action=ACTION,
+            reason="reclaimed for a queue below its fair share",
+            candidates=self.candidates,
+            validator=self.validator,
+            protected_core=self.protected_core if in_search else None,
+            max_simulations=self.options.max_simulations,
+            stay_before_asking=True,
+            preemptor_first=None if self.steady is None else self.steady_first,
+            admissible=self.admissible,
+        ))
+
+    def run(self) -> None:
+        session = self.session
+        run_action(session, name=ACTION, jobs=pending_candidates(session),
+                   search=self.search, may_try=self.may_try)
+
+    # ------------------------------------------------------------------ rules
+    def may_try(self, job: Job, step: list[Pod]) -> bool:
+        if in_preemption_delay(self.session, job):
+            return False
+        shares = self.search.current_shares()
+        return any(self.paths(shares, job, reclaimer_of(self.session, job, step)))
+
+    def paths(self, shares: Shares, job: Job, reclaimer: Reclaimer) -> tuple[bool, bool]:
         """Whether the fair-share rules and the steady path may be used at all."""
         fair = can_reclaim(shares, reclaimer)
+        steady = self.steady
         on_steady = (
             steady is not None
             and steady_rules.may_reclaim(steady, shares, job.queue, reclaimer.request)
@@ -101,200 +148,184 @@ def reclaim(session: Session) -> None:
         )
         return fair, on_steady
 
-    lists = victim_lists(session)
-    # Per victim job, at its pod-set version: the GPUs of the first step it would give up
-    # (read by the steady path).
-    first_gpus: dict[str, tuple[int, Fraction]] = {}
+    def candidates(self, job: Job, partial: list[Pod]) -> LeafFilters:
+        return _StepFilters(self, job, partial).filters()
 
-    def first_step_gpus(victim: Job) -> Fraction:
-        version = session.state.job_version.get(victim.key, 0)
-        known = first_gpus.get(victim.key)
+    def not_protected(self, job: Job, victim: Job) -> bool:
+        return self.elastic(victim) or not self.min_runtimes.protected(job, victim)
+
+    def protected_core(self, job: Job, victim: Job) -> bool:
+        return self.elastic(victim) and self.min_runtimes.protected(job, victim)
+
+    def first_step_gpus(self, victim: Job) -> Fraction:
+        version = self.session.state.job_version.get(victim.key, 0)
+        known = self._first_gpus.get(victim.key)
         if known is None or known[0] != version:
-            known = first_gpus[victim.key] = (version, _first_step_gpus(session, victim))
+            known = self._first_gpus[victim.key] = (
+                version, _first_step_gpus(self.session, victim)
+            )
         return known[1]
 
-    def candidates(job: Job, partial: list[Pod]) -> LeafFilters:
-        shares = search.snapshot
-        reclaimer = reclaimer_of(session, job, partial)
-        fair, on_steady = paths(shares, job, reclaimer)
-        verdicts: dict[tuple[Any, ...], bool] = {}
-        gpu_only = not search.reads(job, partial)[1]  # jobs holding no GPU are not read
-        # The queue-level rules read the victim's branch where it meets the reclaimer's:
-        # decided once per branch.
-        mine = {q.name for q in path_to(shares, job.queue)}
-        branches: dict[str, tuple[bool, Fraction]] = {}
-
-        def branch_rules(theirs: str, queue_name: str) -> tuple[bool, Fraction]:
-            branch = branches.get(theirs)
-            if branch is None:
-                allowed = fair and victim_queue_allowed(shares, reclaimer, queue_name)
-                surplus = Fraction(0)
-                if not allowed and on_steady and steady is not None:
-                    surplus = steady_rules.branch_surplus(steady, shares, job.queue, queue_name)
-                branch = branches[theirs] = (allowed, surplus)
-            return branch
-
-        closed_branches: dict[str, bool] = {}
-
-        def closed(queue_name: str) -> bool:
-            """A whole branch (a child of a queue on the reclaimer's path) no rule may
-            take from, or (outside compat: kai) none of whose queues has a smallest step
-            the rules allow on its own."""
-            if queue_name not in shares or queue_name in mine:
-                return False
-            parent = shares[queue_name].parent
-            if parent is not None and parent in shares and parent not in mine:
-                return False  # not where the branches meet
-            found = closed_branches.get(queue_name)
-            if found is None:
-                allowed, surplus = branch_rules(queue_name, queue_name)
-                found = not allowed and surplus <= 0
-                if not found and not kai:
-                    found = not any(
-                        _some_step_admissible(
-                            job, reclaimer, leaf, queue_name, verdicts, gpu_only
-                        )
-                        for leaf in _leaves_under(lists.tree(), queue_name)
-                    )
-                closed_branches[queue_name] = found
-            return found
-
-        def decide(queue_name: str) -> Callable[[Job], bool] | None:
-            if queue_name == job.queue or queue_name not in shares:
-                return None
-            theirs = group(queue_name)  # the branch the rules read for this queue
-            allowed, surplus = branch_rules(theirs, queue_name)
-            if not allowed and surplus <= 0:
-                return None
-            if not kai and not _some_step_admissible(
-                job, reclaimer, queue_name, theirs, verdicts, gpu_only
-            ):
-                return None
-            if allowed:
-                return lambda victim: _not_protected(job, victim)
-            return lambda victim: (
-                first_step_gpus(victim) <= surplus and _not_protected(job, victim)
-            )
-
-        groups: dict[str, str] = {}
-
-        def group(queue_name: str) -> str:
-            """For one victim step alone the rules read only the victim's branch where it
-            meets the reclaimer's: a step refused from one queue of a branch is refused
-            from every queue of it."""
-            found = groups.get(queue_name)
-            if found is None:
-                found = groups[queue_name] = (
-                    _branch_of(shares, mine, queue_name) if queue_name in shares else queue_name
-                )
-            return found
-
-        return LazyFilters(list(lists.queues()), decide, closed, group)
-
-    def _not_protected(job: Job, victim: Job) -> bool:
-        return elastic(victim) or not protected(job, victim)
-
-    def steady_first(job: Job) -> bool:
+    def steady_first(self, job: Job) -> bool:
         """A reclaimer below what it may keep gets what it frees before the victims' jobs
         (otherwise they would take it straight back)."""
-        shares = search.snapshot
-        step = session.gang(job).next_step() or []
-        return paths(shares, job, reclaimer_of(session, job, step))[1]
+        step = self.session.gang(job).next_step() or []
+        shares = self.search.figures.snapshot
+        return self.paths(shares, job, reclaimer_of(self.session, job, step))[1]
 
-    def protected_core(job: Job, victim: Job) -> bool:
-        return elastic(victim) and protected(job, victim)
-
-    def validator(outcome: Outcome) -> bool:
-        shares = search.snapshot
+    def validator(self, outcome: Outcome) -> bool:
+        session, options = self.session, self.options
+        shares = self.search.figures.snapshot
         job = outcome.preemptor
         reclaimer = reclaimer_of(session, job, outcome.placed)
         units = victim_units(
             outcome, session.state.jobs, count_moved=not session.config.allow_consolidating_reclaim
         )
-        fair, on_steady = paths(shares, job, reclaimer)
-        accepted = fair and reclaimable(shares, reclaimer, units, options.saturation_multiplier)
-        if not accepted and on_steady and steady is not None:
-            accepted = steady_rules.reclaimable(
-                steady, shares, job.queue, reclaimer.request, units,
-                options.saturation_multiplier,
-            )
-        if not accepted:
+        if not self._units_reclaimable(shares, job, reclaimer, units):
             return False
-        if kai and not _elastic_min_runtime_ok(session, job, outcome):
+        if not self.behaviour.min_runtime_in_search and not _elastic_min_runtime_ok(
+            session, job, outcome
+        ):
             return False
         return options.max_disruption_ratio <= 0 or _disruption_ok(
             outcome, reclaimer, options.max_disruption_ratio
         )
 
-    def unit_admissible(job: Job, reclaimer: Reclaimer, victim_queue: str,
-                        unit: Quantities) -> bool:
-        """The rules' verdict on taking one victim unit alone from ``victim_queue``."""
-        shares = search.snapshot
-        units = {victim_queue: [unit]}
-        fair, on_steady = paths(shares, job, reclaimer)
-        if fair and reclaimable(shares, reclaimer, units, options.saturation_multiplier):
+    def _units_reclaimable(self, shares: Shares, job: Job, reclaimer: Reclaimer,
+                           units: dict[str, list[Quantities]]) -> bool:
+        """Whether the fair-share rules, or else the steady path, allow taking ``units``."""
+        multiplier = self.options.saturation_multiplier
+        fair, on_steady = self.paths(shares, job, reclaimer)
+        if fair and reclaimable(shares, reclaimer, units, multiplier):
             return True
-        return bool(on_steady and steady is not None and steady_rules.reclaimable(
-            steady, shares, job.queue, reclaimer.request, units, options.saturation_multiplier
+        return bool(on_steady and self.steady is not None and steady_rules.reclaimable(
+            self.steady, shares, job.queue, reclaimer.request, units, multiplier
         ))
 
-    def _some_step_admissible(
-        job: Job, reclaimer: Reclaimer, victim_queue: str, theirs: str,
-        verdicts: dict[tuple[Any, ...], bool], gpu_only: bool,
-    ) -> bool:
-        """Whether the queue's smallest conceivable victim step (the least GPU, CPU and
-        memory of any of its pods) may be taken alone: the verdict only gets worse for a
-        larger step, so a refusal rules the whole queue out. For one unit the rules read
-        only the victim's branch where it meets the reclaimer's, so queues of one branch
-        with the same least step share the verdict."""
-        leaf = lists.leaf(victim_queue)
-        least = None if leaf is None else leaf.least_gpu if gpu_only else leaf.least
-        if least is None:
-            return False
-        return _verdict(job, reclaimer, victim_queue, theirs, least, verdicts)
+    def unit_admissible(self, job: Job, reclaimer: Reclaimer, victim_queue: str,
+                        unit: Quantities) -> bool:
+        """The rules' verdict on taking one victim unit alone from ``victim_queue``."""
+        shares = self.search.figures.snapshot
+        return self._units_reclaimable(shares, job, reclaimer, {victim_queue: [unit]})
 
-    def _verdict(
-        job: Job, reclaimer: Reclaimer, victim_queue: str, theirs: str,
-        least: tuple[int, int, int], verdicts: dict[tuple[Any, ...], bool],
-    ) -> bool:
-        """The rules' verdict on a step of ``least`` alone from ``victim_queue`` (of the
-        branch ``theirs``), shared by the queues of the branch."""
-        key = (theirs, least)
-        verdict = verdicts.get(key)
-        if verdict is None:
-            unit = res_natural(Res(*least))
-            verdict = verdicts[key] = unit_admissible(job, reclaimer, victim_queue, unit)
-        return verdict
-
-    def admissible(job: Job, partial: list[Pod], victim: Job, pods: list[Pod]) -> bool:
+    def admissible(self, job: Job, partial: list[Pod], victim: Job, pods: list[Pod]) -> bool:
         """The rules' verdict on taking this one victim step alone (as a core unit)."""
         unit: Quantities = {r: Fraction(0) for r in RESOURCES}
         for pod in pods:
             for r, q in pod_quantities(pod).items():
                 unit[r] += q
-        return unit_admissible(job, reclaimer_of(session, job, partial), victim.queue, unit)
+        reclaimer = reclaimer_of(self.session, job, partial)
+        return self.unit_admissible(job, reclaimer, victim.queue, unit)
 
-    search = Search(
-        session=session,
-        action=ACTION,
-        reason="reclaimed for a queue below its fair share",
-        candidates=candidates,
-        validator=validator,
-        protected_core=None if kai else protected_core,
-        max_simulations=options.max_simulations,
-        stay_before_asking=not kai,
-        preemptor_first=None if steady is None else steady_first,
-        admissible=admissible,
-    )
 
-    def may_try(job: Job, step: list[Pod]) -> bool:
-        if in_preemption_delay(session, job):
+class _StepFilters:
+    """Per leaf queue, which victims one reclaimer's step may take (decided lazily, queue
+    by queue). The queue-level rules read the victim's branch where it meets the
+    reclaimer's, so they are decided once per branch."""
+
+    def __init__(self, action: _Reclaim, job: Job, partial: list[Pod]) -> None:
+        self.action = action
+        self.job = job
+        self.shares = action.search.figures.snapshot
+        self.reclaimer = reclaimer_of(action.session, job, partial)
+        self.fair, self.on_steady = action.paths(self.shares, job, self.reclaimer)
+        # Jobs holding no GPU are not read: the least step to judge is the least GPU one.
+        self.gpu_only = not action.search.reads(job, partial)[1]
+        self.mine = {q.name for q in path_to(self.shares, job.queue)}
+        self._verdicts: dict[tuple[Any, ...], bool] = {}
+        self._branches: dict[str, tuple[bool, Fraction]] = {}
+        self._closed: dict[str, bool] = {}
+        self._groups: dict[str, str] = {}
+
+    def filters(self) -> LazyFilters:
+        return LazyFilters(list(self.action.lists.queues()), self.decide, self.closed,
+                           self.group)
+
+    def branch_rules(self, theirs: str, queue_name: str) -> tuple[bool, Fraction]:
+        """Whether the fair-share rules allow taking from the branch, and (else) the
+        surplus the steady path allows."""
+        branch = self._branches.get(theirs)
+        if branch is None:
+            action = self.action
+            allowed = self.fair and victim_queue_allowed(self.shares, self.reclaimer,
+                                                         queue_name)
+            surplus = Fraction(0)
+            if not allowed and self.on_steady and action.steady is not None:
+                surplus = steady_rules.branch_surplus(action.steady, self.shares,
+                                                      self.job.queue, queue_name)
+            branch = self._branches[theirs] = (allowed, surplus)
+        return branch
+
+    def closed(self, queue_name: str) -> bool:
+        """A whole branch (a child of a queue on the reclaimer's path) no rule may take
+        from, or (with ``admissible_victim_steps``) none of whose queues has a smallest
+        step the rules allow on its own."""
+        shares = self.shares
+        if queue_name not in shares or queue_name in self.mine:
             return False
-        return any(paths(search.current_shares(), job, reclaimer_of(session, job, step)))
+        parent = shares[queue_name].parent
+        if parent is not None and parent in shares and parent not in self.mine:
+            return False  # not where the branches meet
+        found = self._closed.get(queue_name)
+        if found is None:
+            allowed, surplus = self.branch_rules(queue_name, queue_name)
+            found = not allowed and surplus <= 0
+            if not found and self.action.behaviour.admissible_victim_steps:
+                found = not any(
+                    self.some_step_admissible(leaf, queue_name)
+                    for leaf in _leaves_under(self.action.lists.tree(), queue_name)
+                )
+            self._closed[queue_name] = found
+        return found
 
-    run_action(
-        session, name=ACTION, jobs=pending_candidates(session), search=search, may_try=may_try
-    )
+    def decide(self, queue_name: str) -> Callable[[Job], bool] | None:
+        job, action = self.job, self.action
+        if queue_name == job.queue or queue_name not in self.shares:
+            return None
+        theirs = self.group(queue_name)  # the branch the rules read for this queue
+        allowed, surplus = self.branch_rules(theirs, queue_name)
+        if not allowed and surplus <= 0:
+            return None
+        if action.behaviour.admissible_victim_steps and not self.some_step_admissible(
+            queue_name, theirs
+        ):
+            return None
+        if allowed:
+            return lambda victim: action.not_protected(job, victim)
+        return lambda victim: (
+            action.first_step_gpus(victim) <= surplus and action.not_protected(job, victim)
+        )
+
+    def group(self, queue_name: str) -> str:
+        """For one victim step alone the rules read only the victim's branch where it
+        meets the reclaimer's: a step refused from one queue of a branch is refused from
+        every queue of it."""
+        found = self._groups.get(queue_name)
+        if found is None:
+            found = self._groups[queue_name] = (
+                _branch_of(self.shares, self.mine, queue_name)
+                if queue_name in self.shares else queue_name
+            )
+        return found
+
+    def some_step_admissible(self, victim_queue: str, theirs: str) -> bool:
+        """Whether the queue's smallest conceivable victim step (the least GPU, CPU and
+        memory of any of its pods) may be taken alone: the verdict only gets worse for a
+        larger step, so a refusal rules the whole queue out. For one unit the rules read
+        only the victim's branch where it meets the reclaimer's, so queues of one branch
+        with the same least step share the verdict."""
+        leaf = self.action.lists.leaf(victim_queue)
+        least = None if leaf is None else leaf.least_gpu if self.gpu_only else leaf.least
+        if least is None:
+            return False
+        key = (theirs, least)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            unit = res_natural(Res(*least))
+            verdict = self._verdicts[key] = self.action.unit_admissible(
+                self.job, self.reclaimer, victim_queue, unit
+            )
+        return verdict
 
 
 def _leaves_under(tree: dict[str | None, list[str]], queue: str) -> list[str]:

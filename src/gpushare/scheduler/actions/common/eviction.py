@@ -11,8 +11,9 @@ from gpushare.model.quantities import RESOURCES
 from gpushare.scheduler.actions.allocate import eligible_jobs
 from gpushare.scheduler.actions.common.candidates import victim_lists
 from gpushare.scheduler.actions.common.options import VictimOptions
+from gpushare.scheduler.actions.common.outcome import Outcome
 from gpushare.scheduler.actions.common.signatures import FailedJobs
-from gpushare.scheduler.actions.common.solver import Outcome, Search
+from gpushare.scheduler.actions.common.solver import Search
 from gpushare.scheduler.actions.common.steps import VictimSteps
 from gpushare.scheduler.ordering import JobQueue
 from gpushare.scheduler.session import Session
@@ -96,14 +97,13 @@ def run_action(
     options = VictimOptions.of(session.config)
     state = session.state
     budget = options.search_budget
-    search.budget = budget
-    search.spent = False
+    search.budget.start(budget)
     had_turn, orders = _orders_by_turn(session, name, jobs, budget)
     searched: set[str] = set()
     failed: dict[str, FailedJobs] = {}
     done = 0
     for order in orders:
-        if search.spent:
+        if search.budget.spent:
             break
         for job, step in order.with_steps():
             if not may_try(job, step):
@@ -112,15 +112,15 @@ def run_action(
             shape = step_shape(session, job, step)
             if options.use_signatures and bucket.not_easier(shape, step):
                 continue
-            if search.out_of_budget():
-                search.spent = True
+            if search.budget.out_of_budget():
+                search.budget.spent = True
                 break
             searched.add(job.key)
             stmt = state.statement()
             outcome = search.solve(stmt, job, step)
             if outcome is None:
                 stmt.discard()
-                if search.spent:
+                if search.budget.spent:
                     note = (f"{name} not decided this cycle: its victim search budget "
                             f"({budget} units of work) ran out")
                     before = session.pending_reasons.get(job.key)
@@ -137,15 +137,15 @@ def run_action(
             session.clear_reason(job)
             if after_success is not None:
                 after_success(outcome)
-    if search.spent:
+    if search.budget.spent:
         # Only this cycle's candidates are remembered (deleted jobs drop out).
         state.search_turns[name] = (had_turn | searched) & {j.key for j in jobs}
     else:
         state.search_turns.pop(name, None)  # everyone got a search: turns start afresh
     session.searches[name] = {
-        "jobs": len(searched), "work": search.work[0], "steps": search.stats.steps,
-        "simulations": search.stats.simulations, "succeeded": done,
-        "budget_ran_out": int(search.spent),
+        "jobs": len(searched), "work": search.budget.work[0],
+        "steps": search.budget.stats.steps, "simulations": search.budget.stats.simulations,
+        "succeeded": done, "budget_ran_out": int(search.budget.spent),
     }
     return done
 
