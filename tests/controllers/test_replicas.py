@@ -188,3 +188,87 @@ def test_recreate_waits_for_old_pods_and_undo_takes_the_next_revision():
     plan = plan_deployment(v1, list(sets.values()))
     assert plan.annotate == {old_name: {"deployment.kubernetes.io/revision": "3"}}
     assert plan.deployment_annotations == {"deployment.kubernetes.io/revision": "3"}
+
+
+def _stuck_rollout(replicas=10, surge=3, unavailable=2, deadline=None):
+    """A rolled-out Deployment whose next template's pods never become available."""
+    v1 = deployment(replicas)
+    v1["spec"]["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {
+        "maxSurge": surge, "maxUnavailable": unavailable}}
+    if deadline is not None:
+        v1["spec"]["progressDeadlineSeconds"] = deadline
+    sets, _ = _simulate(v1)
+    v2 = {**v1, "spec": {**v1["spec"], "template": {
+        **TEMPLATE, "metadata": {"labels": {"app": "web", "v": "2"}}}}}
+    for _ in range(5):
+        plan = plan_deployment(v2, list(sets.values()), now=1000.0)
+        if plan.create is not None:
+            plan.create["status"] = {"replicas": 0, "readyReplicas": 0, "availableReplicas": 0}
+            sets[plan.create["metadata"]["name"]] = plan.create
+        for name, size in plan.scale.items():
+            sets[name]["spec"]["replicas"] = size
+        for name, notes in plan.annotate.items():
+            sets[name]["metadata"]["annotations"].update(notes)
+        for r in sets.values():  # old pods stay available, new ones never are
+            n = r["spec"]["replicas"]
+            old = r["metadata"]["name"] != f"web-{template_hash(v2['spec']['template'])}"
+            r["status"] = {"replicas": n, "readyReplicas": n if old else 0,
+                           "availableReplicas": n if old else 0}
+        if plan.status is not None:
+            v2["status"] = plan.status
+    new_name = f"web-{template_hash(v2['spec']['template'])}"
+    old_name = next(n for n in sets if n != new_name)
+    return v2, sets, old_name, new_name
+
+
+def test_resizing_mid_rollout_shares_the_change_in_proportion():
+    dep, sets, old, new = _stuck_rollout()
+    # 10 replicas, maxSurge 3, maxUnavailable 2: the rollout stops at 8 old + 5 new.
+    assert {n: r["spec"]["replicas"] for n, r in sets.items()} == {old: 8, new: 5}
+    assert sets[new]["metadata"]["annotations"]["deployment.kubernetes.io/max-replicas"] == "13"
+    # Scaled to 15 (18 allowed with the surge): 5 more pods, in proportion 8:5 against
+    # the 13 they were sized for, as Kubernetes does: 3 to the old set, 2 to the new one.
+    bigger = {**dep, "spec": {**dep["spec"], "replicas": 15}}
+    plan = plan_deployment(bigger, list(sets.values()), now=1000.0)
+    assert plan.scale == {old: 11, new: 7}
+    assert plan.create is None
+    for name in (old, new):
+        assert plan.annotate[name] == {"deployment.kubernetes.io/desired-replicas": "15",
+                                       "deployment.kubernetes.io/max-replicas": "18"}
+    # Scaled down to 5 (8 allowed): 5 fewer, again in proportion, oldest first.
+    smaller = {**dep, "spec": {**dep["spec"], "replicas": 5}}
+    plan = plan_deployment(smaller, list(sets.values()), now=1000.0)
+    assert sum(plan.scale.values()) == 8
+    assert plan.scale == {old: 5, new: 3}
+
+
+def test_a_resize_with_one_replicaset_is_no_proportional_step():
+    digest = template_hash(TEMPLATE)
+    current = rs(2, f"web-{digest}", {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2})
+    current["metadata"]["annotations"] = {"deployment.kubernetes.io/desired-replicas": "2"}
+    assert plan_deployment(deployment(5), [current]).scale == {f"web-{digest}": 5}
+
+
+def test_a_rollout_without_progress_exceeds_its_deadline():
+    dep, sets, _old, new = _stuck_rollout(deadline=60)
+    progressing = next(c for c in dep["status"]["conditions"] if c["type"] == "Progressing")
+    assert progressing["status"] == "True"
+    assert progressing["lastUpdateTime"] == "1970-01-01T00:16:40Z"  # the last progress
+    # 30 s later nothing changed: the condition stays, and the controller looks again
+    # when the deadline falls.
+    plan = plan_deployment(dep, list(sets.values()), now=1030.0)
+    assert plan.status is None and plan.scale == {}
+    assert plan.recheck_after is not None and 30 <= plan.recheck_after <= 31
+    plan = plan_deployment(dep, list(sets.values()), now=1061.0)
+    progressing = next(c for c in plan.status["conditions"] if c["type"] == "Progressing")
+    assert progressing["status"] == "False"
+    assert progressing["reason"] == "ProgressDeadlineExceeded"
+    assert progressing["message"] == f'ReplicaSet "{new}" has timed out progressing.'
+    dep["status"] = plan.status
+    # It stays exceeded until the rollout progresses again.
+    later = plan_deployment(dep, list(sets.values()), now=2000.0)
+    assert later.status is None
+    sets[new]["status"] = {"replicas": 5, "readyReplicas": 1, "availableReplicas": 1}
+    moving = plan_deployment(dep, list(sets.values()), now=2001.0)
+    progressing = next(c for c in moving.status["conditions"] if c["type"] == "Progressing")
+    assert progressing["status"] == "True" and progressing["reason"] == "ReplicaSetUpdated"

@@ -114,3 +114,86 @@ def test_rolling_update_status_history_and_undo(server, controllers, kubectl, cl
     finally:
         kubelet.stop.set()
         kubelet.join(5)
+
+
+STUCK = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+  labels: {kai.scheduler/queue: default-queue}
+spec:
+  replicas: 10
+  progressDeadlineSeconds: 4
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 3, maxUnavailable: 2}}
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web, version: "3.11"}
+    spec:
+      schedulerName: gpushare
+      containers:
+      - {name: server, image: "python:3.11", command: ["sleep", "3600"]}
+"""
+
+
+class PickyKubelet(Kubelet):
+    """The node's part for one image only: pods of any other image stay bound but never
+    become Ready (a broken release)."""
+
+    def __init__(self, client: KubeClient, image: str) -> None:
+        super().__init__(client)
+        self.image = image
+
+    def run(self) -> None:
+        while not self.stop.wait(0.3):
+            pods = self.client.list(PODS.collection("default"), labelSelector="app=web")
+            for p in pods["items"]:
+                ready = any(c["type"] == "Ready" and c["status"] == "True"
+                            for c in p["status"].get("conditions") or [])
+                good = p["spec"]["containers"][0]["image"] == self.image
+                if p["spec"].get("nodeName") and good and not ready and not p[
+                        "metadata"].get("deletionTimestamp"):
+                    with contextlib.suppress(ApiError):
+                        self.client.merge_patch(
+                            PODS.item(p["metadata"]["name"], "default", "status"),
+                            {"status": {"phase": "Running", "conditions": [
+                                {"type": "Ready", "status": "True"}]}})
+
+
+def _sizes(kubectl) -> dict[str, int]:
+    return {rs["spec"]["template"]["spec"]["containers"][0]["image"]: rs["spec"]["replicas"]
+            for rs in kubectl.json("get", "replicasets")["items"]}
+
+
+def test_stuck_rollout_exceeds_its_deadline_and_a_resize_is_proportional(
+        server, controllers, kubectl, client):
+    add_node(server.kubeconfig, "box", "1xL40S")
+    kubectl.run("apply", "-f", "-", stdin=DEFAULT_QUEUE)
+    kubelet = PickyKubelet(client, "python:3.11")
+    kubelet.start()
+    try:
+        kubectl.run("apply", "-f", "-", stdin=STUCK)
+        kubectl.run("rollout", "status", "deployment/web", "--timeout=90s")
+        kubectl.run("set", "image", "deployment/web", "server=python:broken")
+        # 10 replicas, maxSurge 3, maxUnavailable 2: 8 old + 5 new, then no progress.
+        wait_for(lambda: _sizes(kubectl) == {"python:3.11": 8, "python:broken": 5},
+                 timeout=60, what="rollout stopped at 8 old + 5 new")
+        status = kubectl.run("rollout", "status", "deployment/web", "--timeout=40s",
+                             check=False)
+        assert status.returncode != 0
+        assert 'deployment "web" exceeded its progress deadline' in status.stderr
+        condition = next(c for c in kubectl.json("get", "deployment", "web")["status"][
+            "conditions"] if c["type"] == "Progressing")
+        assert condition["status"] == "False"
+        assert condition["reason"] == "ProgressDeadlineExceeded"
+
+        # Resized mid-rollout: the 5 extra pods (18 allowed) go 3 to the old ReplicaSet
+        # and 2 to the new one, in proportion to their sizes, as Kubernetes does.
+        kubectl.run("scale", "deployment/web", "--replicas=15")
+        wait_for(lambda: _sizes(kubectl) == {"python:3.11": 11, "python:broken": 7},
+                 timeout=60, what="proportional scale-up")
+    finally:
+        kubelet.stop.set()
+        kubelet.join(5)

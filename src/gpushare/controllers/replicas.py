@@ -202,18 +202,68 @@ class DeploymentPlan:
     #: annotations to merge on the Deployment (its current revision)
     deployment_annotations: dict[str, str] = field(default_factory=dict)
     status: Obj | None = None
+    #: seconds after which to look again (the progress deadline of an unfinished rollout)
+    recheck_after: float | None = None
 
 
-def plan_deployment(deployment: Obj, replicasets: list[Obj]) -> DeploymentPlan:
+DESIRED_ANNOTATION = "deployment.kubernetes.io/desired-replicas"
+MAX_ANNOTATION = "deployment.kubernetes.io/max-replicas"
+DEFAULT_PROGRESS_DEADLINE = 600
+
+
+def _annotation_int(rs: Obj, key: str) -> int | None:
+    try:
+        return int((_meta(rs).get("annotations") or {})[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _proportional_scale(active: list[Obj], wanted: int, allowed: int,
+                        before: int) -> dict[str, int] | None:
+    """New sizes when the Deployment is resized while several ReplicaSets hold pods (a
+    rollout in progress): like Kubernetes, the ``replicas + maxSurge`` pods allowed are
+    shared in proportion to each ReplicaSet's size, against the ``max-replicas`` it was
+    last sized for; what rounding leaves over goes to the largest one (the newest first
+    when growing, the oldest first when shrinking). None when this is no resize."""
+    if len(active) < 2 or not any(
+            _annotation_int(rs, DESIRED_ANNOTATION) not in (None, wanted) for rs in active):
+        return None
+    total = sum(_replicas(rs, 0) for rs in active)
+    to_add = allowed - total
+    if to_add == 0:
+        return None
+    newest_first = to_add > 0
+    order = sorted(active, key=lambda rs: (-_replicas(rs, 0),
+                                           -_created(rs) if newest_first else _created(rs)))
+    sizes: dict[str, int] = {}
+    added = 0
+    for rs in order:
+        have = _replicas(rs, 0)
+        sized_for = _annotation_int(rs, MAX_ANNOTATION) or before
+        share = round(have * allowed / sized_for) - have if sized_for > 0 else 0
+        remaining = to_add - added
+        share = min(share, remaining) if to_add > 0 else max(share, remaining)
+        sizes[str(_meta(rs).get("name"))] = have + share
+        added += share
+    first = str(_meta(order[0]).get("name"))
+    sizes[first] += to_add - added
+    return {name: max(size, 0) for name, size in sizes.items()}
+
+
+def plan_deployment(deployment: Obj, replicasets: list[Obj],
+                    now: float | None = None) -> DeploymentPlan:
     """One step of a rollout, as kube-controller-manager's Deployment controller takes it.
 
     The current template's ReplicaSet (named by its hash) is the new one; the others are
     old. ``Recreate`` scales the old ones to zero and starts the new one once their pods
     are gone. ``RollingUpdate`` (the default) grows the new one while the total stays
     within ``replicas + maxSurge`` and shrinks old ones only while ``replicas -
-    maxUnavailable`` pods stay available. Each ReplicaSet carries its
+    maxUnavailable`` pods stay available; a resize in the middle of a rollout is shared
+    among the ReplicaSets in proportion to their sizes. Each ReplicaSet carries its
     ``deployment.kubernetes.io/revision`` (a template used again, as by ``kubectl rollout
-    undo``, gets the next one) and the Deployment carries its current one."""
+    undo``, gets the next one) and the Deployment carries its current one. A rollout that
+    makes no progress for ``progressDeadlineSeconds`` gets ``Progressing=False`` with
+    reason ``ProgressDeadlineExceeded``. ``now`` is the wall clock (epoch seconds)."""
     plan = DeploymentPlan()
     meta, spec = _meta(deployment), deployment.get("spec") or {}
     wanted = _replicas(deployment)
@@ -234,42 +284,151 @@ def plan_deployment(deployment: Obj, replicasets: list[Obj]) -> DeploymentPlan:
 
     strategy = str((spec.get("strategy") or {}).get("type") or "RollingUpdate")
     new_spec = _replicas(current, 0) if current is not None else 0
-    old_total = sum(_replicas(rs, 0) for rs in olds)
-    old_pods = sum(int((rs.get("status") or {}).get("replicas") or 0) for rs in olds)
     target_new = new_spec
     if strategy == "Recreate":
-        for rs in olds:
-            if _replicas(rs, 0):
-                plan.scale[str(_meta(rs).get("name"))] = 0
-        target_new = wanted if old_total == 0 and old_pods == 0 else new_spec
+        target_new = _plan_recreate(plan, olds, wanted, new_spec)
     else:
-        surge, unavailable = rolling_bounds(deployment, wanted)
-        if not olds or old_total == 0 or new_spec > wanted:
-            target_new = wanted
+        surge, _ = rolling_bounds(deployment, wanted)
+        active = [rs for rs in replicasets if _replicas(rs, 0) > 0]
+        before = int((deployment.get("status") or {}).get("replicas") or 0)
+        resized = _proportional_scale(active, wanted, wanted + surge, before)
+        if resized is not None:
+            plan.scale.update({n: r for n, r in resized.items() if n != name})
+            target_new = resized.get(name, new_spec)
         else:
-            room = wanted + surge - (new_spec + old_total)
-            target_new = new_spec + max(min(room, wanted - new_spec), 0)
-        # Old ones shrink only as far as the available floor allows.
-        new_available = int(((current or {}).get("status") or {}).get("availableReplicas")
-                            or 0)
-        new_unavailable = max(target_new - new_available, 0) if current is not None \
-            else target_new
-        min_available = wanted - unavailable
-        remove = (target_new + old_total) - min_available - new_unavailable
-        for rs in olds:
-            if remove <= 0:
-                break
-            have = _replicas(rs, 0)
-            if have == 0:
-                continue
-            cut = min(have, remove)
-            plan.scale[str(_meta(rs).get("name"))] = have - cut
-            remove -= cut
+            target_new = _plan_rolling(plan, deployment, current, olds, wanted, new_spec)
+        _size_annotations(plan, replicasets, name, target_new, wanted, wanted + surge)
     if current is None:
         plan.create = _new_replicaset(deployment, name, digest, target_new, revision)
+        if strategy != "Recreate":
+            plan.create["metadata"]["annotations"].update(
+                plan.annotate.pop(name, {}))
     elif target_new != new_spec:
         plan.scale[name] = target_new
+    _plan_status(plan, deployment, replicasets, current, name, wanted, strategy, now)
+    return plan
 
+
+def _plan_recreate(plan: DeploymentPlan, olds: list[Obj], wanted: int, new_spec: int) -> int:
+    for rs in olds:
+        if _replicas(rs, 0):
+            plan.scale[str(_meta(rs).get("name"))] = 0
+    old_total = sum(_replicas(rs, 0) for rs in olds)
+    old_pods = sum(int((rs.get("status") or {}).get("replicas") or 0) for rs in olds)
+    return wanted if old_total == 0 and old_pods == 0 else new_spec
+
+
+def _plan_rolling(plan: DeploymentPlan, deployment: Obj, current: Obj | None,
+                  olds: list[Obj], wanted: int, new_spec: int) -> int:
+    surge, unavailable = rolling_bounds(deployment, wanted)
+    old_total = sum(_replicas(rs, 0) for rs in olds)
+    if not olds or old_total == 0 or new_spec > wanted:
+        target_new = wanted
+    else:
+        room = wanted + surge - (new_spec + old_total)
+        target_new = new_spec + max(min(room, wanted - new_spec), 0)
+    # Old ones shrink only as far as the available floor allows.
+    new_available = int(((current or {}).get("status") or {}).get("availableReplicas") or 0)
+    new_unavailable = max(target_new - new_available, 0) if current is not None \
+        else target_new
+    remove = (target_new + old_total) - (wanted - unavailable) - new_unavailable
+    for rs in olds:
+        if remove <= 0:
+            break
+        have = _replicas(rs, 0)
+        if have == 0:
+            continue
+        cut = min(have, remove)
+        plan.scale[str(_meta(rs).get("name"))] = have - cut
+        remove -= cut
+    return target_new
+
+
+def _size_annotations(plan: DeploymentPlan, replicasets: list[Obj], name: str,
+                      target_new: int, wanted: int, allowed: int) -> None:
+    """The size each ReplicaSet holding pods was last given for (``desired-replicas``,
+    ``max-replicas``), which tells a later resize from a rollout step."""
+    notes = {DESIRED_ANNOTATION: str(wanted), MAX_ANNOTATION: str(allowed)}
+    for rs in replicasets:
+        rs_name = str(_meta(rs).get("name"))
+        size = target_new if rs_name == name else plan.scale.get(rs_name, _replicas(rs, 0))
+        have = _meta(rs).get("annotations") or {}
+        if size > 0 and any(have.get(k) != v for k, v in notes.items()):
+            plan.annotate.setdefault(rs_name, {}).update(notes)
+    if not any(str(_meta(rs).get("name")) == name for rs in replicasets):
+        plan.annotate.setdefault(name, {}).update(notes)
+
+
+def _rfc3339(at: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _progressed(old: Obj, status: Obj) -> bool:
+    """Kubernetes' notion of progress: more updated, ready or available pods, or fewer
+    pods of old templates."""
+    def count(obj: Obj, key: str) -> int:
+        return int(obj.get(key) or 0)
+
+    old_stale = count(old, "replicas") - count(old, "updatedReplicas")
+    new_stale = count(status, "replicas") - count(status, "updatedReplicas")
+    return (count(status, "updatedReplicas") > count(old, "updatedReplicas")
+            or new_stale < old_stale
+            or count(status, "readyReplicas") > count(old, "readyReplicas")
+            or count(status, "availableReplicas") > count(old, "availableReplicas"))
+
+
+def _progress_condition(plan: DeploymentPlan, deployment: Obj, status: Obj, done: bool,
+                        name: str, created: bool, now: float) -> Obj:
+    """The ``Progressing`` condition: its ``lastUpdateTime`` moves whenever the rollout
+    progresses; past ``progressDeadlineSeconds`` without progress it turns False."""
+    old = deployment.get("status") or {}
+    previous = next((c for c in old.get("conditions") or [] if c.get("type") == "Progressing"),
+                    None)
+    deadline = (deployment.get("spec") or {}).get("progressDeadlineSeconds")
+    deadline = DEFAULT_PROGRESS_DEADLINE if deadline is None else int(deadline)
+    stamp = _rfc3339(now)
+    if done:
+        condition = {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                     "message": f'ReplicaSet "{name}" has successfully progressed.'}
+    elif previous is None or created or plan.scale or _progressed(old, status):
+        condition = {"type": "Progressing", "status": "True",
+                     "reason": "NewReplicaSetCreated" if created else "ReplicaSetUpdated",
+                     "message": f'Created new replica set "{name}"' if created
+                     else f'ReplicaSet "{name}" is progressing.'}
+    else:
+        from gpushare.controllers.translate import timestamp
+
+        last = timestamp(previous.get("lastUpdateTime")) or now
+        if previous.get("reason") == "ProgressDeadlineExceeded":
+            return {**previous}
+        if now >= last + deadline:
+            condition = {"type": "Progressing", "status": "False",
+                         "reason": "ProgressDeadlineExceeded",
+                         "message": f'ReplicaSet "{name}" has timed out progressing.'}
+        else:
+            plan.recheck_after = last + deadline - now + 0.5
+            return {**previous}
+    before: Obj = previous or {}
+    same = previous is not None and all(before.get(k) == v for k, v in condition.items())
+    if same and condition["reason"] == "NewReplicaSetAvailable":
+        return {**before}
+    changed_status = before.get("status") != condition["status"]
+    condition["lastUpdateTime"] = stamp
+    condition["lastTransitionTime"] = stamp if changed_status else before.get(
+        "lastTransitionTime", stamp)
+    if condition["status"] == "True" and not done:
+        plan.recheck_after = deadline + 0.5
+    return condition
+
+
+def _plan_status(plan: DeploymentPlan, deployment: Obj, replicasets: list[Obj],
+                 current: Obj | None, name: str, wanted: int, strategy: str,
+                 now: float | None) -> None:
+    import time
+
+    meta = _meta(deployment)
     totals = {"replicas": 0, "readyReplicas": 0, "availableReplicas": 0}
     for rs in replicasets:
         rs_status = rs.get("status") or {}
@@ -286,28 +445,32 @@ def plan_deployment(deployment: Obj, replicasets: list[Obj]) -> DeploymentPlan:
         "unavailableReplicas": max(totals["replicas"] - available, 0),
     }
     floor = wanted - (rolling_bounds(deployment, wanted)[1] if strategy != "Recreate" else wanted)
-    conditions = [{
+    old = deployment.get("status") or {}
+    old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
+    available_condition = {
         "type": "Available",
         "status": "True" if available >= floor else "False",
         "reason": "MinimumReplicasAvailable" if available >= floor
         else "MinimumReplicasUnavailable",
         "message": "Deployment has minimum availability." if available >= floor
         else "Deployment does not have minimum availability.",
-    }]
+    }
+    clock = time.time() if now is None else now
+    previous = old_conditions.get("Available")
+    if previous is not None and previous.get("status") == available_condition["status"]:
+        available_condition["lastTransitionTime"] = previous.get("lastTransitionTime")
+        available_condition["lastUpdateTime"] = previous.get("lastUpdateTime")
+    else:
+        available_condition["lastTransitionTime"] = _rfc3339(clock)
+        available_condition["lastUpdateTime"] = _rfc3339(clock)
     done = (updated == wanted and totals["replicas"] == wanted and available >= wanted
             and current is not None)
-    conditions.append({
-        "type": "Progressing", "status": "True",
-        "reason": "NewReplicaSetAvailable" if done else "ReplicaSetUpdated",
-        "message": f'ReplicaSet "{name}" has successfully progressed.' if done
-        else f'ReplicaSet "{name}" is progressing.',
-    })
-    old = deployment.get("status") or {}
-    old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
+    progressing = _progress_condition(plan, deployment, status, done, name,
+                                      plan.create is not None, clock)
+    conditions = [available_condition, progressing]
     changed = any(old.get(k) != v for k, v in status.items()) or any(
         any((old_conditions.get(c["type"]) or {}).get(k) != v for k, v in c.items())
         for c in conditions
     )
     if changed:
         plan.status = {**old, **status, "conditions": conditions}
-    return plan

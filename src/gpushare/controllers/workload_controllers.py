@@ -186,7 +186,7 @@ class DeploymentController(_OwnerController):
             return
         meta = deployment["metadata"]
         uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", "default"))
-        plan = plan_deployment(deployment, self.index.of(uid))
+        plan = plan_deployment(deployment, self.index.of(uid), time.time())
         if plan.create is not None:
             try:
                 created = self.client.create(REPLICASETS.collection(namespace), plan.create)
@@ -211,6 +211,8 @@ class DeploymentController(_OwnerController):
         if plan.status is not None:
             self.client.merge_patch(DEPLOYMENTS.item(str(meta["name"]), namespace, "status"),
                                     {"status": plan.status})
+        if plan.recheck_after is not None:
+            self.queue.add_after(key, plan.recheck_after)
 
 
 def _pod_state(pod: Obj) -> tuple[Any, ...]:
