@@ -166,7 +166,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
      {"metadata": {"name": "m"}, "spec": {"containers": [{
          "name": "main", "image": "busybox",
          "resources": {"requests": {"memory": "1e400"}}}]}},
-     "spec.containers[0].resources.requests.memory"),
+     "spec.containers[0].resources.requests[memory]"),
     ("/api/v1/namespaces/default/pods",
      {"metadata": {"name": "i"}, "spec": {"initContainers": "x", "containers": [
          {"name": "main", "image": "busybox"}]}}, "spec.initContainers"),

@@ -37,6 +37,7 @@ from gpushare.agent.podspec import decode_secret
 from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig, kill_leftovers
 from gpushare.agent.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
 from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
+from gpushare.apiserver import shapes
 from gpushare.kube.client import (
     CONFIGMAPS,
     EVENTS,
@@ -380,18 +381,31 @@ class Agent:
 
     def _sync_guarded(self, pod: dict[str, Any]) -> None:
         """`_sync`, but a pod the agent cannot run (a malformed spec stored before
-        validation) is skipped with a Warning event, once, and the other pods go on."""
+        validation: the API server's shape rules name its fields) is skipped with a Warning
+        event, once, and the other pods go on."""
+        causes = shapes.pod_causes(pod)
+        if causes:
+            self._skip(pod, "; ".join(f"{c.field}: {c.message}" for c in causes[:5]))
+            meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+            if meta.get("deletionTimestamp") and meta.get("name"):
+                # never run here (or no longer readable): stop what runs, finish the delete
+                self._forget(str(meta.get("uid") or ""))
+                self._writes.put(("delete", str(meta.get("namespace") or "default"),
+                                  str(meta["name"]), str(meta.get("uid") or ""), None))
+            return
         try:
             self._sync(pod)
         except Exception as exc:
-            meta = pod.get("metadata") or {}
-            uid = str(meta.get("uid") or "")
-            log.warning("skipping pod %s/%s: it cannot be run: %r", meta.get("namespace"),
-                        meta.get("name"), exc)
-            if uid not in self._skipped:
-                self._skipped.add(uid)
-                self.event(pod, "FailedCreatePodSandBox",
-                           f"the pod cannot be run by this agent: {exc}")
+            self._skip(pod, repr(exc))
+
+    def _skip(self, pod: dict[str, Any], why: str) -> None:
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        uid = str(meta.get("uid") or "")
+        log.warning("skipping pod %s/%s: it cannot be run: %s", meta.get("namespace"),
+                    meta.get("name"), why)
+        if uid not in self._skipped:
+            self._skipped.add(uid)
+            self.event(pod, "FailedCreatePodSandBox", f"the pod cannot be run by this agent: {why}")
 
     def _sync(self, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
@@ -474,12 +488,14 @@ class Agent:
 
     def _fail_unstartable(self, pod: dict[str, Any], reason: str, message: str) -> None:
         meta = pod["metadata"]
-        status = {
+        status: dict[str, Any] = {
             "phase": "Failed",
             "reason": reason,
             "message": message,
             "hostIP": self.config.address,
         }
+        if reason == ledger.OVERCOMMITTED:
+            status["conditions"] = ledger.refused_conditions(message, rfc3339(time.time()))
         self._writes.put(
             ("status", meta.get("namespace", "default"), meta["name"], meta.get("uid", ""), status)
         )

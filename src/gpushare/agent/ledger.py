@@ -8,11 +8,15 @@ pods already hold and refuses the pod when a GPU would go past one whole GPU.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from gpushare.agent.gpu_share import GpuShare
 
 EPSILON = 1e-6  # portions are decimal strings like "0.33": allow their float rounding
 OVERCOMMITTED = "GPUOvercommitted"
+#: The pod condition the ledger writes on a pod it refuses (status False, reason
+#: GPUOvercommitted): `kubectl wait --for=condition=GPUSlotsAvailable=false pod/P`.
+CONDITION = "GPUSlotsAvailable"
 
 
 def held(shares: Iterable[GpuShare | None]) -> dict[int, float]:
@@ -38,3 +42,22 @@ def overcommit(running: Iterable[GpuShare | None], new: GpuShare | None) -> str 
                     f"{taken.get(device.index, 0.0):g} of it and this pod asks for "
                     f"{new.portion:g} (total {total:g} > 1); the pod is not started")
     return None
+
+
+def refused_conditions(message: str, now: str) -> list[dict[str, Any]]:
+    """The conditions of a pod the ledger refused: scheduled, but its GPU slots are not
+    available on this node, so it never initialises nor becomes ready."""
+    def condition(kind: str, ok: bool, reason: str, text: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {"type": kind, "status": "True" if ok else "False",
+                               "lastProbeTime": None, "lastTransitionTime": now}
+        if not ok:
+            out["reason"] = reason
+        if text:
+            out["message"] = text
+        return out
+
+    return [condition("PodScheduled", True, ""),
+            condition(CONDITION, False, OVERCOMMITTED, message),
+            condition("Initialized", False, OVERCOMMITTED),
+            condition("ContainersReady", False, OVERCOMMITTED),
+            condition("Ready", False, OVERCOMMITTED)]

@@ -239,8 +239,7 @@ class Api:
                     "FieldValueRequired")])
             m["name"] = self._generate_name(cluster, gr, ns, gen)
         name = m["name"]
-        causes = (validation.validate_name(gr, name) + validation.validate_metadata(m)
-                  + shapes.metadata_causes(m))
+        causes = validation.validate_name(gr, name) + shapes.metadata_causes(m)
         if causes:
             raise invalid(info.group, info.kind, str(name), causes)
         if self.store.get(cluster, gr, ns, name) is not None:
@@ -389,7 +388,7 @@ class Api:
         elif gr == PRIORITYCLASS_GR:
             causes = validation.validate_priority_class(obj)
         elif gr.startswith("rbac.authorization.k8s.io/"):
-            causes = validation.validate_rbac(gr, obj)
+            causes = shapes.rbac_causes(gr, obj)
         elif gr in kind_rules.RULES:
             causes = kind_rules.RULES[gr](obj, old)
         elif gr == quota.QUOTA_GR:
@@ -609,7 +608,7 @@ class Api:
                     obj["status"] = deep_copy(old["status"])
                 else:
                     obj.pop("status", None)
-            causes = validation.validate_metadata(m) + shapes.metadata_causes(m)
+            causes = shapes.metadata_causes(m)
             if causes:
                 raise invalid(info.group, info.kind, m["name"], causes)
         obj["kind"] = info.kind
@@ -899,20 +898,16 @@ def _builtin_schema(info: ResourceInfo) -> dict[str, Any] | None:
 
 
 def _shape_causes(gr: str, obj: dict[str, Any]) -> list[Cause]:
-    """What readers depend on, checked for every write (status writes included)."""
+    """Shapes readers depend on that the kind's own validation above does not cover,
+    checked for every write (status writes included)."""
     if gr == "pods":
-        spec = obj.get("spec")
-        causes = shapes.pod_spec_causes(spec, "spec") if isinstance(spec, dict) else []
-        return causes + shapes.pod_status_causes(obj.get("status"))
-    if gr in ("batch/jobs", "apps/deployments", "apps/replicasets", "apps/statefulsets",
-              "apps/daemonsets"):
+        return shapes.pod_status_causes(obj.get("status"))
+    if gr in ("apps/statefulsets", "apps/daemonsets"):
         spec = obj.get("spec")
         template = spec.get("template") if isinstance(spec, dict) else None
         tspec = template.get("spec") if isinstance(template, dict) else None
         return shapes.pod_spec_causes(tspec, "spec.template.spec") if isinstance(
             tspec, dict) else []
-    if gr.startswith("rbac.authorization.k8s.io/"):
-        return shapes.rbac_causes(gr, obj)
     if gr == CRD_GR:
         return shapes.crd_causes(obj)
     return []

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpushare.apiserver.errors import ApiError, Cause
-from gpushare.apiserver.validation import quantity_value
+from gpushare.apiserver.shapes import quantity_value
 
 QUOTA_GR = "resourcequotas"
 # quota name -> storage group/resource of the objects it counts

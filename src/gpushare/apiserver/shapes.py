@@ -1,6 +1,9 @@
-"""Shape checks of what readers depend on, before an object is stored. Pure functions
-returning field causes: metadata lists (finalizers, ownerReferences), pod spec and status
-shapes, resource quantities, RBAC subjects and rules, structural CRD schemas."""
+"""Shape checks of what readers depend on, before an object is stored: the one home of
+every shape rule. Pure functions returning field causes: metadata (label and annotation
+maps, finalizers, ownerReferences), resource quantities, pod spec and status shapes (also
+used by the node agent on the pods it is given), RBAC subjects, roleRefs and rules,
+structural CRD schemas. Rules about meaning rather than shape (names, GPU annotations,
+workloads, queues) are in `validation`."""
 
 from __future__ import annotations
 
@@ -97,7 +100,11 @@ def _objects(value: Any, path: str, causes: list[Cause]) -> list[tuple[str, dict
 # -- metadata ----------------------------------------------------------------------------------
 
 def metadata_causes(meta: dict[str, Any]) -> list[Cause]:
+    """Labels and annotations (maps of strings), finalizers (qualified names),
+    ownerReferences (complete objects, one controller at most), namespace, generateName."""
     causes: list[Cause] = []
+    for key in ("labels", "annotations"):
+        _string_map(meta.get(key), f"metadata.{key}", causes)
     finalizers = meta.get("finalizers")
     _strings(finalizers, "metadata.finalizers", causes)
     if isinstance(finalizers, list):
@@ -127,36 +134,91 @@ def metadata_causes(meta: dict[str, Any]) -> list[Cause]:
     return causes
 
 
+# -- container resources -----------------------------------------------------------------------
+
+_NATIVE = {"cpu", "memory", "ephemeral-storage", "storage"}
+
+
+def _extended(name: str) -> bool:
+    """An extended resource (`nvidia.com/gpu`): integers only, never overcommitted."""
+    if name in _NATIVE or name.startswith(("hugepages-", "requests.", "limits.")):
+        return False
+    return "/" in name and not name.split("/", 1)[0].endswith("kubernetes.io")
+
+
+def _quantities(resources: dict[str, Any], part: str, path: str,
+                causes: list[Cause]) -> dict[str, Decimal]:
+    """The valid quantities of `resources[part]` (requests or limits); causes for the rest."""
+    entries = resources.get(part)
+    if entries is None:
+        return {}
+    if not isinstance(entries, dict):
+        causes.append(Cause(f"{path}.{part}", "must be a map of quantities",
+                            "FieldValueTypeInvalid"))
+        return {}
+    values: dict[str, Decimal] = {}
+    for name, raw in entries.items():
+        field = f"{path}.{part}[{name}]"
+        value = quantity_value(raw)
+        if value is None:
+            causes.append(Cause(field, f'Invalid value: "{raw}": quantities must match the '
+                                       "regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*"
+                                       "[-+]?[0-9]*)$' and be finite and at most 2^63/1000"))
+        elif value < 0:
+            causes.append(Cause(field, f'Invalid value: "{raw}": must be greater than or '
+                                       "equal to 0"))
+        elif _extended(name) and value != value.to_integral_value():
+            causes.append(Cause(field, f'Invalid value: "{raw}": must be an integer'))
+        else:
+            values[name] = value
+    return values
+
+
+def resources_causes(resources: Any, path: str) -> list[Cause]:
+    """A container's requests and limits, as Kubernetes checks them: quantities, requests
+    at most the limits, extended resources (GPUs) integral with requests equal to limits."""
+    if resources is None:
+        return []
+    if not isinstance(resources, dict):
+        return [Cause(path, "must be an object", "FieldValueTypeInvalid")]
+    causes: list[Cause] = []
+    limits = _quantities(resources, "limits", path, causes)
+    requests = _quantities(resources, "requests", path, causes)
+    for name, req in requests.items():
+        shown = resources["requests"][name]
+        if not _extended(name):
+            if name in limits and req > limits[name]:
+                causes.append(Cause(f"{path}.requests[{name}]", f'Invalid value: "{shown}": '
+                                    f"must be less than or equal to {name} limit of "
+                                    f"{resources['limits'][name]}"))
+            continue
+        if name not in limits:
+            causes.append(Cause(f"{path}.limits", "Required value: Limit must be set for non "
+                                                  "overcommitable resources",
+                                "FieldValueRequired"))
+        elif req != limits[name]:
+            causes.append(Cause(f"{path}.requests[{name}]", f'Invalid value: "{shown}": must '
+                                f"be equal to {name} limit of {resources['limits'][name]}"))
+    return causes
+
+
 # -- pods --------------------------------------------------------------------------------------
 
-def _resources(value: Any, path: str, causes: list[Cause]) -> None:
-    if value is None:
-        return
-    if not isinstance(value, dict):
-        causes.append(Cause(path, "must be an object", "FieldValueTypeInvalid"))
-        return
-    for key in ("requests", "limits"):
-        entries = value.get(key)
-        if entries is None:
-            continue
-        if not isinstance(entries, dict):
-            causes.append(Cause(f"{path}.{key}", "must be a map of quantities",
-                                "FieldValueTypeInvalid"))
-            continue
-        for name, q in entries.items():
-            number = quantity_value(q)
-            if number is None:
-                causes.append(Cause(f"{path}.{key}.{name}",
-                                    f'Invalid value: "{q}": quantities must match the regular '
-                                    "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$' "
-                                    "and be finite and at most 2^63/1000"))
-            elif number < 0:
-                causes.append(Cause(f"{path}.{key}.{name}", f'Invalid value: "{q}": must be '
-                                                             "greater than or equal to 0"))
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_RESTART_POLICIES = (None, "Always", "OnFailure", "Never")
 
 
 def container_causes(c: dict[str, Any], path: str) -> list[Cause]:
+    """One container (of containers, initContainers or ephemeralContainers)."""
     causes: list[Cause] = []
+    name = c.get("name")
+    if not isinstance(name, str) or not name:
+        causes.append(Cause(f"{path}.name", "Required value", "FieldValueRequired"))
+    elif len(name) > 63 or not _DNS1123_LABEL.match(name):
+        causes.append(Cause(f"{path}.name", f'Invalid value: "{name}": must be a DNS-1123 '
+                                            "label"))
+    if not c.get("image"):
+        causes.append(Cause(f"{path}.image", "Required value", "FieldValueRequired"))
     _strings(c.get("command"), f"{path}.command", causes)
     _strings(c.get("args"), f"{path}.args", causes)
     for epath, env in _objects(c.get("env"), f"{path}.env", causes):
@@ -171,25 +233,37 @@ def container_causes(c: dict[str, Any], path: str) -> list[Cause]:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
             causes.append(Cause(f"{ppath}.containerPort", f"Invalid value: {value!r}: must be "
                                                           "between 1 and 65535, inclusive"))
-    _resources(c.get("resources"), f"{path}.resources", causes)
+    causes += resources_causes(c.get("resources"), f"{path}.resources")
     for key in ("workingDir", "image", "imagePullPolicy"):
         if c.get(key) is not None and not isinstance(c[key], str):
             causes.append(Cause(f"{path}.{key}", "must be a string", "FieldValueTypeInvalid"))
     return causes
 
 
-def pod_spec_causes(spec: dict[str, Any], path: str) -> list[Cause]:
-    """Shapes of a pod spec beyond what `validation.validate_pod_spec` checks (which covers
-    the names and images of `containers`)."""
-    causes: list[Cause] = []
+def _containers(spec: dict[str, Any], path: str, causes: list[Cause]) -> None:
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        causes.append(Cause(f"{path}.containers", "Required value", "FieldValueRequired"))
+    seen: set[str] = set()
     for key in ("containers", "initContainers", "ephemeralContainers"):
-        for cpath, c in _objects(spec.get(key), f"{path}.{key}", causes):
+        value = [] if key == "containers" and not isinstance(containers, list) else spec.get(key)
+        for cpath, c in _objects(value, f"{path}.{key}", causes):
             causes += container_causes(c, cpath)
-    for ipath, c in _objects(spec.get("initContainers"), f"{path}.initContainers", []):
-        if not isinstance(c.get("name"), str) or not c["name"]:
-            causes.append(Cause(f"{ipath}.name", "Required value", "FieldValueRequired"))
-        if not c.get("image"):
-            causes.append(Cause(f"{ipath}.image", "Required value", "FieldValueRequired"))
+            name = c.get("name")
+            if isinstance(name, str) and name:
+                if name in seen:
+                    causes.append(Cause(f"{cpath}.name", f'Duplicate value: "{name}"',
+                                        "FieldValueDuplicate"))
+                seen.add(name)
+
+
+def pod_spec_causes(spec: Any, path: str) -> list[Cause]:
+    """Every shape rule of a pod spec (a pod's, or a workload's template): the containers
+    and their fields, the lists and maps readers walk, restart policy and grace period."""
+    if not isinstance(spec, dict):
+        return [Cause(path, "Required value", "FieldValueRequired")]
+    causes: list[Cause] = []
+    _containers(spec, path, causes)
     _objects(spec.get("volumes"), f"{path}.volumes", causes)
     _objects(spec.get("tolerations"), f"{path}.tolerations", causes)
     _objects(spec.get("imagePullSecrets"), f"{path}.imagePullSecrets", causes)
@@ -204,7 +278,25 @@ def pod_spec_causes(spec: dict[str, Any], path: str) -> list[Cause]:
     priority = spec.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         causes.append(Cause(f"{path}.priority", "must be an integer", "FieldValueTypeInvalid"))
+    policy = spec.get("restartPolicy")
+    if policy not in _RESTART_POLICIES:
+        causes.append(Cause(f"{path}.restartPolicy", f'Unsupported value: "{policy}": supported '
+                                                     'values: "Always", "OnFailure", "Never"',
+                            "FieldValueNotSupported"))
+    grace = spec.get("terminationGracePeriodSeconds")
+    if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int)
+                              or grace < 0):
+        causes.append(Cause(f"{path}.terminationGracePeriodSeconds", "must be a non-negative "
+                                                                     "integer"))
     return causes
+
+
+def pod_causes(pod: dict[str, Any]) -> list[Cause]:
+    """The shape of a whole stored pod as a reader sees it: its metadata and spec."""
+    meta = pod.get("metadata")
+    if not isinstance(meta, dict):
+        return [Cause("metadata", "must be an object", "FieldValueTypeInvalid")]
+    return metadata_causes(meta) + pod_spec_causes(pod.get("spec"), "spec")
 
 
 def pod_status_causes(status: Any) -> list[Cause]:
@@ -241,9 +333,26 @@ def pod_status_causes(status: Any) -> list[Cause]:
 
 # -- RBAC --------------------------------------------------------------------------------------
 
+def _role_ref_causes(gr: str, ref: Any) -> list[Cause]:
+    if not isinstance(ref, dict) or not ref.get("name") or not ref.get("kind"):
+        return [Cause("roleRef", "Required value", "FieldValueRequired")]
+    if not isinstance(ref["name"], str):
+        return [Cause("roleRef.name", "must be a string", "FieldValueTypeInvalid")]
+    if ref["kind"] not in ("Role", "ClusterRole"):
+        return [Cause("roleRef.kind", 'Unsupported value: supported values: "Role", '
+                                      '"ClusterRole"', "FieldValueNotSupported")]
+    if gr.endswith("clusterrolebindings") and ref["kind"] != "ClusterRole":
+        return [Cause("roleRef.kind", 'Unsupported value: supported values: "ClusterRole"',
+                      "FieldValueNotSupported")]
+    return []
+
+
 def rbac_causes(gr: str, obj: dict[str, Any]) -> list[Cause]:
+    """Bindings: a complete roleRef of the right kind, subjects of a known kind with a name.
+    Roles: rules that are objects with verbs, every list a list of strings."""
     causes: list[Cause] = []
     if gr.endswith("bindings"):
+        causes += _role_ref_causes(gr, obj.get("roleRef"))
         for path, s in _objects(obj.get("subjects"), "subjects", causes):
             kind = s.get("kind")
             if kind not in ("User", "Group", "ServiceAccount"):
@@ -255,11 +364,10 @@ def rbac_causes(gr: str, obj: dict[str, Any]) -> list[Cause]:
             if s.get("namespace") is not None and not isinstance(s["namespace"], str):
                 causes.append(Cause(f"{path}.namespace", "must be a string",
                                     "FieldValueTypeInvalid"))
-        ref = obj.get("roleRef")
-        if isinstance(ref, dict) and not isinstance(ref.get("name", ""), str):
-            causes.append(Cause("roleRef.name", "must be a string", "FieldValueTypeInvalid"))
     else:
         for path, rule in _objects(obj.get("rules"), "rules", causes):
+            if not rule.get("verbs"):
+                causes.append(Cause(f"{path}.verbs", "Required value", "FieldValueRequired"))
             for key in ("verbs", "apiGroups", "resources", "resourceNames", "nonResourceURLs"):
                 _strings(rule.get(key), f"{path}.{key}", causes)
     return causes

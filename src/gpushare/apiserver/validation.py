@@ -1,13 +1,15 @@
-"""Validation of objects before they are written. Pure functions returning field causes."""
+"""Validation of objects before they are written, beyond their shape (`shapes`): names,
+GPU annotations, workloads, queues, pod groups, priority classes. Pure functions returning
+field causes."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
+from gpushare.apiserver import shapes
 from gpushare.apiserver.errors import Cause
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -49,22 +51,6 @@ def validate_name(gr: str, name: Any) -> list[Cause]:
                                        "or '.', and must start and end with an alphanumeric "
                                        "character")]
     return []
-
-
-def validate_metadata(meta: dict[str, Any]) -> list[Cause]:
-    causes: list[Cause] = []
-    for key in ("labels", "annotations"):
-        value = meta.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            causes.append(Cause(f"metadata.{key}", "must be a map of strings"))
-            continue
-        for k, v in value.items():
-            if not isinstance(v, str):
-                causes.append(Cause(f"metadata.{key}.{k}", "must be a string",
-                                    "FieldValueTypeInvalid"))
-    return causes
 
 
 # -- pods --------------------------------------------------------------------------------------
@@ -123,134 +109,9 @@ def validate_gpu_annotations(annotations: dict[str, Any], spec: dict[str, Any],
     return causes
 
 
-def validate_pod_spec(spec: Any, path: str) -> list[Cause]:
-    if not isinstance(spec, dict):
-        return [Cause(path, "Required value", "FieldValueRequired")]
-    causes: list[Cause] = []
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        causes.append(Cause(f"{path}.containers", "Required value", "FieldValueRequired"))
-        return causes
-    seen: set[str] = set()
-    for i, c in enumerate(containers):
-        cpath = f"{path}.containers[{i}]"
-        if not isinstance(c, dict):
-            causes.append(Cause(cpath, "must be an object"))
-            continue
-        name = c.get("name")
-        if not isinstance(name, str) or not name:
-            causes.append(Cause(f"{cpath}.name", "Required value", "FieldValueRequired"))
-        elif len(name) > 63 or not _DNS1123_LABEL.match(name):
-            causes.append(Cause(f"{cpath}.name", f'Invalid value: "{name}": must be a DNS-1123 '
-                                                 "label"))
-        elif name in seen:
-            causes.append(Cause(f"{cpath}.name", f'Duplicate value: "{name}"',
-                                "FieldValueDuplicate"))
-        else:
-            seen.add(name)
-        if not c.get("image"):
-            causes.append(Cause(f"{cpath}.image", "Required value", "FieldValueRequired"))
-        causes += validate_resources(c.get("resources"), f"{cpath}.resources")
-    policy = spec.get("restartPolicy")
-    if policy not in (None, "Always", "OnFailure", "Never"):
-        causes.append(Cause(f"{path}.restartPolicy", f'Unsupported value: "{policy}": supported '
-                                                     'values: "Always", "OnFailure", "Never"',
-                            "FieldValueNotSupported"))
-    grace = spec.get("terminationGracePeriodSeconds")
-    if grace is not None and (not isinstance(grace, int) or grace < 0):
-        causes.append(Cause(f"{path}.terminationGracePeriodSeconds", "must be a non-negative "
-                                                                     "integer"))
-    return causes
-
-
-# -- container resources ------------------------------------------------------------------------
-
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))"
-                       r"(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
-_SCALE = {"Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
-          "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
-          "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(10) ** 3,
-          "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
-          "P": Decimal(10) ** 15, "E": Decimal(10) ** 18}
-_NATIVE = {"cpu", "memory", "ephemeral-storage", "storage"}
-
-
-def quantity_value(value: Any) -> Decimal | None:
-    """A Kubernetes quantity's value, or None if it is not one."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    if not isinstance(value, str):
-        return None
-    match = _QUANTITY.match(value.strip())
-    if match is None:
-        return None
-    number = Decimal(match.group(1))
-    if match.group(2):
-        return number * (Decimal(10) ** int(match.group(2)[1:]))
-    if match.group(3):
-        return number * _SCALE[match.group(3)]
-    return number
-
-
-def _extended(name: str) -> bool:
-    """An extended resource (`nvidia.com/gpu`): integers only, never overcommitted."""
-    if name in _NATIVE or name.startswith(("hugepages-", "requests.", "limits.")):
-        return False
-    return "/" in name and not name.split("/", 1)[0].endswith("kubernetes.io")
-
-
-def validate_resources(resources: Any, path: str) -> list[Cause]:
-    """Quantities of a container's requests and limits, as Kubernetes checks them."""
-    if not isinstance(resources, dict):
-        return []
-    causes: list[Cause] = []
-    values: dict[str, dict[str, Decimal]] = {}
-    for part in ("limits", "requests"):
-        entries = resources.get(part)
-        if entries is None:
-            continue
-        if not isinstance(entries, dict):
-            causes.append(Cause(f"{path}.{part}", "must be a map of quantities",
-                                "FieldValueTypeInvalid"))
-            continue
-        for name, raw in entries.items():
-            field = f"{path}.{part}[{name}]"
-            value = quantity_value(raw)
-            if value is None:
-                causes.append(Cause(field, f'Invalid value: "{raw}": quantities must match the '
-                                           "regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*"
-                                           "[-+]?[0-9]*)$'"))
-                continue
-            if value < 0:
-                causes.append(Cause(field, f'Invalid value: "{raw}": must be greater than or '
-                                           "equal to 0"))
-            elif _extended(name) and value != value.to_integral_value():
-                causes.append(Cause(field, f'Invalid value: "{raw}": must be an integer'))
-            values.setdefault(part, {})[name] = value
-    limits, requests = values.get("limits", {}), values.get("requests", {})
-    for name, req in requests.items():
-        if not _extended(name):
-            if name in limits and req > limits[name]:
-                causes.append(Cause(f"{path}.requests[{name}]", f'Invalid value: '
-                                    f'"{resources["requests"][name]}": must be less than or '
-                                    f"equal to {name} limit of {resources['limits'][name]}"))
-            continue
-        if name not in limits:
-            causes.append(Cause(f"{path}.limits", "Required value: Limit must be set for non "
-                                                  "overcommitable resources",
-                                "FieldValueRequired"))
-        elif req != limits[name]:
-            causes.append(Cause(f"{path}.requests[{name}]", f'Invalid value: '
-                                f'"{resources["requests"][name]}": must be equal to {name} '
-                                f"limit of {resources['limits'][name]}"))
-    return causes
-
-
 def validate_pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     spec = obj.get("spec")
-    causes = validate_pod_spec(spec, "spec")
+    causes = shapes.pod_spec_causes(spec, "spec")
     annotations = obj["metadata"].get("annotations") or {}
     if isinstance(spec, dict):
         causes += validate_gpu_annotations(annotations, spec)
@@ -293,7 +154,7 @@ def validate_workload(gr: str, obj: dict[str, Any]) -> list[Cause]:
     template = spec.get("template")
     if not isinstance(template, dict):
         return [Cause("spec.template", "Required value", "FieldValueRequired")]
-    causes += validate_pod_spec(template.get("spec"), "spec.template.spec")
+    causes += shapes.pod_spec_causes(template.get("spec"), "spec.template.spec")
     tmeta = template.get("metadata") or {}
     annotations = tmeta.get("annotations") or {}
     if isinstance(template.get("spec"), dict):
@@ -427,25 +288,6 @@ def validate_podgroup(obj: dict[str, Any]) -> list[Cause]:
     if spec.get("minMember") and spec.get("minSubGroup"):
         causes.append(Cause("spec.minSubGroup", "may not be set together with minMember",
                             "FieldValueForbidden"))
-    return causes
-
-
-def validate_rbac(gr: str, obj: dict[str, Any]) -> list[Cause]:
-    causes: list[Cause] = []
-    if gr.endswith("bindings"):
-        ref = obj.get("roleRef")
-        if not isinstance(ref, dict) or not ref.get("name") or not ref.get("kind"):
-            causes.append(Cause("roleRef", "Required value", "FieldValueRequired"))
-        elif ref["kind"] not in ("Role", "ClusterRole"):
-            causes.append(Cause("roleRef.kind", 'Unsupported value: supported values: "Role", '
-                                                '"ClusterRole"', "FieldValueNotSupported"))
-        elif gr.endswith("clusterrolebindings") and ref["kind"] != "ClusterRole":
-            causes.append(Cause("roleRef.kind", 'Unsupported value: supported values: '
-                                                '"ClusterRole"', "FieldValueNotSupported"))
-    else:
-        for i, rule in enumerate(obj.get("rules") or ()):
-            if not isinstance(rule, dict) or not rule.get("verbs"):
-                causes.append(Cause(f"rules[{i}].verbs", "Required value", "FieldValueRequired"))
     return causes
 
 
