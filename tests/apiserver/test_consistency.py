@@ -215,3 +215,113 @@ def test_list_honours_resource_version_match(failing: tuple[ApiServer, FailingDb
     r = c.get(f"{CM}?resourceVersion={rv1}&resourceVersionMatch=Exact")
     assert r.status_code == 410 and r.json()["reason"] == "Expired"
     c.close()
+
+
+class HeldDb(FailingDb):
+    """Also holds COMMIT until `release` is set (a disk slow to fsync)."""
+
+    def __init__(self, db: Any) -> None:
+        super().__init__(db)
+        self.release = threading.Event()
+        self.holding = threading.Event()
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT" and not self.release.is_set():
+            self.holding.set()
+            assert self.release.wait(30)
+        return super().execute(sql, *args)
+
+
+def _held(tmp_path: Path) -> tuple[ApiServer, HeldDb]:
+    server = ApiServer(tmp_path, "127.0.0.1", 0, bookmark_interval=0.2)
+    db = HeldDb(server.store.db)
+    db.release.set()
+    server.store.db = db  # type: ignore[assignment]
+    server.start()
+    return server, db
+
+
+def _post_in_thread(server: ApiServer, name: str, codes: dict[str, int]) -> threading.Thread:
+    def run() -> None:
+        with http_client(server) as wc:
+            codes[name] = wc.post(CM, json={"metadata": {"name": name}}).status_code
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_the_loop_serves_while_a_commit_waits_on_the_disk(tmp_path: Path) -> None:
+    server, db = _held(tmp_path)
+    try:
+        c = http_client(server)
+        assert c.post(CM, json={"metadata": {"name": "old"}}).status_code == 201
+        events: list[dict[str, Any]] = []
+        stop = threading.Event()
+        _watch_lines(server, f"{CM}?watch=true&allowWatchBookmarks=true", events, stop)
+        end = time.monotonic() + 10
+        while not any(e["type"] == "BOOKMARK" for e in events):
+            assert time.monotonic() < end
+            time.sleep(0.02)
+        db.release.clear()
+        codes: dict[str, int] = {}
+        first = _post_in_thread(server, "first", codes)
+        assert db.holding.wait(10)  # its commit is on the writer thread, held
+        rv = server.store.rv
+        held_at = len(events)
+        second = _post_in_thread(server, "second", codes)
+        # the event loop still works: it takes the second create into the next group and
+        # keeps the watch streaming (bookmarks), none of which waits for the disk
+        end = time.monotonic() + 10
+        while server.store.rv == rv or not any(
+                e["type"] == "BOOKMARK" for e in events[held_at:]):
+            assert time.monotonic() < end, (server.store.rv, events[held_at:])
+            time.sleep(0.02)
+        assert codes == {}  # nothing acknowledged while the commit is held
+        names = [e["object"]["metadata"].get("name") for e in events if e["type"] != "BOOKMARK"]
+        assert "first" not in names and "second" not in names  # nor shown to the watch
+        db.release.set()
+        first.join(10)
+        second.join(10)
+        assert codes == {"first": 201, "second": 201}
+        end = time.monotonic() + 10
+        while not {"first", "second"} <= {e["object"]["metadata"].get("name") for e in events}:
+            assert time.monotonic() < end, events
+            time.sleep(0.02)
+        stop.set()
+        c.close()
+    finally:
+        server.stop()
+
+
+def test_a_failed_commit_also_undoes_the_writes_made_on_top_of_it(tmp_path: Path) -> None:
+    server, db = _held(tmp_path)
+    try:
+        c = http_client(server)
+        assert c.post(CM, json={"metadata": {"name": "kept"}, "data": {"v": "1"}}
+                      ).status_code == 201
+        db.release.clear()
+        db.failing = True
+        codes: dict[str, int] = {}
+        first = _post_in_thread(server, "first", codes)
+        assert db.holding.wait(10)
+        # made while the first group's commit is in flight, on top of it in memory
+        update = threading.Thread(target=lambda: codes.__setitem__("update", http_client(
+            server).put(f"{CM}/kept", json={"metadata": {"name": "kept"},
+                                            "data": {"v": "2"}}).status_code), daemon=True)
+        update.start()
+        second = _post_in_thread(server, "second", codes)
+        time.sleep(0.3)
+        db.release.set()
+        for t in (first, update, second):
+            t.join(10)
+        assert codes == {"first": 503, "update": 503, "second": 503}
+        db.failing = False
+        assert c.get(f"{CM}/first").status_code == 404
+        assert c.get(f"{CM}/second").status_code == 404
+        assert c.get(f"{CM}/kept").json()["data"] == {"v": "1"}
+        assert c.get("/readyz").status_code == 200
+        assert c.post(CM, json={"metadata": {"name": "second"}}).status_code == 201
+        c.close()
+    finally:
+        server.stop()

@@ -34,7 +34,12 @@ from gpushare.agent.monitor import GpuMonitor, WatchedPod
 from gpushare.agent.nvml import NvmlBackend
 from gpushare.agent.planning import make_planner
 from gpushare.agent.podspec import decode_secret
-from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig, kill_leftovers
+from gpushare.agent.supervisor import (
+    PodSupervisor,
+    SupervisorConfig,
+    kill_leftovers,
+    kill_unrecorded,
+)
 from gpushare.agent.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
 from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
 from gpushare.apiserver import shapes
@@ -328,6 +333,11 @@ class Agent:
                             directory.name,
                         )
                     shutil.rmtree(directory, ignore_errors=True)
+                elif killed := kill_unrecorded(directory):
+                    # started by an agent that died before recording them: the pod's
+                    # supervisor starts its containers again, once
+                    log.info("killed unrecorded process groups %s of %s/%s", killed,
+                             ns_dir.name, directory.name)
 
     def _watch_loop(self) -> None:
         resource_version = ""

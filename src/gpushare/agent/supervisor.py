@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -503,19 +504,59 @@ class PodSupervisor:
                 record.waiting_reason = "CrashLoopBackOff"
 
 
-def kill_leftovers(directory: Path) -> list[int]:
-    """SIGKILL the process groups recorded in a pod directory whose pod no longer exists."""
-    killed: list[int] = []
+def _recorded_groups(directory: Path) -> list[proc.ContainerProcess]:
     try:
         state = json.loads((directory / META_DIR / "state.json").read_text())
     except (OSError, ValueError):
-        return killed
-    for entry in (state.get("containers") or {}).values():
-        saved = (entry or {}).get("process")
-        if not saved:
+        return []
+    return [proc.adopt(entry["process"]) for entry in (state.get("containers") or {}).values()
+            if (entry or {}).get("process")]
+
+
+def started_groups(directory: Path) -> set[int]:
+    """Process groups of the container wrappers started for this pod directory, read from
+    the process table (the wrapper's first argument is its exit file, in the directory).
+
+    An agent killed between starting a process and recording it in the state file leaves
+    a process that no state file names: this finds it."""
+    marker = proc._WRAPPER.encode()
+    prefix = (str(directory / META_DIR) + "/").encode()
+    found: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
-        process = proc.adopt(saved)
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            if marker not in args:
+                continue
+            at = args.index(marker) + 1
+            if at < len(args) and args[at].startswith(prefix):
+                found.add(os.getpgid(int(entry)))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def kill_leftovers(directory: Path) -> list[int]:
+    """SIGKILL the process groups of a pod directory whose pod no longer exists: those
+    its state file records and any other started for it."""
+    killed: list[int] = []
+    for process in _recorded_groups(directory):
         if process.poll() is None or process.group_alive():
             proc.kill_group(process.pgid)
             killed.append(process.pgid)
+    for pgid in sorted(started_groups(directory) - set(killed)):
+        proc.kill_group(pgid)
+        killed.append(pgid)
+    return killed
+
+
+def kill_unrecorded(directory: Path) -> list[int]:
+    """SIGKILL the process groups started for a pod that its state file does not record
+    (so that no restarted agent adopts one and starts another beside it)."""
+    recorded = {p.pgid for p in _recorded_groups(directory)}
+    killed = sorted(started_groups(directory) - recorded)
+    for pgid in killed:
+        proc.kill_group(pgid)
     return killed

@@ -91,7 +91,7 @@ class ApiServer:
                  tls: bool = True, event_ttl: float = 3600.0, sync: str = "full",
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES,
-                 anonymous_metrics: bool = False) -> None:
+                 anonymous_metrics: bool = False, commit_thread: bool = True) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         restrict_data_dir(self.data_dir)
@@ -121,7 +121,8 @@ class ApiServer:
             ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
         self.store = Store(self.data_dir / DB_NAME, event_log_size=event_log_size, sync=sync,
                            event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes,
-                           transformer=Transformer.for_data_dir(self.data_dir))
+                           transformer=Transformer.for_data_dir(self.data_dir),
+                           commit_thread=commit_thread)
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
         root_ca = self.ca_path.read_text() if self.ca_path is not None else ""
         self.api = Api(self.store, root_ca_pem=root_ca)

@@ -18,6 +18,7 @@ import logging
 import sqlite3
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,15 @@ RollbackListener = Callable[[list[Event]], None]
 
 SYNC_MODES = ("full", "normal")
 DEFAULT_EVENT_LOG_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One group commit: its SQL, its events, and the writer thread's answer."""
+
+    ops: list[tuple[str, tuple[Any, ...]]]
+    events: list[Event]
+    future: Future[BaseException | None] | None = None
 
 
 class StoreUnavailable(Exception):
@@ -113,7 +123,8 @@ class Store:
 
     def __init__(self, path: Path | str | None, event_log_size: int = 50_000, *,
                  sync: str = "full", event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES,
-                 max_object_bytes: int | None = None, transformer: Any = None) -> None:
+                 max_object_bytes: int | None = None, transformer: Any = None,
+                 commit_thread: bool = True) -> None:
         # Encryption at rest (apiserver/encryption.py): encode/decode/stale on stored rows.
         self.transformer = transformer
         if sync not in SYNC_MODES:
@@ -158,8 +169,14 @@ class Store:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[tuple[str, tuple[Any, ...]]] = []
         self._pending_events: list[Event] = []
-        self._waiters: list[asyncio.Future[None]] = []
+        # (resourceVersion written before the wait began, its future)
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._flush_scheduled = False
+        self._inflight: _Batch | None = None  # the group the writer thread commits now
+        self._writer: ThreadPoolExecutor | None = None
+        # False: commit on the event loop itself (the way before the writer thread; benches
+        # compare the two).
+        self.commit_thread = commit_thread
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -195,7 +212,7 @@ class Store:
             self.db.execute("COMMIT")
 
     def close(self) -> None:
-        self.flush()
+        self.attach(None)
         self.db.close()
 
     # -- reads -----------------------------------------------------------------------------
@@ -312,77 +329,142 @@ class Store:
 
     # -- group commit ----------------------------------------------------------------------
     #
-    # Writes change memory at once and are committed to SQLite together, once per turn of
-    # the event loop: every write made while handling the requests of one turn shares one
-    # transaction. Responses (reads included) wait for `durable()`, and watch events are
-    # only emitted after the commit, so nobody observes a write that a crash could lose.
+    # Writes change memory at once and are committed to SQLite together: every write made
+    # while one commit waits on the disk shares the next transaction. The commit (and its
+    # fsync) runs on a writer thread of its own, so the event loop keeps serving requests
+    # and watches meanwhile; at most one commit is in flight. Responses (reads included)
+    # wait for `durable()`, and watch events are only emitted after the commit, so nobody
+    # observes a write that a crash could lose. A failed commit undoes its writes and every
+    # write made on top of them since (none of which was acknowledged).
 
     @property
     def pending(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending) or self._inflight is not None
 
     def attach(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        """Commit in batches on `loop` (None: commit each write at once)."""
+        """Commit in batches for `loop` (None: commit each write at once), on the store's
+        writer thread unless it was made with `commit_thread=False`."""
         self.flush()
         self.loop = loop
+        if loop is not None and self.commit_thread and self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="store-commit")
+        elif loop is None and self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
 
     def _schedule_flush(self) -> None:
         if self.loop is None:
             self.flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self.flush)
+            self.loop.call_soon(self._start_commit)
 
     async def durable(self) -> None:
         """Return once every write made so far is committed."""
-        if not self._pending:
+        if not self.pending:
             return
         assert self.loop is not None
         fut = self.loop.create_future()
-        self._waiters.append(fut)
+        self._waiters.append((self.rv, fut))
         await fut
 
-    def flush(self) -> None:
+    def _start_commit(self) -> None:
+        """Scheduled on the loop after writes: hand what is pending to the writer thread
+        (unless a commit is in flight already: its end starts the next), or commit it
+        here when the store has no writer thread."""
         self._flush_scheduled = False
+        if self._writer is None or self.loop is None:
+            self.flush()
+            return
+        if self._inflight is None and self._pending:
+            batch = self._take()
+            self._inflight = batch
+            loop = self.loop
+            batch.future = self._writer.submit(self._commit, batch)
+            batch.future.add_done_callback(
+                lambda _: loop.call_soon_threadsafe(self._committed, batch))
+
+    def flush(self) -> None:
+        """Commit everything pending on this thread, now (after the commit in flight)."""
+        self._flush_scheduled = False
+        self._finish_inflight()
+        if self._pending:
+            batch = self._take()
+            self._finish(batch, self._commit(batch))
+
+    def _take(self) -> _Batch:
         ops, self._pending = self._pending, []
         events, self._pending_events = self._pending_events, []
-        waiters, self._waiters = self._waiters, []
-        error: BaseException | None = None
-        if ops:
-            try:
-                self.db.execute("BEGIN")
-                for op, args in ops:
-                    self.db.execute(op, args)
-                self.db.execute("INSERT OR REPLACE INTO meta VALUES ('rv', ?)",
-                                (str(events[-1].rv),))
-                self.db.execute("COMMIT")
+        return _Batch(ops, events)
+
+    def _commit(self, batch: _Batch) -> BaseException | None:
+        """One transaction of the batch's writes (on the writer thread, or inline)."""
+        try:
+            self.db.execute("BEGIN")
+            for op, args in batch.ops:
+                self.db.execute(op, args)
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('rv', ?)",
+                            (str(batch.events[-1].rv),))
+            self.db.execute("COMMIT")
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                self.db.execute("ROLLBACK")
+            return e
+        return None
+
+    def _committed(self, batch: _Batch) -> None:
+        """On the loop: the writer thread is done with `batch`."""
+        if self._inflight is not batch:
+            return  # already finished by `_finish_inflight`
+        self._inflight = None
+        assert batch.future is not None
+        self._finish(batch, batch.future.result())
+        if self._pending and not self._flush_scheduled:
+            self._start_commit()  # what accumulated meanwhile: the next group
+
+    def _finish_inflight(self) -> None:
+        """Wait here for the commit in flight, if any, and finish it."""
+        batch = self._inflight
+        if batch is not None and batch.future is not None:
+            error = batch.future.result()
+            self._inflight = None
+            self._finish(batch, error)
+
+    def _finish(self, batch: _Batch, error: BaseException | None) -> None:
+        """Make a committed batch visible, or undo a failed one (and all after it)."""
+        events = batch.events
+        if error is None:
+            if events:
                 self.commits += 1
-            except Exception as e:
-                error = e
-                with contextlib.suppress(Exception):
-                    self.db.execute("ROLLBACK")
-                self._undo(events)
-                self._failed_bytes = min(sum(len(a[-1]) for op, a in ops if op is _PUT),
-                                         16 * 1024 * 1024)
-                self.healthy = False
-                self.failed_commits += 1
-                self.last_error = str(e)
-                log.error("committing %d writes failed, undone: %s", len(ops), e)
-            else:
                 if not self.healthy:
                     log.warning("the store commits again")
                 self.healthy = True
                 self.committed_rv = events[-1].rv
                 for event in events:
                     self._emit(event)
-        failure = StoreUnavailable(f"the write could not be committed: {error}")
-        for fut in waiters:
-            if not fut.done():
-                if error is None:
+            done = [(rv, fut) for rv, fut in self._waiters if rv <= self.committed_rv]
+            self._waiters = [(rv, fut) for rv, fut in self._waiters if rv > self.committed_rv]
+            for _rv, fut in done:
+                if not fut.done():
                     fut.set_result(None)
-                else:
-                    fut.set_exception(failure)
-        if error is not None and self.loop is None:
+            return
+        # Writes made on top of the failed ones were not sent yet: they go with them.
+        undone = events + self._pending_events
+        ops = batch.ops + self._pending
+        self._pending, self._pending_events = [], []
+        self._undo(undone)
+        self._failed_bytes = min(sum(len(a[-1]) for op, a in ops if op is _PUT),
+                                 16 * 1024 * 1024)
+        self.healthy = False
+        self.failed_commits += 1
+        self.last_error = str(error)
+        log.error("committing %d writes failed, undone: %s", len(ops), error)
+        failure = StoreUnavailable(f"the write could not be committed: {error}")
+        waiters, self._waiters = self._waiters, []
+        for _rv, fut in waiters:
+            if not fut.done():
+                fut.set_exception(failure)
+        if self.loop is None:
             raise failure
 
     def _undo(self, events: list[Event]) -> None:
@@ -411,7 +493,7 @@ class Store:
         """
         if self.healthy:
             return True
-        if self._pending:
+        if self.pending:
             return False
         try:
             for sql, args in (
@@ -451,7 +533,8 @@ class Store:
         events = self.events_since(rv)
         if events is None:
             return None
-        return events + [e for e in self._pending_events if e.rv > rv]
+        inflight = self._inflight.events if self._inflight is not None else []
+        return events + [e for e in (*inflight, *self._pending_events) if e.rv > rv]
 
     def events_since(self, rv: int) -> list[Event] | None:
         """Events with resourceVersion > rv, or None if some of them are no longer kept."""

@@ -1,0 +1,70 @@
+"""An agent killed between starting a container's process and recording it in the pod's
+state file: the next agent still finds that process (by its wrapper's exit file, which
+lies in the pod directory) and ends it, so that no pod runs twice and no deleted pod
+keeps running. Found by the fault run (tests/chaos)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+
+from gpushare.agent import process as proc
+from gpushare.agent.logstore import META_DIR
+from gpushare.agent.supervisor import kill_leftovers, kill_unrecorded, started_groups
+
+
+def _start(pod_dir: Path, name: str) -> proc.ContainerProcess:
+    meta = pod_dir / META_DIR
+    return proc.start(("sleep", "60"), {"PATH": "/usr/bin:/bin"}, pod_dir,
+                      meta / "logs" / f"{name}.log", meta / "exit" / f"{name}.0")
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _record(pod_dir: Path, name: str, process: proc.ContainerProcess) -> None:
+    (pod_dir / META_DIR / "state.json").write_text(json.dumps(
+        {"uid": "u", "containers": {name: {"process": process.state()}}}))
+
+
+def test_a_process_no_state_file_records_is_found_and_killed(tmp_path: Path) -> None:
+    pod_dir = tmp_path / "pods" / "default" / "p"
+    other_dir = tmp_path / "pods" / "default" / "p2"  # a name that p is a prefix of
+    unrecorded = _start(pod_dir, "main")
+    neighbour = _start(other_dir, "main")
+    try:
+        assert started_groups(pod_dir) == {unrecorded.pgid}
+        assert kill_leftovers(pod_dir) == [unrecorded.pgid]  # no state.json at all
+        assert _gone(unrecorded.pid)
+        assert neighbour.poll() is None  # the other pod's process is left alone
+    finally:
+        proc.kill_group(neighbour.pgid)
+        proc.kill_group(unrecorded.pgid)
+
+
+def test_a_live_pods_unrecorded_process_is_killed_its_recorded_one_kept(
+        tmp_path: Path) -> None:
+    pod_dir = tmp_path / "pods" / "default" / "p"
+    recorded = _start(pod_dir, "main")
+    _record(pod_dir, "main", recorded)
+    extra = _start(pod_dir, "side")  # started, then the agent died before saving
+    try:
+        assert kill_unrecorded(pod_dir) == [extra.pgid]
+        assert _gone(extra.pid)
+        assert recorded.poll() is None
+        assert kill_unrecorded(pod_dir) == []
+    finally:
+        proc.kill_group(recorded.pgid)
+        proc.kill_group(extra.pgid)
