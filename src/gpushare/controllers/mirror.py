@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from gpushare.controllers.taints import Taint, blocking_taints
 from gpushare.controllers.translate import (
     PODGROUP_ANNOTATION,
     TranslateError,
@@ -98,6 +99,9 @@ class Mirror:
     _waiting_by_owner: dict[str, set[str]] = field(default_factory=dict)
     _jobs_by_queue: dict[str, set[str]] = field(default_factory=dict)
     _pods_by_node: dict[str, set[str]] = field(default_factory=dict)
+    # Each node's blocking taints, and the distinct sets among them (what pods tolerate).
+    _node_taints: dict[str, tuple[Taint, ...]] = field(default_factory=dict)
+    _taint_sets: tuple[tuple[Taint, ...], ...] = ()
     _pod_index: dict[str, int] = field(default_factory=dict)
     _counter: itertools.count = field(default_factory=itertools.count)
     _removed_queues: set[str] = field(default_factory=set)
@@ -125,8 +129,12 @@ class Mirror:
         if kind == "DELETED":
             self.raw_nodes.pop(name, None)
             self.state.remove_node(name)
+            self._node_taints.pop(name, None)
+            self._refresh_taint_sets()
             return
         self.raw_nodes[name] = obj
+        self._node_taints[name] = blocking_taints(obj)
+        self._refresh_taint_sets()
         known = name in self.state.nodes
         node = node_from_api(obj)
         held = self.foreign.get(name)
@@ -141,6 +149,17 @@ class Mirror:
         if not known:
             for pod_key in list(self._pods_by_node.get(name, ())):
                 self._apply_pod(pod_key)
+
+    def _refresh_taint_sets(self) -> None:
+        """Re-derive the pods' taint terms when the cluster's distinct taint sets change
+        (a node of a new kind, a taint added or removed): rare, a few kinds of node."""
+        sets = tuple(sorted({t for t in self._node_taints.values() if t}))
+        if sets == self._taint_sets:
+            return
+        self._taint_sets = sets
+        for key in list(self.raw_pods):
+            if not ((self.raw_pods[key].get("spec") or {}).get("nodeName")):
+                self._apply_pod(key)
 
     # -- queues -------------------------------------------------------------------------
 
@@ -420,7 +439,7 @@ class Mirror:
             (raw.get("metadata") or {}).get("creationTimestamp")
         )
         try:
-            pod = pod_from_api(raw, job_key, self._index_of(key), started)
+            pod = pod_from_api(raw, job_key, self._index_of(key), started, self._taint_sets)
         except TranslateError as error:
             self.invalid[f"pod/{key}"] = str(error)
             self.state.remove_pod(key)
@@ -535,5 +554,6 @@ def _same_pod(a: Any, b: Any) -> bool:
         and a.cpu_millis == b.cpu_millis
         and a.memory_bytes == b.memory_bytes
         and a.node_selector == b.node_selector
+        and a.node_affinity == b.node_affinity
         and a.subgroup == b.subgroup
     )

@@ -7,6 +7,7 @@ result to the core's live state as a delta.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from fractions import Fraction
 from typing import Any
@@ -21,7 +22,7 @@ from gpushare.contracts import (
     parse_portion_milli,
 )
 from gpushare.contracts import MILLI as MILLI_GPU
-from gpushare.controllers import no_agent
+from gpushare.controllers import taints as node_taints
 from gpushare.kube.quantity import QuantityError, to_int, to_milli
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.gpu_products import PRODUCTS
@@ -120,7 +121,7 @@ def node_from_api(node: Obj) -> Node:
         cpu_millis=_milli_quantity(alloc.get("cpu", "0")),
         memory_bytes=_int_quantity(alloc.get("memory", "0")),
         max_pods=_int_quantity(alloc.get("pods", "110")) or 110,
-        labels=no_agent.node_labels(node, labels),
+        labels=node_taints.node_labels(node, labels),
         ready=ready and not unschedulable,
     )
 
@@ -342,7 +343,10 @@ def pod_status(pod: Obj) -> PodStatus:
     return PodStatus.PENDING
 
 
-def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float) -> Pod:
+def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float,
+                 taint_sets: Iterable[tuple[node_taints.Taint, ...]] = ()) -> Pod:
+    """The core's pod; ``taint_sets`` are the distinct blocking taint sets of the
+    cluster's nodes, of which the pod may use those it tolerates."""
     meta = _meta(pod)
     spec = pod.get("spec") or {}
     status = pod_status(pod)
@@ -370,9 +374,20 @@ def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float) -> Pod:
         gpu_indices=indices,
         portion=portion,
         started_at=started_at,
-        node_selector=no_agent.pod_selector(pod, dict(spec.get("nodeSelector") or {})),
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        node_affinity=_taint_term(pod, taint_sets),
         subgroup=(meta.get("labels") or {}).get(SUBGROUP_LABEL),
     )
+
+
+def _taint_term(pod: Obj, taint_sets: Iterable[tuple[node_taints.Taint, ...]]
+                ) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The required-affinity term that keeps the pod off nodes whose taints it does not
+    tolerate; none while no node has a blocking taint."""
+    sets = tuple(taint_sets)
+    if not sets:
+        return ()
+    return ((node_taints.TAINTS_LABEL, node_taints.allowed(pod, sets)),)
 
 
 def format_portion(portion: float) -> str:
