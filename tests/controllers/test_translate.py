@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -12,8 +13,10 @@ from gpushare.controllers.translate import (
     format_portion,
     gpu_request,
     job_from_podgroup,
+    node_affinity,
     node_from_api,
     parse_duration,
+    pod_from_api,
     pod_status,
     queue_from_api,
 )
@@ -125,3 +128,62 @@ def test_quantities_round_trip():
     assert format_milli(330) == "330m" and format_milli(2000) == "2"
     assert format_bytes(1024**3) == "1Gi" and format_bytes(1000) == "1000"
     assert format_portion(0.33) == "0.33" and format_portion(1.0) == "1"
+
+
+def affinity_pod(*terms):
+    body = pod()
+    body["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+    return body
+
+
+def expr(key, operator, *values):
+    out = {"key": key, "operator": operator}
+    if values:
+        out["values"] = list(values)
+    return out
+
+
+PRODUCT = "nvidia.com/gpu.product"
+
+
+def test_required_gpu_product_affinity_becomes_the_cores_constraint():
+    one = affinity_pod({"matchExpressions": [expr(PRODUCT, "In", "T4", "A10")]})
+    assert node_affinity(one) == ((PRODUCT, ("A10", "T4")),)
+    core = pod_from_api(one, "default/j", 0, 0.0)
+    assert core.node_affinity == ((PRODUCT, ("A10", "T4")),)
+    other = dict(core.node_selector)  # the no-agent taint's selector, if any
+    assert core.matches_labels({**other, PRODUCT: "T4"})
+    assert not core.matches_labels({**other, PRODUCT: "V100"})
+    assert not core.matches_labels(other)
+
+
+def test_affinity_terms_and_or_and_unsupported_operators():
+    # One term: its In expressions all hold; the same label twice allows what both allow.
+    both = affinity_pod({"matchExpressions": [
+        expr(PRODUCT, "In", "T4", "A10"), expr("zone", "In", "a"), expr(PRODUCT, "In", "A10"),
+        expr("gone", "DoesNotExist")]})
+    assert node_affinity(both) == ((PRODUCT, ("A10",)), ("zone", ("a",)))
+    # Several terms (any may match): a label every term constrains takes any term's values;
+    # a label only some terms constrain is no constraint.
+    either = affinity_pod({"matchExpressions": [expr(PRODUCT, "In", "T4"), expr("zone", "In", "a")]},
+                          {"matchExpressions": [expr(PRODUCT, "In", "V100")]})
+    assert node_affinity(either) == ((PRODUCT, ("T4", "V100")),)
+    assert node_affinity(affinity_pod({"matchExpressions": [expr("x", "Exists")]})) == ()
+    assert node_affinity(pod()) == ()
+    preferred = pod()
+    preferred["spec"]["affinity"] = {"nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": {"matchExpressions": [expr(PRODUCT, "In", "T4")]}}]}}
+    assert node_affinity(preferred) == ()
+
+
+@pytest.mark.parametrize(("term", "field"), [
+    ({"matchExpressions": [expr(PRODUCT, "In")]}, "matchExpressions[0].values"),
+    ({"matchExpressions": [{"operator": "In", "values": ["T4"]}]}, "matchExpressions[0].key"),
+    ({"matchExpressions": {"key": PRODUCT}}, "nodeSelectorTerms[0].matchExpressions"),
+    ("T4", "nodeSelectorTerms[0]"),
+])
+def test_bad_affinity_names_the_field(term, field):
+    with pytest.raises(TranslateError, match=re.escape(field)):
+        node_affinity(affinity_pod(term))

@@ -343,6 +343,67 @@ def pod_status(pod: Obj) -> PodStatus:
     return PodStatus.PENDING
 
 
+Affinity = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def node_affinity(pod: Obj) -> Affinity:
+    """The pod's required node affinity as the core's ``(label, allowed values)`` terms.
+
+    ``requiredDuringSchedulingIgnoredDuringExecution`` holds node selector terms, any of
+    which may match; each term's ``matchExpressions`` must all hold. The core keeps one
+    conjunction of ``In`` constraints, so: with one term, its ``In`` expressions (the same
+    label twice: the values both allow); with several, each label that every term
+    constrains with ``In`` may take the values any term allows (exact when each term is a
+    single ``In`` on that label, the form ``nvidia.com/gpu.product In [...]`` takes).
+    Other operators (``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt``) and
+    ``matchFields`` are not enforced by the core; preferred affinity is not a constraint.
+    """
+    path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = ((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not required:
+        return ()
+    if not isinstance(required, dict):
+        raise TranslateError(f"{path}: expected an object")
+    terms = required.get("nodeSelectorTerms") or []
+    if not isinstance(terms, list):
+        raise TranslateError(f"{path}.nodeSelectorTerms: expected a list")
+    per_term = [_term_in_constraints(t, f"{path}.nodeSelectorTerms[{i}]")
+                for i, t in enumerate(terms)]
+    if not per_term:
+        return ()
+    shared = set(per_term[0]).intersection(*per_term[1:])
+    out = []
+    for key in sorted(shared):
+        allowed: set[str] = set()
+        for term in per_term:
+            allowed |= term[key]
+        out.append((key, tuple(sorted(allowed))))
+    return tuple(out)
+
+
+def _term_in_constraints(term: Any, path: str) -> dict[str, set[str]]:
+    if not isinstance(term, dict):
+        raise TranslateError(f"{path}: expected an object")
+    exprs = term.get("matchExpressions") or []
+    if not isinstance(exprs, list):
+        raise TranslateError(f"{path}.matchExpressions: expected a list")
+    out: dict[str, set[str]] = {}
+    for j, expr in enumerate(exprs):
+        where = f"{path}.matchExpressions[{j}]"
+        if not isinstance(expr, dict) or not isinstance(expr.get("key"), str):
+            raise TranslateError(f"{where}.key: expected a label name")
+        if expr.get("operator") != "In":
+            continue
+        values = expr.get("values")
+        if not isinstance(values, list) or not values or not all(
+                isinstance(v, str) for v in values):
+            raise TranslateError(f"{where}.values: operator In needs a list of strings")
+        key = expr["key"]
+        out[key] = set(values) if key not in out else out[key] & set(values)
+    return out
+
+
 def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float,
                  taint_sets: Iterable[tuple[node_taints.Taint, ...]] = ()) -> Pod:
     """The core's pod; ``taint_sets`` are the distinct blocking taint sets of the
@@ -375,7 +436,7 @@ def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float,
         portion=portion,
         started_at=started_at,
         node_selector=dict(spec.get("nodeSelector") or {}),
-        node_affinity=_taint_term(pod, taint_sets),
+        node_affinity=node_affinity(pod) + _taint_term(pod, taint_sets),
         subgroup=(meta.get("labels") or {}).get(SUBGROUP_LABEL),
     )
 

@@ -110,13 +110,20 @@ class NodeIndex:
     # --------------------------------------------------------------- queries
     def whole_candidates(self, at_least: int) -> Iterator[str]:
         """Nodes with at least this many entirely free GPUs, in GPU placement order."""
-        lists = [keys for b, keys in self.whole.items() if b >= at_least and keys]
-        return (key[-1] for key in _merge(lists))
+        return (key[-1] for key in self.whole_candidate_keys(at_least))
+
+    def whole_candidate_keys(self, at_least: int) -> Iterable[Key]:
+        """The index keys (``gpu_key``, name last) of ``whole_candidates``, in order."""
+        return _merge([keys for b, keys in self.whole.items() if b >= at_least and keys])
 
     def shared_candidates(self, portion: int) -> Iterator[str]:
         """Nodes whose roomiest shared GPU may hold this portion, in GPU placement order."""
-        lists = [keys for k, keys in self.shared.items() if (k + 1) * 100 > portion and keys]
-        return (key[-1] for key in _merge(lists))
+        return (key[-1] for key in self.shared_candidate_keys(portion))
+
+    def shared_candidate_keys(self, portion: int) -> Iterable[Key]:
+        """The index keys (``gpu_key``, name last) of ``shared_candidates``, in order."""
+        return _merge([keys for k, keys in self.shared.items()
+                       if (k + 1) * 100 > portion and keys])
 
     def cpu_candidates(self, gpu_nodes: bool, cpu: int) -> Iterator[str]:
         keys = self.cpu_gpu if gpu_nodes else self.cpu_only

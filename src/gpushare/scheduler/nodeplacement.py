@@ -98,13 +98,23 @@ class Spread:
         return [free / total if total else 0.0 for free, total in figures]
 
     def index_key(self, free: int, total: int, name: str) -> Key:
-        return (-Fraction(free, total) if total else 0, name)
+        if not total:
+            return (0, name)
+        if total < EXACT_FLOAT_RATIO:
+            return (-(free / total), name)
+        return (-Fraction(free, total), name)
 
     def index_start(self, need: int) -> Key | None:
         return None
 
     def gpu_order(self, fill: int) -> int:
         return fill
+
+
+#: Below this denominator a float quotient orders ``free / total`` ratios exactly: distinct
+#: ratios differ by at least ``1 / total**2`` (more than a float's spacing below 1) and equal
+#: ones round to the same float; above it the key is a ``Fraction``.
+EXACT_FLOAT_RATIO = 1 << 26
 
 
 BINPACK = Binpack()

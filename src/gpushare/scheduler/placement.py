@@ -12,7 +12,7 @@ shared GPU. The fragmentation rules (``fgd``, ``fragmentation``) choose node and
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from gpushare.model.job import Job
@@ -202,17 +202,8 @@ def best_fit(
                 return later
             now, later = first(index.whole_candidates(1))
             return now or later
-        seen: set[str] = set()
-        merged = heapq.merge(
-            ((index.gpu_key(usage[n]), n) for n in index.shared_candidates(portion)),
-            ((index.gpu_key(usage[n]), n) for n in index.whole_candidates(1)),
-        )
-        names = []
-        for _, n in merged:
-            if n not in seen:
-                seen.add(n)
-                names.append(n)
-        now, later = first(names)
+        now, later = first(_unique_names(heapq.merge(
+            index.shared_candidate_keys(portion), index.whole_candidate_keys(1))))
         return now or later
     # CPU-only: GPU-less nodes first, fitting now first.
     now_cpu, later_cpu = first(index.cpu_candidates(False, pod.cpu_millis))
@@ -220,6 +211,18 @@ def best_fit(
         return now_cpu
     now_gpu, later_gpu = first(index.cpu_candidates(True, pod.cpu_millis))
     return now_gpu or later_cpu or later_gpu
+
+
+def _unique_names(keys: Iterable[tuple[object, ...]]) -> Iterator[str]:
+    """The node names of index keys (name last) in order, each once; lazy, so that the
+    walk stops at the first fitting node instead of ordering every candidate."""
+    seen: set[str] = set()
+    for key in keys:
+        name = key[-1]
+        assert isinstance(name, str)
+        if name not in seen:
+            seen.add(name)
+            yield name
 
 
 def _chooses_nodes(session: Session) -> bool:

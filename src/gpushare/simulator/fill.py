@@ -28,7 +28,7 @@ from gpushare.scheduler.fragmentation import (
     FragmentationModel,
     TaskMix,
 )
-from gpushare.scheduler.placement import ordered_fits, place_pod
+from gpushare.scheduler.placement import fit_on_node, place_pod
 from gpushare.scheduler.state import ClusterState, NodeUsage
 from gpushare.simulator.traces import TraceNode, TracePod
 
@@ -210,10 +210,10 @@ def _place_random(session, stmt, pod, rng: random.Random) -> str | None:
     """The first node that fits in a random order: uniform among the fitting nodes."""
     names = list(session.state.usage)
     rng.shuffle(names)
+    usage = session.state.usage
     for name in names:
-        fits = ordered_fits(session, pod, [name])
-        if fits and fits[0].now:
-            fit = fits[0]
+        fit = fit_on_node(session, pod, usage[name])
+        if fit is not None and fit.now:
             stmt.allocate(pod, fit.node, fit.gpu_indices, fit.portion)
             return fit.node
     return None
