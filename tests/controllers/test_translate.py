@@ -166,8 +166,9 @@ def test_affinity_terms_and_or_and_unsupported_operators():
     assert node_affinity(both) == ((PRODUCT, ("A10",)), ("zone", ("a",)))
     # Several terms (any may match): a label every term constrains takes any term's values;
     # a label only some terms constrain is no constraint.
-    either = affinity_pod({"matchExpressions": [expr(PRODUCT, "In", "T4"), expr("zone", "In", "a")]},
-                          {"matchExpressions": [expr(PRODUCT, "In", "V100")]})
+    either = affinity_pod(
+        {"matchExpressions": [expr(PRODUCT, "In", "T4"), expr("zone", "In", "a")]},
+        {"matchExpressions": [expr(PRODUCT, "In", "V100")]})
     assert node_affinity(either) == ((PRODUCT, ("T4", "V100")),)
     assert node_affinity(affinity_pod({"matchExpressions": [expr("x", "Exists")]})) == ()
     assert node_affinity(pod()) == ()

@@ -72,3 +72,18 @@ def test_scenario_with_an_unknown_placement_names_the_field():
            "nodes": [], "queues": [], "jobs": [], "expect": {}}
     with pytest.raises(ScenarioError, match=r"config\.placement"):
         parse(doc)
+
+
+def test_spread_keys_order_ratios_exactly_as_fractions_do():
+    import random
+    from fractions import Fraction
+
+    rng = random.Random(7)
+    figures = [(0, 8000), (8000, 8000), (1, 3), (2, 6), (333, 999), (5, 7000), (5, 7001)]
+    figures += [(f, t) for t in (rng.randrange(1, 3_000_000) for _ in range(300))
+                for f in (rng.randrange(0, t + 1),)]
+    figures.append((1, (1 << 26) + 1))  # above the float bound: a Fraction key
+    names = [f"n{i:03d}" for i in range(len(figures))]
+    by_key = sorted(range(len(figures)), key=lambda i: SPREAD.index_key(*figures[i], names[i]))
+    exact = sorted(range(len(figures)), key=lambda i: (-Fraction(*figures[i]), names[i]))
+    assert by_key == exact
