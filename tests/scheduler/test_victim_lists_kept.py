@@ -12,7 +12,7 @@ from gpushare.model import PodStatus
 from gpushare.scheduler import Config
 from gpushare.scheduler.actions.common.candidates import victim_lists
 from gpushare.scheduler.cycle import open_session
-from gpushare.scheduler.state import ClusterState
+from gpushare.scheduler.state import ClusterState, Kept
 
 QUEUES = ("qa", "qb")
 
@@ -30,13 +30,12 @@ def _read(state: ClusterState) -> dict[str, tuple]:
 
 
 def _afresh(state: ClusterState) -> dict[str, tuple]:
-    kept = dict(state.kept)
-    state.kept.clear()
+    kept = state.kept
+    state.kept = Kept()
     try:
         return _read(state)
     finally:
-        state.kept.clear()
-        state.kept.update(kept)
+        state.kept = kept
 
 
 def _change(state: ClusterState, rnd: random.Random, serial: list[int]) -> None:

@@ -9,6 +9,7 @@ units of exactly those.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -97,8 +98,58 @@ def natural(resource: str, amount: int | Fraction) -> Fraction:
     return Fraction(amount)
 
 
-def res_natural(res: Res) -> dict[str, Fraction]:
+# ------------------------------------------------------------ natural units
+# The one algebra of resource vectors in natural units (whole GPUs, millicores, bytes),
+# exact: ``Vec`` in RESOURCES order where speed matters (the session's figures),
+# ``Quantities`` keyed by resource where the share rules read them by name.
+
+#: A resource vector in natural units, in :data:`RESOURCES` order.
+Vec = tuple[Fraction, Fraction, Fraction]
+#: A resource vector in natural units, by resource name.
+Quantities = dict[str, Fraction]
+
+F0 = Fraction(0)
+VEC_ZERO: Vec = (F0, F0, F0)
+
+
+def vec(res: Res) -> Vec:
+    return (Fraction(res.gpu, MILLI), Fraction(res.cpu), Fraction(res.mem))
+
+
+def vadd(a: Vec, b: Vec) -> Vec:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+def vsub(a: Vec, b: Vec) -> Vec:
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+
+
+def as_quantities(v: Vec) -> Quantities:
+    """A vector by resource name."""
+    return {GPU: v[0], CPU: v[1], MEMORY: v[2]}
+
+
+def res_natural(res: Res) -> Quantities:
     return {GPU: Fraction(res.gpu, MILLI), CPU: Fraction(res.cpu), MEMORY: Fraction(res.mem)}
+
+
+def zeros() -> Quantities:
+    return {r: F0 for r in RESOURCES}
+
+
+def add(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> Quantities:
+    return {r: a.get(r, F0) + b.get(r, F0) for r in RESOURCES}
+
+
+def sub(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> Quantities:
+    return {r: a.get(r, F0) - b.get(r, F0) for r in RESOURCES}
+
+
+def total(items: Iterable[Mapping[str, Fraction]]) -> Quantities:
+    out = zeros()
+    for item in items:
+        out = add(out, item)
+    return out
 
 
 def format_gpu(amount: Fraction | int | float) -> str:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from gpushare.model.pod import PodStatus
-from gpushare.model.quantities import MIB, MILLI, Res
+from gpushare.model.quantities import MIB, MILLI, Res, Vec
 from gpushare.scheduler.actions.registry import get_action
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.decisions import Bind, CycleResult, Evict, Pipeline, QueueReport
-from gpushare.scheduler.session import Session, Vec
+from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import ClusterState
 
 

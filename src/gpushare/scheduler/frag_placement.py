@@ -158,7 +158,9 @@ def score_node(
 
 # ------------------------------------------------------------------ task mix
 @dataclass(slots=True)
-class _Recent:
+class RecentShapes:
+    """The shapes of the pods placed lately and the task mix learnt from them."""
+
     shapes: OrderedDict[str, TaskShape] = field(default_factory=OrderedDict)
     new: int = 0
     mix: TaskMix | None = None
@@ -167,17 +169,17 @@ class _Recent:
 def set_task_mix(state: ClusterState, mix: TaskMix | None) -> None:
     """Fix the distribution of task shapes the fragmentation rules use (None: learn it
     from recent pods)."""
-    state._task_mix = mix  # type: ignore[attr-defined]
+    state.kept.task_mix = mix
 
 
 def _mix_for(state: ClusterState, pod: Pod) -> TaskMix:
-    fixed: TaskMix | None = getattr(state, "_task_mix", None)
+    fixed = state.kept.task_mix
     if fixed is not None:
         return fixed
-    recent: _Recent | None = getattr(state, "_recent_shapes", None)
+    recent = state.kept.recent_shapes
     if recent is None:
-        recent = _Recent()
-        state._recent_shapes = recent  # type: ignore[attr-defined]
+        recent = RecentShapes()
+        state.kept.recent_shapes = recent
     if pod.key not in recent.shapes:
         recent.shapes[pod.key] = shape_of(pod)
         recent.new += 1
@@ -203,13 +205,13 @@ class FragIndex:
 
     @classmethod
     def of(cls, state: ClusterState, policy: str, mix: TaskMix) -> FragIndex:
-        index: FragIndex | None = getattr(state, "_frag_index", None)
+        index = state.kept.frag_index
         if (
             index is None or index.policy != policy or index.mix is not mix
             or index.node_version != state.node_version
         ):
             index = cls(state, policy, mix)
-            state._frag_index = index  # type: ignore[attr-defined]
+            state.kept.frag_index = index
         return index
 
 

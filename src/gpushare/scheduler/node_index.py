@@ -44,14 +44,14 @@ class NodeIndex:
 
     @classmethod
     def of(cls, state: ClusterState, gpu_strategy: str, cpu_strategy: str) -> NodeIndex:
-        index = getattr(state, "_node_index", None)
+        index = state.kept.node_index
         if (
             index is None
             or index.gpu_strategy != gpu_strategy
             or index.cpu_strategy != cpu_strategy
         ):
             index = cls(state, gpu_strategy, cpu_strategy)
-            state._node_index = index  # type: ignore[attr-defined]
+            state.kept.node_index = index
         else:
             index.refresh()
         return index

@@ -17,9 +17,9 @@ from typing import Any, cast
 
 from gpushare.model.job import Job
 from gpushare.model.pod import Pod
-from gpushare.model.quantities import MILLI
+from gpushare.model.quantities import F0, MILLI, Vec, vadd
 from gpushare.scheduler.gang import GangView
-from gpushare.scheduler.session import F0, OrderFigures, Session, Vec, vadd
+from gpushare.scheduler.session import OrderFigures, Session
 
 JobKey = tuple[int, int, float, str]
 
@@ -485,8 +485,7 @@ class JobQueue:
 
 
 def _figures(session: Session) -> OrderFigures:
-    fig = getattr(session, "_order_figures", None)
+    fig = session.order_figures
     if fig is None:
-        fig = OrderFigures(session)
-        session._order_figures = fig  # type: ignore[attr-defined]
+        fig = session.order_figures = OrderFigures(session)
     return fig

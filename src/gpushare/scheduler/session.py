@@ -10,34 +10,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpushare.model.job import Job
 from gpushare.model.pod import Pod
-from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, Res
+from gpushare.model.quantities import (
+    CPU,
+    F0,
+    GPU,
+    MEMORY,
+    MIB,
+    MILLI,
+    RESOURCES,
+    Vec,
+    as_quantities,
+    vadd,
+    vec,
+)
 from gpushare.model.queue import UNLIMITED
 from gpushare.scheduler.behaviour import Behaviour
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.gang import GangView
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
-from gpushare.scheduler.state import ClusterState
+from gpushare.scheduler.plugins.proportion.resource_share import allocatable
+from gpushare.scheduler.state import ClusterState, DivisionMemo
 
-F0 = Fraction(0)
+if TYPE_CHECKING:
+    from gpushare.scheduler.actions.common.candidates import VictimLists
 
-#: A resource vector in natural units (GPUs, millicores, bytes), exact.
-Vec = tuple[Fraction, Fraction, Fraction]
-
-
-def vec(res: Res) -> Vec:
-    return (Fraction(res.gpu, MILLI), Fraction(res.cpu), Fraction(res.mem))
-
-
-def vadd(a: Vec, b: Vec) -> Vec:
-    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
-
-
-def vsub(a: Vec, b: Vec) -> Vec:
-    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
 
 
 @dataclass(slots=True)
@@ -82,6 +82,11 @@ class Session:
         self.stale_at_open: set[str] = {
             k for k, job in state.jobs.items() if job.stale_since is not None
         }
+        #: The queue order's per-queue figures, made on first use (:mod:`.ordering`).
+        self.order_figures: OrderFigures | None = None
+        #: The eviction actions' victim lists, made on first use (jobs are neither added
+        #: nor removed during a cycle; :mod:`.actions.common.candidates`).
+        self.victim_lists: VictimLists | None = None
 
     # ------------------------------------------------------------ fair share
     def _capacity(self) -> Vec:
@@ -114,20 +119,20 @@ class Session:
                     quota={r: q.resources[r].quota for r in RESOURCES},
                     limit={r: q.resources[r].limit for r in RESOURCES},
                     weight={r: q.resources[r].over_quota_weight for r in RESOURCES},
-                    request=dict(zip(RESOURCES, request, strict=True)) if q.is_leaf() else {},
+                    request=as_quantities(request) if q.is_leaf() else {},
                     usage={r: Fraction(str(v)) for r, v in q.usage.items()},
                 )
             )
-        memo_out: dict[Any, Any] = {}
+        memo_out: DivisionMemo = {}
         shares = divide(
-            dict(zip(RESOURCES, self.capacity, strict=True)),
+            as_quantities(self.capacity),
             inputs,
             self.config.k_value,
             self.config.fairshare_mode,
-            memo=getattr(self.state, "_fair_share_memo", None),
+            memo=self.state.kept.fair_share_memo,
             memo_out=memo_out,
         )
-        self.state._fair_share_memo = memo_out  # type: ignore[attr-defined]
+        self.state.kept.fair_share_memo = memo_out
         return {n: tuple(s[r] for r in RESOURCES) for n, s in shares.items()}  # type: ignore[misc]
 
     # --------------------------------------------------------- queue figures
@@ -154,17 +159,12 @@ class Session:
         return self.quota[name]
 
     def allocatable_share(self, name: str) -> Vec:
-        out = []
-        for i in range(3):
-            d, lim, f = self.quota[name][i], self.limit[name][i], self.fair(name)[i]
-            if d == UNLIMITED:
-                out.append(lim)
-                continue
-            a = max(d, f)
-            if lim != UNLIMITED:
-                a = min(lim, a)
-            out.append(a)
-        return tuple(out)  # type: ignore[return-value]
+        """What the queue may hold before it counts as over its share (the rule is
+        :func:`~.plugins.proportion.resource_share.allocatable`)."""
+        quota, limit, fair = self.quota[name], self.limit[name], self.fair(name)
+        return (allocatable(quota[0], limit[0], fair[0]),
+                allocatable(quota[1], limit[1], fair[1]),
+                allocatable(quota[2], limit[2], fair[2]))
 
     def drf_share(self, name: str, allocated: Vec) -> Fraction:
         share = F0
@@ -292,7 +292,7 @@ class OrderFigures:
         # The figures depend only on fair share, quota, limit and capacity, which rarely
         # change between cycles: reuse last cycle's where they are the same.
         state = session.state
-        previous: dict[Any, Any] = getattr(state, "_order_figures_memo", {})
+        previous = state.kept.order_figures_memo
         memo: dict[Any, Any] = {}
         for name in state.queues:
             key = (session.fair(name), session.quota[name], session.limit[name], cap)
@@ -319,4 +319,4 @@ class OrderFigures:
             self.alloc_share[name] = units  # type: ignore[assignment]
             memo[key] = (self.fair_floor[name], self.quota[name], self.alloc_share[name],
                          self.alloc_zero[name])
-        state._order_figures_memo = memo  # type: ignore[attr-defined]
+        state.kept.order_figures_memo = memo

@@ -12,12 +12,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 from gpushare.model.job import Job
 from gpushare.model.node import Node
 from gpushare.model.pod import ACTIVE_ALLOCATED, ON_NODE, Pod, PodStatus
 from gpushare.model.quantities import MILLI, ZERO, Res
 from gpushare.model.queue import Queue
+
+if TYPE_CHECKING:
+    from gpushare.scheduler.actions.common.candidates import LeafVictims
+    from gpushare.scheduler.frag_placement import FragIndex, RecentShapes
+    from gpushare.scheduler.fragmentation import TaskMix
+    from gpushare.scheduler.node_index import NodeIndex
+
+#: A fair-share division's levels, by the inputs they depend on (see ``divide``).
+DivisionMemo = dict[tuple[Any, ...], dict[str, Fraction]]
 
 
 class StateError(ValueError):
@@ -126,6 +137,30 @@ class _Undo:
     evict_action: str
 
 
+@dataclass(slots=True)
+class Kept:
+    """Figures derived from the state that later cycles may reuse. Each user keeps its own
+    check that they still hold (a version, a policy, the inputs they were made from)."""
+
+    #: Candidate nodes per placement key (``node_index``).
+    node_index: NodeIndex | None = None
+    #: Per pod shape, the fitting nodes under the fragmentation rules (``frag_placement``).
+    frag_index: FragIndex | None = None
+    #: The task mix the fragmentation rules use, when fixed (None: learnt from pods).
+    task_mix: TaskMix | None = None
+    recent_shapes: RecentShapes | None = None
+    #: The last cycles' fair-share divisions (the session's, and the steady path's).
+    fair_share_memo: DivisionMemo | None = None
+    steady_share_memo: DivisionMemo | None = None
+    #: The queue order's per-queue figures, by fair share, quota, limit and capacity.
+    order_figures_memo: dict[Any, Any] = field(default_factory=dict)
+    #: The eviction actions' victim lists per leaf queue, and GPU holders per node.
+    victim_leaves: dict[str, LeafVictims] = field(default_factory=dict)
+    gpu_holders: dict[str, tuple[object, int, dict[int, list[tuple[str, int]]]]] = field(
+        default_factory=dict
+    )
+
+
 class ClusterState:
     """Nodes, queues, jobs and pods, with running totals kept up to date."""
 
@@ -145,9 +180,8 @@ class ClusterState:
         self.dirty_nodes: set[str] = set()  # nodes changed since the node index last looked
         self.node_version: int = 0  # bumped when nodes are added, changed or removed
         self._memory_range: tuple[int, tuple[int | None, int | None]] | None = None
-        #: Figures derived from the state that later cycles may reuse; each user keeps
-        #: its own check that they still hold (see victims.candidates).
-        self.kept: dict[str, object] = {}
+        #: Figures derived from the state that later cycles may reuse.
+        self.kept = Kept()
         #: Jobs the stale-gang pass must look at: added or changed, or with a pod changed,
         #: since it last looked (the pass keeps the ones it finds stale).
         self.stale_watch: set[str] = set()

@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
-from gpushare.model.quantities import MILLI, RESOURCES, Res, res_natural
+from gpushare.model.quantities import MILLI, RESOURCES, Quantities, Res, as_quantities, res_natural
 from gpushare.scheduler.actions.common.candidates import LazyFilters, LeafFilters, victim_lists
 from gpushare.scheduler.actions.common.eviction import (
     elastic_memo,
@@ -45,7 +45,7 @@ from gpushare.scheduler.plugins.proportion.reclaimable import (
     victim_queue_allowed,
     within_quota_if_non_preemptible,
 )
-from gpushare.scheduler.plugins.proportion.resource_share import Quantities, Shares, path_to
+from gpushare.scheduler.plugins.proportion.resource_share import Shares, path_to
 from gpushare.scheduler.plugins.proportion.steady import SteadyShares
 from gpushare.scheduler.session import Session
 
@@ -54,7 +54,7 @@ ACTION = "reclaim"
 
 def _request(session: Session, pods: list[Pod]) -> Quantities:
     vec = session.step_request(pods, session.min_gpu_memory)
-    return dict(zip(RESOURCES, vec, strict=True))
+    return as_quantities(vec)
 
 
 def reclaimer_of(session: Session, job: Job, pods: list[Pod]) -> Reclaimer:

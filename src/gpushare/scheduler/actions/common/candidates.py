@@ -212,12 +212,8 @@ class VictimLists:
         # Kept on the state for later cycles: each entry is checked against the usage
         # record and settled version it was made for, and refreshed job by job.
         kept = session.state.kept
-        self._leaves: dict[str, LeafVictims] = kept.setdefault(  # type: ignore[assignment]
-            "victim_leaves", {}
-        )
-        self._holders: dict[str, tuple[object, int, dict[int, list[tuple[str, int]]]]] = (
-            kept.setdefault("gpu_holders", {})  # type: ignore[assignment]
-        )
+        self._leaves = kept.victim_leaves
+        self._holders = kept.gpu_holders
         self._tree: dict[str | None, list[str]] | None = None
         # The least CPU, memory and pod room on any ready node (lowered as placements are
         # committed; evictions are ignored, which only keeps more candidates).
@@ -308,10 +304,9 @@ class VictimLists:
 def victim_lists(session: Session) -> VictimLists:
     """The session's lists, made on first use (jobs are neither added nor removed during
     a cycle)."""
-    lists = getattr(session, "_victim_lists", None)
+    lists = session.victim_lists
     if lists is None:
-        lists = VictimLists(session)
-        session._victim_lists = lists  # type: ignore[attr-defined]
+        lists = session.victim_lists = VictimLists(session)
     return lists
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from gpushare.model.quantities import RESOURCES
+from gpushare.model.quantities import RESOURCES, as_quantities
 from gpushare.scheduler.plugins.proportion.resource_share import QueueShare
 from gpushare.scheduler.session import Session
 
@@ -73,9 +73,9 @@ class QueueFigures:
             created_at=queue.created_at,
             deserved={r: queue.resources[r].quota for r in RESOURCES},
             limit={r: queue.resources[r].limit for r in RESOURCES},
-            fair_share=dict(zip(RESOURCES, fair, strict=True)),
-            allocated=dict(zip(RESOURCES, alloc, strict=True)),
-            allocated_np=dict(zip(RESOURCES, alloc_np, strict=True)),
+            fair_share=as_quantities(fair),
+            allocated=as_quantities(alloc),
+            allocated_np=as_quantities(alloc_np),
         )
         if len(self._cache) >= _SHARE_CACHE_LIMIT:
             self._cache.clear()  # bounded memory; the figures are recomputed alike
@@ -96,5 +96,5 @@ class QueueFigures:
     def totals(self) -> dict[str, Fraction]:
         """The cluster's capacity (fixed for the session: one mapping, read-only)."""
         if self._totals is None:
-            self._totals = dict(zip(RESOURCES, self.session.capacity, strict=True))
+            self._totals = as_quantities(self.session.capacity)
         return self._totals

@@ -17,15 +17,13 @@ from fractions import Fraction
 from typing import Any
 
 from gpushare.model import RESOURCES
+from gpushare.model.quantities import Quantities, add, sub
 from gpushare.scheduler.plugins.proportion.resource_share import (
     UNLIMITED,
     ZERO,
-    Quantities,
     QueueShare,
-    add,
     compare,
     less_equal,
-    sub,
 )
 
 NO_SHARE_PENALTY = 1000

@@ -6,8 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpushare.model import Job, Pod
-from gpushare.model.quantities import RESOURCES
-from gpushare.scheduler.plugins.proportion.resource_share import Quantities
+from gpushare.model.quantities import RESOURCES, Quantities
 
 
 @dataclass(slots=True)

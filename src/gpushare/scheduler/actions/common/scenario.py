@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpushare.model import Pod
+from gpushare.model.quantities import Quantities
 from gpushare.scheduler.actions.common.capacity import Accumulated, Capacity
 from gpushare.scheduler.actions.common.victim_queue import pod_quantities
-from gpushare.scheduler.plugins.proportion.resource_share import Quantities
 
 
 @dataclass(slots=True)

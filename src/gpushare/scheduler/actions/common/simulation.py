@@ -12,14 +12,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod, PodStatus
-from gpushare.model.quantities import MILLI, RESOURCES
+from gpushare.model.quantities import MILLI, Quantities, as_quantities
 from gpushare.scheduler.actions.common.figures import QueueFigures
 from gpushare.scheduler.actions.common.ordering import CompareMemo, pick_fair
 from gpushare.scheduler.actions.common.outcome import Outcome, Validator
 from gpushare.scheduler.gang import GangView
 from gpushare.scheduler.ordering import job_order_key
 from gpushare.scheduler.placement import place_pod, place_step
-from gpushare.scheduler.plugins.proportion.resource_share import Quantities, QueueShare
+from gpushare.scheduler.plugins.proportion.resource_share import QueueShare
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import Statement
 
@@ -273,7 +273,7 @@ class Simulation:
             if len(requests) >= _REQUEST_MEMO_LIMIT:
                 requests.clear()
             vec = self.session.step_request(pods, self.session.min_gpu_memory)
-            asked = requests[step_key] = dict(zip(RESOURCES, vec, strict=True))
+            asked = requests[step_key] = as_quantities(vec)
         return asked
 
     def _fair_order(self, steps: dict[str, list[Pod]], asking: bool = True) -> Iterator[Job]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
+from gpushare.model.quantities import Quantities
 from gpushare.scheduler.actions.common.budget import SearchBudget
 from gpushare.scheduler.actions.common.candidates import LeafFilters, SearchSources, victim_lists
 from gpushare.scheduler.actions.common.capacity import Capacity, Room
@@ -39,7 +40,7 @@ from gpushare.scheduler.actions.common.relevance import StepNeeds
 from gpushare.scheduler.actions.common.scenario import AccumulatedVictims, PodHashes, Scenario
 from gpushare.scheduler.actions.common.simulation import Simulation
 from gpushare.scheduler.actions.common.victim_queue import VictimQueue
-from gpushare.scheduler.plugins.proportion.resource_share import Quantities, QueueShare
+from gpushare.scheduler.plugins.proportion.resource_share import QueueShare
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import Statement
 

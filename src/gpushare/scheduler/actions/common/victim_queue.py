@@ -8,11 +8,11 @@ from fractions import Fraction
 from typing import Any, cast
 
 from gpushare.model import Job, Pod, PodStatus
-from gpushare.model.quantities import res_natural
+from gpushare.model.quantities import Quantities, add, res_natural, zeros
 from gpushare.scheduler.actions.common.candidates import Entry, Source, VictimKey, victim_key
 from gpushare.scheduler.actions.common.ordering import QueueSide, compare_sides, queue_side
 from gpushare.scheduler.actions.common.steps import VictimSteps
-from gpushare.scheduler.plugins.proportion.resource_share import Quantities, QueueShare, add, zeros
+from gpushare.scheduler.plugins.proportion.resource_share import QueueShare
 
 
 def pod_quantities(pod: Pod) -> Quantities:

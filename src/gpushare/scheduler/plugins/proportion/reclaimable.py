@@ -12,17 +12,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from gpushare.model import RESOURCES
+from gpushare.model.quantities import Quantities, add, sub
 from gpushare.scheduler.plugins.proportion.resource_share import (
     UNLIMITED,
     ZERO,
-    Quantities,
     QueueShare,
     Shares,
-    add,
     less_equal,
     leveled,
     path_to,
-    sub,
 )
 
 

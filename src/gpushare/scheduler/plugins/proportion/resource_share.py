@@ -6,20 +6,16 @@ fair share.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from gpushare.model import RESOURCES
+from gpushare.model.quantities import Quantities, zeros
 
 UNLIMITED = Fraction(-1)
 ZERO = Fraction(0)
 
-Quantities = dict[str, Fraction]
-
-
-def zeros() -> Quantities:
-    return {r: ZERO for r in RESOURCES}
 
 
 def compare(value: Fraction, other: Fraction) -> int:
@@ -35,19 +31,17 @@ def less_equal(values: Mapping[str, Fraction], other: Mapping[str, Fraction]) ->
     return all(compare(values.get(r, ZERO), other.get(r, ZERO)) <= 0 for r in RESOURCES)
 
 
-def add(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> Quantities:
-    return {r: a.get(r, ZERO) + b.get(r, ZERO) for r in RESOURCES}
-
-
-def sub(a: Mapping[str, Fraction], b: Mapping[str, Fraction]) -> Quantities:
-    return {r: a.get(r, ZERO) - b.get(r, ZERO) for r in RESOURCES}
-
-
-def total(items: Iterable[Mapping[str, Fraction]]) -> Quantities:
-    out = zeros()
-    for item in items:
-        out = add(out, item)
-    return out
+def allocatable(deserved: Fraction, limit: Fraction, fair_share: Fraction) -> Fraction:
+    """What a queue may hold of one resource before it counts as over its share: the
+    larger of quota and fair share, capped by the limit (the limit alone for an
+    unlimited quota). The one rule read by the session's queue order and by the
+    reclaim rules."""
+    if deserved == UNLIMITED:
+        return limit
+    value = max(deserved, fair_share)
+    if limit != UNLIMITED:
+        value = min(limit, value)
+    return value
 
 
 @dataclass(slots=True)
@@ -76,14 +70,8 @@ class QueueShare:
         return value
 
     def _allocatable(self, resource: str) -> Fraction:
-        deserved = self.deserved[resource]
-        limit = self.limit[resource]
-        if deserved == UNLIMITED:
-            return limit
-        value = max(deserved, self.fair_share[resource])
-        if limit != UNLIMITED:
-            value = min(limit, value)
-        return value
+        return allocatable(self.deserved[resource], self.limit[resource],
+                           self.fair_share[resource])
 
     def allocatable_share(self) -> Quantities:
         return {r: self.allocatable(r) for r in RESOURCES}

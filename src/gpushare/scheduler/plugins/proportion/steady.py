@@ -30,17 +30,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
-from gpushare.model.quantities import GPU, RESOURCES
+from gpushare.model.quantities import GPU, RESOURCES, Quantities, as_quantities
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
-from gpushare.scheduler.plugins.proportion.resource_share import (
-    UNLIMITED,
-    Quantities,
-    Shares,
-    leveled,
-)
+from gpushare.scheduler.plugins.proportion.resource_share import UNLIMITED, Shares, leveled
 from gpushare.scheduler.session import Session
+from gpushare.scheduler.state import DivisionMemo
 
 ZERO = Fraction(0)
 
@@ -55,13 +50,13 @@ class SteadyShares:
     @staticmethod
     def of(session: Session) -> SteadyShares:
         state = session.state
-        capacity = dict(zip(RESOURCES, session.capacity, strict=True))
+        capacity = as_quantities(session.capacity)
         inputs: list[ShareInput] = []
         for name, queue in sorted(state.queues.items()):
             request: dict[str, Fraction] = {}
             if queue.is_leaf():
                 real = session.requested.get(name, session.allocated(name))
-                request = dict(zip(RESOURCES, real, strict=True))
+                request = as_quantities(real)
                 gpu = queue.resources[GPU]
                 if gpu.over_quota_weight > 0 and gpu.quota != UNLIMITED:
                     request[GPU] = capacity[GPU]
@@ -76,13 +71,13 @@ class SteadyShares:
             ))
         # Levels whose inputs did not change since the last cycle are reused (with every
         # weighted queue asking for the whole cluster, most of them never change).
-        memo_out: dict[Any, Any] = {}
+        memo_out: DivisionMemo = {}
         shares = divide(
             capacity, inputs, session.config.k_value, session.config.fairshare_mode,
-            memo=state.kept.get("steady_share_memo"),  # type: ignore[arg-type]
+            memo=state.kept.steady_share_memo,
             memo_out=memo_out,
         )
-        state.kept["steady_share_memo"] = memo_out
+        state.kept.steady_share_memo = memo_out
         steady = {name: s[GPU] for name, s in shares.items()}
         keep: dict[str, Fraction | None] = {}
         for name, queue in state.queues.items():
