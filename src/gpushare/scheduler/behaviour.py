@@ -24,6 +24,23 @@ class Behaviour:
     #: against limits and (non-preemptible) quota: KAI's predicate. gpushare's default
     #: checks it once, as the fraction of the largest GPU.
     per_node_quota_check: bool = False
+    #: A fraction goes to the fullest fitting shared GPU counting the fractions being
+    #: released and the pipelined ones (pipelined there when it must wait), before an idle
+    #: GPU; a GPU holding only pipelined fractions takes a new one pipelined: KAI's
+    #: gpupack over FittingGPUs. gpushare's default puts a GPU where the fraction fits now
+    #: first, by what stays on it.
+    shared_fill_counts_releasing: bool = False
+    #: Nodes where a pod fits now come first even when it is pipelined anyway (a gang
+    #: reclaiming or preempting is pipelined whole, and KAI's nodeavailability still
+    #: scores each node by what is free now), so the gang takes idle GPUs and GPUs being
+    #: released together. gpushare's default orders a pipelined pod's nodes by placement
+    #: alone.
+    availability_orders_pipelined: bool = False
+    #: Once a job's subgroup tree is satisfied, each extra pod comes from the leaf with
+    #: the lowest allocation ratio (active pods / minMember), worked out again after each
+    #: pod: KAI's subgrouporder. gpushare's default takes the first pending pod in task
+    #: order, whatever its leaf.
+    spare_pods_by_ratio: bool = False
 
     # ---------------------------------------------------------------- victim search
     #: The victim queue compares queues as if their next victim were already taken
@@ -70,4 +87,7 @@ class Behaviour:
             victims_stay_home=not kai,
             min_runtime_in_search=not kai,
             skip_hopeless_jobs=not kai,
+            shared_fill_counts_releasing=kai,
+            availability_orders_pipelined=kai,
+            spare_pods_by_ratio=kai,
         )

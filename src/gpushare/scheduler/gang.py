@@ -4,10 +4,13 @@ A job without subgroups is one leaf with ``min_member``. With subgroups, leaves 
 ``min_member`` and inner subgroups are satisfied when ``min_subgroup`` of their children
 are (all when unset); the job itself applies ``min_subgroup`` to its top-level subgroups.
 Until the tree is satisfied the job asks for exactly what satisfies it (all or nothing);
-after that, for one more pod per step.
+after that, for one more pod per step: the first in task order, or (``by_ratio``, KAI's
+subgroup order) the first of the leaf with the lowest allocation ratio.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 from gpushare.model.job import Job
 from gpushare.model.pod import ACTIVE_ALLOCATED, Pod, PodStatus
@@ -29,11 +32,14 @@ def task_order_key(pod: Pod, job: Job) -> tuple[int, int, int, int]:
 class GangView:
     """A job's pods arranged by leaf subgroup, for one decision."""
 
-    __slots__ = ("_elastic", "_next", "active", "job", "pending", "pods", "version")
+    __slots__ = ("_elastic", "_next", "active", "by_ratio", "job", "pending", "pods", "version")
 
-    def __init__(self, job: Job, pods: list[Pod]) -> None:
+    def __init__(self, job: Job, pods: list[Pod], by_ratio: bool = False) -> None:
         self.job = job
         self.pods = pods
+        #: The extra pod of a satisfied gang comes from the leaf with the lowest
+        #: allocation ratio (``Behaviour.spare_pods_by_ratio``).
+        self.by_ratio = by_ratio
         self.version = -1
         self._elastic: int | None = None
         self._next: list[Pod] | bool | None = False  # False: not worked out yet
@@ -120,8 +126,17 @@ class GangView:
             return []
         return [min(rest, key=lambda p: (self._leaf_rank(p), task_order_key(p, self.job)))]
 
-    def _leaf_rank(self, pod: Pod) -> int:
-        return 0  # task order alone decides the extra pod
+    def _leaf_rank(self, pod: Pod) -> Fraction:
+        """The extra pod's leaf rank: 0 (task order alone decides), or with ``by_ratio``
+        the leaf's allocation ratio, active pods over its ``minMember`` (a leaf of
+        minimum 0 last)."""
+        if not self.by_ratio:
+            return _NO_RANK
+        leaf = pod.subgroup if (pod.subgroup and self.job.subgroups) else DEFAULT_LEAF
+        least = self._leaf_min(None if leaf == DEFAULT_LEAF else leaf)
+        if least <= 0:
+            return _LAST_RANK
+        return Fraction(self.active.get(leaf, 0), least)
 
     def min_total(self, name: str | None = None) -> int:
         """Pods the gang needs at least (the smallest satisfying choice)."""
@@ -145,8 +160,12 @@ class GangView:
         return any(self.pending.values())
 
 
-def gang_view(job: Job, pods: list[Pod]) -> GangView:
-    return GangView(job, pods)
+_NO_RANK = Fraction(0)
+_LAST_RANK = Fraction(10**18)
+
+
+def gang_view(job: Job, pods: list[Pod], by_ratio: bool = False) -> GangView:
+    return GangView(job, pods, by_ratio)
 
 
 def is_gang(job: Job) -> bool:

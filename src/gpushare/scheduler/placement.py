@@ -39,6 +39,13 @@ class Fit:
     gpu_indices: tuple[int, ...]
     portion: int  # milli-GPU on each of gpu_indices (1000 for whole GPUs)
     has_shared_fit: bool = False
+    #: Everything it needs is free now, even when the pod is to be pipelined anyway
+    #: (``pipeline_only``); None: the same as ``now``.
+    available: bool | None = None
+
+    def fits_now(self) -> bool:
+        """Whether the node could take the pod now (the node-availability band)."""
+        return self.now if self.available is None else self.available
 
 
 def _selector_ok(pod: Pod, usage: NodeUsage) -> bool:
@@ -60,8 +67,7 @@ def fit_on_node(
     if pod.cpu_millis > usage.cpu_free_future() or pod.memory_bytes > usage.mem_free_future():
         return None
     now = (
-        not pipeline_only
-        and usage.pods_free_now() >= 1
+        usage.pods_free_now() >= 1
         and pod.cpu_millis <= usage.cpu_free_now()
         and pod.memory_bytes <= usage.mem_free_now()
     )
@@ -72,32 +78,75 @@ def fit_on_node(
             return None
         chosen = (free_now + free_later)[: g.whole]
         now = now and len(free_now) >= g.whole
-        return Fit(node.name, now, tuple(chosen), MILLI)
+        return _fit(node.name, now, pipeline_only, tuple(chosen), MILLI)
     if g.is_shared:
         portion = g.portion_on(node.gpu_memory_mib)
         if portion > MILLI:
             return None
-        gpu_order = placement_strategy(session.config.gpu_placement).gpu_order
-        candidates = []
-        has_shared_fit = False
-        for i in range(node.gpus):
-            future = usage.gpu_free_future(i)
-            if portion > future:
-                continue
-            shared = usage.gpu_shared[i] > 0
-            if not shared and future != MILLI:
-                continue  # held by a whole-GPU pod
-            has_shared_fit = has_shared_fit or shared
-            fits_now = portion <= usage.gpu_free_now(i)
-            fill = MILLI - future if shared else 0
-            candidates.append((not fits_now, gpu_order(fill), i, fits_now))
+        candidates = _shared_gpu_candidates(session, usage, portion)
         if len(candidates) < g.devices:
             return None
         candidates.sort()
         chosen_c = candidates[: g.devices]
-        now = now and all(c[3] for c in chosen_c)
-        return Fit(node.name, now, tuple(sorted(c[2] for c in chosen_c)), portion, has_shared_fit)
-    return Fit(node.name, now, (), 0)
+        now = now and all(c.fits_now for c in chosen_c)
+        has_shared_fit = any(c.shared for c in candidates)
+        return _fit(node.name, now, pipeline_only, tuple(sorted(c.index for c in chosen_c)),
+                    portion, has_shared_fit)
+    return _fit(node.name, now, pipeline_only, (), 0)
+
+
+def _fit(
+    node: str, now: bool, pipeline_only: bool, gpu_indices: tuple[int, ...], portion: int,
+    has_shared_fit: bool = False,
+) -> Fit:
+    if not pipeline_only:
+        return Fit(node, now, gpu_indices, portion, has_shared_fit)
+    return Fit(node, False, gpu_indices, portion, has_shared_fit, available=now)
+
+
+@dataclass(order=True, slots=True)
+class _GpuCandidate:
+    """One GPU a fraction could go on; candidates sort best first."""
+
+    later: bool  # it would have to wait for releases (sorts first only outside compat: kai)
+    order: int  # the strategy's order of the GPU's fill
+    index: int
+    fits_now: bool
+    shared: bool  # a GPU already shared by fractions (not a whole free one)
+
+
+def _shared_gpu_candidates(session: Session, usage: NodeUsage, portion: int) -> list[_GpuCandidate]:
+    """The node's GPUs a fraction of ``portion`` milli-GPUs fits on once releases finish.
+
+    gpushare puts GPUs where the fraction fits now first, then by the fill of what stays.
+    Under ``Behaviour.shared_fill_counts_releasing`` (KAI's gpupack / gpuspread over
+    FittingGPUs), only the fill counts, and it includes the fractions being released and
+    the pipelined ones; a GPU whose fractions are all being released counts as a whole
+    GPU, and one that holds only pipelined fractions takes a new fraction pipelined too.
+    """
+    gpu_order = placement_strategy(session.config.gpu_placement).gpu_order
+    kai_fill = session.behaviour.shared_fill_counts_releasing
+    out: list[_GpuCandidate] = []
+    for i in range(usage.node.gpus):
+        future = usage.gpu_free_future(i)
+        if portion > future:
+            continue
+        shared = usage.gpu_shared[i] > 0
+        if not shared and future != MILLI:
+            continue  # held by a whole-GPU pod
+        fits_now = portion <= usage.gpu_free_now(i)
+        if kai_fill:
+            staying = usage.gpu_used[i] - usage.gpu_rel[i]
+            if shared and staying == 0 and usage.gpu_pipe[i] == 0:
+                shared = False  # every fraction on it is leaving: a whole GPU being freed
+            if shared and usage.gpu_used[i] == 0:
+                fits_now = False  # only pipelined fractions hold it: they wait, so does this
+            fill = usage.gpu_used[i] + usage.gpu_pipe[i] if shared else 0
+            out.append(_GpuCandidate(False, gpu_order(fill), i, fits_now, shared))
+        else:
+            fill = MILLI - future if shared else 0
+            out.append(_GpuCandidate(not fits_now, gpu_order(fill), i, fits_now, shared))
+    return out
 
 
 def _placement_scores(session: Session, pod: Pod, fits: list[tuple[Fit, NodeUsage]]) -> list[float]:
@@ -137,12 +186,13 @@ def ordered_fits(
     placement = _placement_scores(session, pod, fits)
     gpu_sharing = (pod.gpu.is_shared
                    and placement_strategy(session.config.gpu_placement).shared_gpus_first)
+    by_availability = session.behaviour.availability_orders_pipelined
     scored = []
     for (fit, usage), p in zip(fits, placement, strict=True):
         score = p
         if gpu_sharing and fit.has_shared_fit:
             score += SCORE_GPU_SHARING
-        if fit.now:
+        if fit.fits_now() if by_availability else fit.now:
             score += SCORE_AVAILABLE
         if not pod.gpu.wants_gpu and usage.node.gpus == 0:
             score += SCORE_RESOURCE_TYPE
@@ -166,7 +216,8 @@ def best_fit(
         return fits[0] if fits else None
     index = NodeIndex.of(session.state, config.gpu_placement, config.cpu_placement)
     usage = session.state.usage
-    want_now = not pipeline_only
+    by_availability = session.behaviour.availability_orders_pipelined
+    want_now = not pipeline_only or by_availability
 
     def first(names: Iterable[str]) -> tuple[Fit | None, Fit | None]:
         """First fit now, and first fit at all, in the given order."""
@@ -175,7 +226,7 @@ def best_fit(
             fit = fit_on_node(session, pod, usage[name], pipeline_only)
             if fit is None:
                 continue
-            if fit.now or not want_now:
+            if not want_now or (fit.fits_now() if by_availability else fit.now):
                 return fit, later or fit
             if later is None:
                 later = fit

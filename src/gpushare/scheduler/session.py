@@ -193,7 +193,7 @@ class Session:
         cached = self._gangs.get(job.key)
         if cached is not None and cached.version == version and cached.job is job:
             return cached
-        gang = GangView(job, self.state.job_pods(job))
+        gang = GangView(job, self.state.job_pods(job), self.behaviour.spare_pods_by_ratio)
         gang.version = version
         self._gangs[job.key] = gang
         return gang

@@ -257,7 +257,7 @@ class Simulation:
                 shadow.append(replace(pod, status=PodStatus.PENDING, node=None))
             elif pod.status in ACTIVE_ALLOCATED or pod.status is PodStatus.SUCCEEDED:
                 shadow.append(pod)
-        step = GangView(job, shadow).next_step()
+        step = GangView(job, shadow, self.session.behaviour.spare_pods_by_ratio).next_step()
         if not step:
             return []
         by_key = {p.key: p for p in evicted}
