@@ -41,6 +41,19 @@ class Behaviour:
     #: pod: KAI's subgrouporder. gpushare's default takes the first pending pod in task
     #: order, whatever its leaf.
     spare_pods_by_ratio: bool = False
+    #: In a gang's victim search, the victims found in earlier rounds count as already
+    #: given up by their queues when the victim order compares queues (KAI builds a fresh
+    #: victim queue per round and pops the recorded victims from it again), so a reclaimer
+    #: owed several GPUs takes one from each over-fair-share sibling, each one's
+    #: lowest-priority job. gpushare's default compares a queue as it stands, less what
+    #: the current round took.
+    earlier_victims_given_up: bool = False
+    #: A victim search's simulation places the asking job and the victims again in a fair
+    #: order over every job with a pending pod (KAI's GetJobsToAllocate), each queue
+    #: compared with its best job there, so a victim whose queue comes first takes its
+    #: room back and reclaim that would loop is not started. gpushare's default orders
+    #: only the jobs the simulation places, each queue compared with the step it places.
+    fair_order_over_pending: bool = False
 
     # ---------------------------------------------------------------- victim search
     #: The victim queue compares queues as if their next victim were already taken
@@ -90,4 +103,6 @@ class Behaviour:
             shared_fill_counts_releasing=kai,
             availability_orders_pipelined=kai,
             spare_pods_by_ratio=kai,
+            earlier_victims_given_up=kai,
+            fair_order_over_pending=kai,
         )

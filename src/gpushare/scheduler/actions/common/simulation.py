@@ -278,10 +278,25 @@ class Simulation:
 
     def _fair_order(self, steps: dict[str, list[Pod]], asking: bool = True) -> Iterator[Job]:
         """The preemptor and the victim jobs in fair order, re-evaluated after each one
-        (each side compared with the step it would place)."""
+        (each side compared with the step it would place).
+
+        Under ``Behaviour.fair_order_over_pending`` the order runs over every job with a
+        pending pod as well (KAI's GetJobsToAllocate): a queue is compared with its best
+        job there, which may be one this simulation does not place (it is passed over when
+        it comes up). So a victim's queue can come before the asking job's queue and take
+        its victim's room back, and then the asking job does not fit: reclaim does not
+        start what would be reclaimed back."""
         session = self.session
         jobs = session.state.jobs
         left = dict(steps)
+        others: dict[str, list[Pod]] = {}
+        if asking and session.behaviour.fair_order_over_pending:
+            for other in session.state.jobs_with_pending_pods():
+                if other.key in left:
+                    continue
+                step = session.gang(other).next_step()
+                if step:
+                    others[other.key] = step
         totals = self.figures.totals()
         first = next(iter(steps))  # the asking job
         self.memo.trim()
@@ -301,21 +316,28 @@ class Simulation:
         by_leaf: dict[str, list[Job]] = {}
         for key in left:
             by_leaf.setdefault(jobs[key].queue, []).append(jobs[key])
+        for key in others:
+            by_leaf.setdefault(jobs[key].queue, []).append(jobs[key])
         # Only the leaf a job was taken from gets a new best job.
         best = {leaf: min(candidates, key=order_key) for leaf, candidates in by_leaf.items()}
         while left:
-            requests = {leaf: self._request_of(left[j.key]) for leaf, j in best.items()}
+            requests = {
+                leaf: self._request_of(left[j.key] if j.key in left else others[j.key])
+                for leaf, j in best.items()
+            }
             leaf = pick_fair(self.figures.branches(iter(requests)), totals, requests, memo)
             if leaf is None:
                 return
             chosen = best[leaf]
-            del left[chosen.key]
             rest = by_leaf[leaf]
             rest.remove(chosen)
             if rest:
                 best[leaf] = min(rest, key=order_key)
             else:
                 del best[leaf]
+            if chosen.key not in left:
+                continue  # a pending job outside the simulation: passed over
+            del left[chosen.key]
             yield chosen
 
 

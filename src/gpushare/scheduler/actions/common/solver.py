@@ -255,7 +255,9 @@ class Search:
         lookahead = self.session.behaviour.victim_lookahead
         return VictimQueue(sources, state.job_pods, self.figures.snapshot,
                            self.figures.totals(), recorded, state.jobs, protected,
-                           lookahead=lookahead, untaken=self.simulation.memo.untaken,
+                           lookahead=lookahead,
+                           count_taken=self.session.behaviour.earlier_victims_given_up,
+                           untaken=self.simulation.memo.untaken,
                            tree=None if lookahead else sources.lists.tree())
 
     def _generate(

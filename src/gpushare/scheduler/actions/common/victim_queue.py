@@ -128,7 +128,8 @@ class VictimQueue:
     queue's children (``None``: the top level) over the leaves that may appear; without
     it the tree is made from the mapping's keys. ``pods_of`` gives a job's pods. Pods in
     ``taken`` were already taken by the search: their jobs offer only their other pods,
-    in the order that leaves them.
+    in the order that leaves them; with ``count_taken`` they also count among what their
+    queue gave up when queues are compared.
     """
 
     def __init__(
@@ -141,6 +142,7 @@ class VictimQueue:
         jobs: Mapping[str, Job] | None = None,
         protected_core: Callable[[Job], bool] | None = None,
         lookahead: bool = True,
+        count_taken: bool = False,
         untaken: dict[tuple[int, int], tuple[QueueShare, QueueShare, int]] | None = None,
         tree: Mapping[str | None, list[str]] | None = None,
     ):
@@ -189,6 +191,18 @@ class VictimQueue:
         # Jobs taken from before sit in their leaf's own entries from the start.
         for leaf in sorted(self._taken_by_leaf):
             self._view(leaf)
+        if count_taken:
+            # KAI starts each round of a gang's search with a fresh victim queue in which
+            # the victims of earlier rounds come out again (skipped, being victims
+            # already) and so count among what their queue gave up: a queue already
+            # taken from compares as the smaller one, and the next victim comes from a
+            # sibling. Their pods are counted as given up from the start.
+            for pod in taken:
+                job = self._jobs.get(pod.job)
+                if job is not None:
+                    self._popped[job.queue] = add(
+                        self._popped.get(job.queue, zeros()), pod_quantities(pod)
+                    )
 
     def _make(self, job: Job) -> _Candidate:
         return _Candidate(job, VictimSteps(job, self._pods_of(job), self._is_active))
