@@ -10,6 +10,7 @@ second end to end (first create to last bind seen by the watch) and the watch la
     python bench/api_bench.py --pods 2000 --nodes 100
     python bench/api_bench.py --pods 5000 --nodes 500 --pregrouped
     python bench/api_bench.py --pods 2000 --nodes 100 --profile /tmp/prof   # needs py-spy
+    python bench/api_bench.py --pods 1000 --nodes 50 --sync normal --commit loop
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from gpushare.kube.client import PODGROUPS, PODS, QUEUES, KubeClient
 SERVER = """
 import signal, sys, threading
 from gpushare.apiserver.server import ApiServer
-server = ApiServer(sys.argv[1], "127.0.0.1", int(sys.argv[2]))
+server = ApiServer(sys.argv[1], "127.0.0.1", int(sys.argv[2]), sync=sys.argv[4],
+                   commit_thread=sys.argv[5] == "thread")
 server.start()
 server.write_kubeconfig(sys.argv[3])
 print("ready", flush=True)
@@ -141,6 +143,11 @@ def main() -> None:
                         " loop without the pod-grouper's writes")
     parser.add_argument("--profile", type=Path, help="py-spy record server and controllers")
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    parser.add_argument("--sync", choices=("full", "normal"), default="full",
+                        help="the API server's SQLite durability (default full)")
+    parser.add_argument("--commit", choices=("thread", "loop"), default="thread",
+                        help="where the API server's SQLite commit runs: its writer thread "
+                             "(default) or the event loop")
     args = parser.parse_args()
 
     if args.profile and shutil.which("py-spy") is None:
@@ -150,7 +157,7 @@ def main() -> None:
     data.mkdir()
     procs: list[subprocess.Popen] = []
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(data), str(port),
-                               str(kubeconfig)],
+                               str(kubeconfig), args.sync, args.commit],
                               stdout=subprocess.PIPE,
                               stderr=(workdir / "server.log").open("wb"))
     procs.append(server)
@@ -159,7 +166,8 @@ def main() -> None:
         sys.exit(f"the API server did not start; see {workdir / 'server.log'}")
     client = KubeClient.from_kubeconfig(str(kubeconfig), pool_size=args.clients + 4)
     print(f"machine: {os.cpu_count()} CPUs; pods={args.pods} nodes={args.nodes} (8xH100 each)"
-          f" pod-gpu={args.pod_gpu} clients={args.clients} pregrouped={args.pregrouped}")
+          f" pod-gpu={args.pod_gpu} clients={args.clients} pregrouped={args.pregrouped}"
+          f" sync={args.sync} commit={args.commit}; load average {os.getloadavg()}")
 
     started = time.perf_counter()
     with ThreadPoolExecutor(args.clients) as pool:

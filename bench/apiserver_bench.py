@@ -6,6 +6,12 @@ threads creates N pods and binds each of them to one of a few nodes through
 bind rates, and how long the watchers took to see the last binding.
 
     python bench/apiserver_bench.py --pods 2000 --clients 4 --watchers 3
+    python bench/apiserver_bench.py --sync full,normal --commit thread,loop --repeat 3
+
+`--sync` and `--commit` take lists: every combination runs in each repeat, alternating,
+and the summary gives min and median per combination. Each run also prints the cost of
+one fsync on the data directory's disk (a loop of small appends, each fsynced) and the
+server's RSS at the end.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ import time
 from pathlib import Path
 
 import orjson
+import psutil
 import yaml
 
 SERVER = """
 import signal, sys, threading
 from gpushare.apiserver.server import ApiServer
-server = ApiServer(sys.argv[1], "127.0.0.1", 0, sync=sys.argv[2])
+server = ApiServer(sys.argv[1], "127.0.0.1", 0, sync=sys.argv[2],
+                   commit_thread=sys.argv[3] == "thread")
 server.start()
 print(server.port, flush=True)
 stop = threading.Event()
@@ -68,24 +76,55 @@ def main() -> None:
                                                      "(collapsed stacks if it ends in .txt)")
     parser.add_argument("--sync", default="full",
                         help="SQLite durability modes to compare, e.g. full,normal")
+    parser.add_argument("--commit", default="thread",
+                        help="where the SQLite commit runs: 'thread' (the store's writer "
+                             "thread, the default) or 'loop' (the event loop); a list "
+                             "compares them, e.g. thread,loop")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode (min, median)")
     args = parser.parse_args()
-    results: dict[str, list[tuple[float, float]]] = {}
+    modes = [(s, c) for s in args.sync.split(",") for c in args.commit.split(",")]
+    for sync, commit in modes:
+        if sync not in ("full", "normal") or commit not in ("thread", "loop"):
+            parser.error(f"--sync takes full/normal and --commit thread/loop, not "
+                         f"{sync!r}/{commit!r}")
+    results: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    fsyncs: list[float] = []
     for _ in range(args.repeat):
-        for mode in args.sync.split(","):
-            print(f"-- sync={mode}; load average {os.getloadavg()[0]:.2f}", flush=True)
-            results.setdefault(mode, []).append(run(args, mode))
-    for mode, rows in results.items():
+        for mode in modes:
+            print(f"-- sync={mode[0]} commit={mode[1]}; load average "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)
+            fsyncs.append(fsync_ms())
+            results.setdefault(mode, []).append(run(args, *mode))
+    print(f"one fsync here: min {min(fsyncs):.2f} ms, median {statistics.median(fsyncs):.2f}"
+          f" ms (median of 50 per run, {len(fsyncs)} runs); load average now "
+          f"{os.getloadavg()}")
+    for (sync, commit), rows in results.items():
         creates = sorted(r[0] for r in rows)
         pairs = sorted(r[1] for r in rows)
-        print(f"sync={mode}: creates/s min {creates[0]:.0f} median "
+        per_commit = sorted(r[2] for r in rows)
+        print(f"sync={sync} commit={commit}: creates/s min {creates[0]:.0f} median "
               f"{statistics.median(creates):.0f}; pods created+bound/s min {pairs[0]:.0f} "
-              f"median {statistics.median(pairs):.0f} ({len(rows)} runs)")
+              f"median {statistics.median(pairs):.0f}; writes per commit median "
+              f"{statistics.median(per_commit):.1f} ({len(rows)} runs)")
 
 
-def run(args: argparse.Namespace, sync: str) -> tuple[float, float]:
+def fsync_ms(count: int = 50) -> float:
+    """Median milliseconds of one fsync after a 4 KiB append, in a temporary directory
+    (where the bench's data directories are)."""
+    times = []
+    with tempfile.NamedTemporaryFile(prefix="fsync-") as f:
+        for _ in range(count):
+            f.write(os.urandom(4096))
+            f.flush()
+            start = time.perf_counter()
+            os.fsync(f.fileno())
+            times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def run(args: argparse.Namespace, sync: str, commit: str) -> tuple[float, float, float]:
     data = Path(tempfile.mkdtemp(prefix="apiserver-bench-"))
-    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(data), sync],
+    proc = subprocess.Popen([sys.executable, "-c", SERVER, str(data), sync, commit],
                             stdout=subprocess.PIPE)
     assert proc.stdout is not None
     port = int(proc.stdout.readline())
@@ -148,10 +187,11 @@ def run(args: argparse.Namespace, sync: str) -> tuple[float, float]:
         w.join(timeout=120)
     done.set()
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx)
-    conn.request("GET", "/metrics")
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"})
     metrics = conn.getresponse().read().decode()
     stats = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
              if line.startswith(("apiserver_storage_writes ", "apiserver_storage_commits "))}
+    rss = psutil.Process(proc.pid).memory_info().rss
     if spy is not None:
         spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT only
         spy.wait()
@@ -159,7 +199,8 @@ def run(args: argparse.Namespace, sync: str) -> tuple[float, float]:
     proc.wait()
     creates = max(created_at) - start
     print(f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; pods={pods} "
-          f"clients={args.clients} watchers={args.watchers} sync={sync}")
+          f"clients={args.clients} watchers={args.watchers} sync={sync} commit={commit}; "
+          f"server RSS {rss / 2**20:.0f} MiB")
     print(f"creates: {pods / creates:.0f}/s (all created after {creates:.2f}s)")
     print(f"creates + bindings: {2 * pods / (end - start):.0f} requests/s; "
           f"{pods / (end - start):.0f} pods created and bound/s")
@@ -170,7 +211,7 @@ def run(args: argparse.Namespace, sync: str) -> tuple[float, float]:
     if seen_bound:
         print(f"every watcher saw every binding {max(seen_bound) - end:.3f}s after the last "
               f"bind returned ({len(seen_bound)}/{args.watchers} watchers complete)")
-    return pods / creates, pods / (end - start)
+    return pods / creates, pods / (end - start), writes / max(commits, 1)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
 
 from gpushare.kube.client import CONFIGMAPS, JOBS, PODS, QUEUES, ApiError, KubeClient
 
@@ -127,6 +129,17 @@ class Ledger:
             rv = ((obj or {}).get("metadata") or {}).get("resourceVersion")
             if rv:
                 self.max_acked_rv = max(self.max_acked_rv, int(rv))
+
+
+def _client_without_retries(kubeconfig: Path) -> KubeClient:
+    """A client that sends each request once: urllib3's default retries would resend a
+    write whose connection broke (maybe after the server committed it) and then report
+    only the last attempt's error, "connection refused", as if nothing had been sent."""
+    configuration = k8s_client.Configuration()
+    k8s_config.load_kube_config(config_file=str(kubeconfig),
+                                client_configuration=configuration)
+    configuration.retries = 0
+    return KubeClient(k8s_client.ApiClient(configuration))
 
 
 def _definite_refusal(error: Exception) -> bool:
@@ -360,7 +373,7 @@ class ChaosRun:
     def _start_all(self) -> None:
         self.server.start()
         self._wait_server()
-        self.client = KubeClient.from_kubeconfig(str(self.kubeconfig), pool_size=8)
+        self.client = _client_without_retries(self.kubeconfig)
         for name in GPU_QUEUES:
             self.client.create(QUEUES.collection(), queue_body(name, 1))
         self.client.create(QUEUES.collection(), queue_body(STEADY_QUEUE, 0))
