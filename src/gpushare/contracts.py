@@ -24,6 +24,16 @@ NODE_ENFORCEMENT_ANNOTATION = "gpushare.io/enforcement"
 STATIC_NODE_ANNOTATION = "gpushare.io/static-node"
 # Written by the agent on its Node and on the pods it runs.
 GPU_USAGE_ANNOTATION = "gpushare.io/gpu-usage"
+# The common name of the API server's client certificate: what a node agent lets in (with a
+# token TokenReview and SubjectAccessReview allow `nodes/proxy` for).
+NODE_CLIENT_NAME = "gpushare:apiserver-node-client"
+
+
+def node_hop_subprotocol(name: str) -> str:
+    """The WebSocket subprotocol the API server asks a node agent for when a client asked
+    for `name`: the same, with any "/" (not allowed in a subprotocol token, yet in
+    kubectl's "SPDY/3.1+portforward.k8s.io") written "-"."""
+    return name.replace("/", "-")
 
 
 class BindingError(ValueError):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,10 @@ from process_probes import gone, processes_named
 from gpushare.agent.enforcement import EnforcementError, choose
 from gpushare.agent.gpu_share import share_from_annotations
 from gpushare.agent.inventory import GpuInventory, declared_gpus
-from gpushare.agent.logserver import LogServer, parse_request
 from gpushare.agent.logstore import LogRequest, log_path, read_log
 from gpushare.agent.monitor import GpuMonitor, WatchedPod
 from gpushare.agent.mps import MpsManager
+from gpushare.agent.nodeserver import parse_request
 from gpushare.agent.nvml import GpuProcess, ProcessUtilization, probe_inventory
 from gpushare.agent.podspec import plan_container
 from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig
@@ -240,29 +239,6 @@ def test_logs_tail_previous_and_timestamps(tmp_path: Path) -> None:
     body, _ = read_log(path, LogRequest("t", "p", "c", timestamps=True))
     first = body.splitlines()[0].decode()
     assert first.endswith(" one") and first[:4].isdigit() and "T" in first.split()[0]
-
-
-def test_log_server_serves_and_follows(tmp_path: Path) -> None:
-    script = "echo start; sleep 0.6; echo middle; sleep 0.3; echo end"
-    sup, _ = supervise(pod("p", [{"name": "c", "command": ["sh", "-c", script]}], "Never"),
-                       tmp_path)
-    server = LogServer(lambda ns, name: tmp_path if (ns, name) == ("t", "p") else None,
-                       lambda ns, name, c: sup.container_running(c))
-    server.start()
-    try:
-        wait_for(lambda: log_path(tmp_path, "c", 0).exists())
-        base = f"http://127.0.0.1:{server.port}/containerLogs/t/p/c"
-        with urllib.request.urlopen(base + "?follow=true", timeout=10) as response:
-            followed = response.read()
-        assert followed == b"start\nmiddle\nend\n"
-        with urllib.request.urlopen(base + "?tailLines=1", timeout=5) as response:
-            assert response.read() == b"end\n"
-        with pytest.raises(urllib.error.HTTPError) as missing:
-            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/containerLogs/t/q/c")
-        assert missing.value.code == 404
-    finally:
-        server.stop()
-        sup.stop(0)
 
 
 def test_log_request_parsing_names_bad_parameters() -> None:

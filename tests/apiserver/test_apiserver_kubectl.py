@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -16,6 +17,8 @@ import pytest
 import yaml
 from apiserver_harness import KUBECTL, Cluster, http_client
 from kubernetes import client
+
+from node_pki import node_tls
 
 QUEUES = """
 apiVersion: scheduling.run.ai/v2
@@ -217,7 +220,8 @@ spec: {minMember: 3, queue: nlp}
 
 
 class _FakeAgentLogs(BaseHTTPRequestHandler):
-    """A stand-in for the node agent's log endpoint (no agent runs in these tests)."""
+    """A stand-in for the node agent's log endpoint (no agent runs in these tests), over
+    TLS with a serving certificate the cluster CA signed, as the API server requires."""
 
     seen: ClassVar[list[str]] = []
 
@@ -246,8 +250,12 @@ class _FakeAgentLogs(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def fake_agent() -> Iterator[int]:
+def fake_agent(cluster: Cluster, tmp_path: Path) -> Iterator[int]:
+    tls = node_tls(cluster.server.data_dir / "pki", tmp_path / "fake-agent")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(tls.cert), str(tls.key))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeAgentLogs)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -153,8 +153,8 @@ def test_aggregated_discovery(http: httpx.Client) -> None:
     core = http.get("/api", headers={"Accept": accept}).json()
     pods = next(res for res in core["items"][0]["versions"][0]["resources"]
                 if res["resource"] == "pods")
-    assert {s["subresource"] for s in pods["subresources"]} == {"status", "binding", "log",
-                                                                "eviction"}
+    assert {s["subresource"] for s in pods["subresources"]} == {
+        "status", "binding", "log", "eviction", "exec", "attach", "portforward"}
 
 
 def test_watch_of_one_cluster_sees_only_its_objects(cluster: Cluster) -> None:

@@ -1,7 +1,8 @@
 """The agent process: registers the Node, watches the pods bound to it, runs them, enforces
 GPU shares and reports status, usage and logs. Everything it learns or says goes through the
-Kubernetes API (the shared JSON client, `gpushare.kube.client`), except logs, which the API
-server fetches from its log server.
+Kubernetes API (the shared JSON client, `gpushare.kube.client`), except logs, exec, attach
+and port-forward, which the API server reaches through the agent's HTTPS node endpoint
+(`nodeserver`).
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ from gpushare.agent.gpu_share import (
     share_from_annotations,
 )
 from gpushare.agent.inventory import GpuInventory, HostResources
-from gpushare.agent.logserver import LogServer
 from gpushare.agent.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.monitor import GpuMonitor, WatchedPod
+from gpushare.agent.nodeauth import CallerCheck
+from gpushare.agent.nodecert import ensure_serving_certificate
+from gpushare.agent.nodeserver import NodeHandlers, NodeServer
 from gpushare.agent.nvml import NvmlBackend
 from gpushare.agent.planning import make_planner
-from gpushare.agent.podspec import decode_secret
+from gpushare.agent.podspec import ContainerPlan, decode_secret
+from gpushare.agent.streams import ExecTarget
 from gpushare.agent.supervisor import (
     PodSupervisor,
     SupervisorConfig,
@@ -82,6 +86,8 @@ class AgentConfig:
     #: Seconds between measurements sent to the control plane (/metrics, kubectl top);
     #: 0 sends none.
     telemetry_s: float = 5.0
+    #: How long to wait for the serving certificate to be approved and signed.
+    certificate_timeout_s: float = 300.0
 
 
 class _StatusSink:
@@ -172,20 +178,35 @@ class Agent:
                 config.tolerance_fraction,
                 config.tolerance_mib,
             )
-        self.log_server = LogServer(
-            self._locate, self._container_running, config.address, config.port
-        )
+        self.node_server: NodeServer | None = None
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------
 
+    @property
+    def node_port(self) -> int:
+        """The port of the HTTPS node endpoint (logs, exec, attach, port-forward)."""
+        assert self.node_server is not None, "start() the agent first"
+        return self.node_server.port
+
+    def _start_node_server(self) -> NodeServer:
+        tls = ensure_serving_certificate(
+            self.kube, self.config.node_name, self.config.address, default_hostname(),
+            self.config.data_dir / "pki", self.config.certificate_timeout_s)
+        server = NodeServer(
+            NodeHandlers(self._locate, self._container_running, self._exec_target), tls,
+            CallerCheck(self.kube, self.config.node_name).check, self.config.address,
+            self.config.port)
+        server.start()
+        return server
+
     def start(self) -> None:
-        self.log_server.start()
+        self.node_server = self._start_node_server()
         try:
             self.register()
             self._adopt_or_clean()
         except BaseException:
-            self.log_server.stop()
+            self.node_server.stop()
             raise
         for target, name in (
             (self._heartbeat_loop, "heartbeat"),
@@ -199,9 +220,9 @@ class Agent:
         if self.telemetry is not None:
             self._threads.append(self.telemetry.start())
         log.info(
-            "agent for node %s started; logs on port %d; enforcement: %s",
+            "agent for node %s started; node endpoint (HTTPS) on port %d; enforcement: %s",
             self.config.node_name,
-            self.log_server.port,
+            self.node_port,
             self.enforcement.annotation,
         )
 
@@ -227,7 +248,8 @@ class Agent:
         deadline = time.monotonic() + 2
         for thread in self._threads:
             thread.join(timeout=max(0.05, deadline - time.monotonic()))
-        self.log_server.stop()
+        if self.node_server is not None:
+            self.node_server.stop()
         # pods left running keep their MPS daemon (a restarted agent finds it alive)
         with self._lock:
             running = any(not e.supervisor.finished for e in self._pods.values())
@@ -247,7 +269,7 @@ class Agent:
             self.host,
             self.enforcement.annotation,
             self.config.address,
-            self.log_server.port,
+            self.node_port,
             time.time(),
             self.config.version,
         )
@@ -282,7 +304,7 @@ class Agent:
                 {
                     "status": {
                         "conditions": [nodes.ready_condition(now, self._ready_since)],
-                        "daemonEndpoints": {"kubeletEndpoint": {"Port": self.log_server.port}},
+                        "daemonEndpoints": {"kubeletEndpoint": {"Port": self.node_port}},
                     }
                 },
             )
@@ -684,7 +706,7 @@ class Agent:
             except Exception as exc:
                 log.warning("GPU monitor pass failed: %s", exc)
 
-    # --- logs -----------------------------------------------------------------------
+    # --- logs, exec, attach -------------------------------------------------------------
 
     def _locate(self, namespace: str, name: str) -> Path | None:
         directory = pod_dir(self.config.data_dir, namespace, name)
@@ -697,9 +719,28 @@ class Agent:
                     return entry.supervisor.container_running(container)
         return False
 
+    def _exec_target(self, namespace: str, name: str, container: str,
+                     command: list[str]) -> ExecTarget:
+        with self._lock:
+            entry = next((e for e in self._pods.values()
+                          if e.namespace == namespace and e.name == name), None)
+        if entry is None:
+            raise LookupError(f'pods "{name}" not found on this node')
+        plan = entry.supervisor.exec_plan(container)
+        if plan is None:
+            raise LookupError(f'container "{container}" in pod "{name}" is not running')
+        return exec_in_pod(entry.supervisor.directory, plan, command)
+
     def pods(self) -> dict[str, PodSupervisor]:
         with self._lock:
             return {f"{e.namespace}/{e.name}": e.supervisor for e in self._pods.values()}
+
+
+def exec_in_pod(pod_directory: Path, plan: ContainerPlan, command: list[str]) -> ExecTarget:
+    """How `kubectl exec` runs `command` in a running container: the container's
+    environment and working directory. The one place that decides it."""
+    return ExecTarget(argv=list(command), env=dict(plan.env),
+                      cwd=pod_directory / plan.working_dir)
 
 
 def _recorded_uid(directory: Path) -> str | None:

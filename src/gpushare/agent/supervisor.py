@@ -60,6 +60,7 @@ class _Slot:
     index: TimestampIndex | None = None
     launching: bool = False  # the log file may exist before the process does
     streak: int = 0  # quick exits in a row: the back-off exponent
+    plan: ContainerPlan | None = None  # what the current run was started with
 
 
 class PodSupervisor:
@@ -156,6 +157,18 @@ class PodSupervisor:
             slot.record.name == container and (slot.process is not None or slot.launching)
             for slot in self._init + self._main
         )
+
+    def exec_plan(self, container: str) -> ContainerPlan | None:
+        """The command, environment and working dir of the container's running run (for
+        `kubectl exec`); None when it is not running. A run adopted after an agent
+        restart is planned again from the spec."""
+        for slot in self._init + self._main:
+            if slot.record.name != container or slot.process is None:
+                continue
+            if slot.plan is None:
+                slot.plan = self._planner(slot.spec, slot.record.init)
+            return slot.plan
+        return None
 
     def _event(self, reason: str, message: str, warning: bool = False) -> None:
         emit = getattr(self._sink, "event", None)
@@ -307,6 +320,7 @@ class PodSupervisor:
             self._event("Failed", f"Error: {record.waiting_message}", warning=True)
             slot.next_start = time.monotonic() + max(1.0, self._config.backoff_base_s)
             return True
+        slot.plan = plan
         if record.exit_code is not None:  # this is a restart
             record.last = record.terminated()
             record.restart_count += 1

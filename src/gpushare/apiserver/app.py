@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -12,12 +13,20 @@ from typing import Any
 
 import orjson
 import yaml
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gpushare import __version__
-from gpushare.apiserver import discovery, limits, logs, protobuf, reviews, tables, versions
+from gpushare.apiserver import (
+    discovery,
+    limits,
+    nodeproxy,
+    protobuf,
+    reviews,
+    tables,
+    versions,
+)
 from gpushare.apiserver.api import (
     DEFAULT_CLUSTER,
     PATCH_APPLY,
@@ -27,6 +36,7 @@ from gpushare.apiserver.api import (
     DeleteOptions,
 )
 from gpushare.apiserver.auth import AUTHENTICATED, Attributes, Authorizer, TokenFile, User
+from gpushare.apiserver.certificates import NodeServingSigner
 from gpushare.apiserver.errors import ApiError, bad_request, forbidden, not_found
 from gpushare.apiserver.gc import GarbageCollector
 from gpushare.apiserver.metrics import Metrics
@@ -78,6 +88,19 @@ def wants_table(accept: str) -> bool:
 PROTOBUF_MEDIA = protobuf.PROTOBUF
 
 
+_STREAM_PATH = re.compile(
+    r"^(?:/clusters/(?P<cluster>[a-z0-9][-a-z0-9]*))?/api/v1/namespaces/(?P<ns>[^/]+)/"
+    r"pods/(?P<name>[^/]+)/(?P<sub>exec|attach|portforward)/?$")
+
+
+def _stream_request(path: str) -> tuple[str, str, str, str]:
+    """(cluster, namespace, pod, subresource) of a WebSocket request; 404 for any other."""
+    match = _STREAM_PATH.match(path)
+    if match is None:
+        raise ApiError(404, "the server could not find the requested resource", "NotFound")
+    return (match["cluster"] or DEFAULT_CLUSTER, match["ns"], match["name"], match["sub"])
+
+
 def field_manager(query: dict[str, str], user_agent: str) -> str:
     """The manager a write is recorded under: `fieldManager`, else the user agent's name."""
     name = query.get("fieldManager") or user_agent.split("/", 1)[0].strip()
@@ -101,8 +124,14 @@ class App:
                  bookmark_interval: float = 60.0, event_ttl: float = 3600.0,
                  max_body_bytes: int = limits.DEFAULT_MAX_BODY_BYTES,
                  anonymous_metrics: bool = False,
-                 signer: TokenSigner | None = None) -> None:
+                 signer: TokenSigner | None = None,
+                 node_signer: NodeServingSigner | None = None,
+                 node_tls: ssl.SSLContext | None = None) -> None:
         self.api = api
+        # the kubelet-serving signer (node agents' certificates) and the TLS the API server
+        # reaches node agents with (its client certificate, their CA)
+        self.node_signer = node_signer
+        self.node_tls = node_tls
         self.max_body_bytes = max_body_bytes
         # /metrics needs a token allowed `get` on it (the system:monitoring role) unless
         # the operator chose to let anybody scrape
@@ -138,6 +167,9 @@ class App:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+            return
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
             return
         if scope["type"] != "http":
             return
@@ -306,7 +338,7 @@ class App:
         self.usage.push(parts[1], body, interval)
         return json_response({"nodes": 1})
 
-    def _authenticate(self, request: Request, cluster: str) -> User:
+    def _authenticate(self, request: HTTPConnection, cluster: str) -> User:
         header = request.headers.get("authorization", "")
         user = None
         if header[:7].lower() == "bearer ":
@@ -394,6 +426,8 @@ class App:
         manager = field_manager(query, request.headers.get("user-agent", ""))
         if sub == "bindings":
             verb, sub_rbac = "create", "binding"
+        elif sub in nodeproxy.STREAM_SUBRESOURCES:
+            verb, sub_rbac = "create", sub  # a WebSocket upgrade is a GET, but it acts
         elif method == "GET":
             if name is None:
                 verb = "watch" if query.get("watch") in ("true", "1") else "list"
@@ -414,6 +448,13 @@ class App:
         if info.resource == "selfsubjectreviews":
             review = reviews.self_subject_review(await self._body(request, allow_empty=True),
                                                  user)
+            return json_response(review, 201), "create", info.resource
+        if info.resource == "subjectaccessreviews":
+            if not self.authorizer.allowed(cluster, user, Attributes(
+                    "create", info.group, info.resource, "", "", "")):
+                raise forbidden(user.name, "create", info.group, info.resource, "", "")
+            review = reviews.subject_access_review(await self._body(request),
+                                                   self.authorizer, cluster)
             return json_response(review, 201), "create", info.resource
         if info.resource == "selfsubjectrulesreviews":
             review = reviews.self_subject_rules_review(await self._body(request), user,
@@ -474,6 +515,13 @@ class App:
         if sub == "log":
             assert name is not None
             return await self._logs(cluster, ns or "", name, query), "get", "pods/log"
+        if sub in nodeproxy.STREAM_SUBRESOURCES:
+            assert name is not None
+            self._stream_target(cluster, ns or "", name, sub,
+                                list(request.query_params.multi_items()))
+            # the same checks as a WebSocket, so a client falling back from one learns why
+            raise bad_request(f"pods/{sub} is served over WebSocket only (an Upgrade: "
+                              "websocket request); SPDY upgrades are not supported")
         if sub == "scale":
             assert name is not None
             return await self._scale(request, cluster, info, ns or "", name, verb), verb, \
@@ -504,6 +552,8 @@ class App:
                 sub = "status"  # the approval conditions live in the status
             obj = api.update(cluster, info, ns or "", name, body, sub, dry_run=dry_run,
                              field_validation=strictness, manager=manager)
+            if rr.subresource == "approval" and not dry_run:
+                obj = self._after_approval(cluster, info, obj)
             return json_response(api.served(info, obj)), verb, metric_resource
         if verb == "patch":
             assert name is not None
@@ -514,6 +564,8 @@ class App:
             obj, created = api.patch(cluster, info, ns or "", name, content_type, body, sub,
                                      dry_run=dry_run, force=query.get("force") == "true",
                                      field_validation=strictness, manager=manager)
+            if rr.subresource == "approval" and not dry_run:
+                obj = self._after_approval(cluster, info, obj)
             return (json_response(api.served(info, obj), 201 if created else 200), verb,
                     metric_resource)
         if verb == "delete":
@@ -717,11 +769,14 @@ class App:
 
     # -- pods/log and access reviews ---------------------------------------------------------
 
-    async def _logs(self, cluster: str, ns: str, name: str, query: dict[str, str]) -> Response:
+    def _pod_on_node(self, cluster: str, ns: str, name: str, container_query: str | None
+                     ) -> tuple[dict[str, Any], str, str, str, str, int]:
+        """(pod, container, namespace, name) of the pod that really runs (a virtual
+        cluster's pod runs as a host pod), and (host, port) of its node agent."""
         pod = self.store.get(cluster, "pods", ns, name)
         if pod is None:
             raise not_found("", "pods", name)
-        container = logs.container_name(pod, query.get("container"))
+        container = nodeproxy.container_name(pod, container_query)
         for target in self.log_targets:
             elsewhere = target(cluster, ns, name)
             if elsewhere is not None:
@@ -737,9 +792,77 @@ class App:
         node = self.store.get(cluster, "nodes", "", node_name)
         if node is None:
             raise not_found("", "nodes", node_name)
-        host, port = logs.agent_endpoint(node)
-        body = await logs.open_log_stream(host, port, ns, name, container, query)
+        host, port = nodeproxy.agent_endpoint(node)
+        return pod, container, ns, name, host, port
+
+    def _node_tls(self) -> ssl.SSLContext:
+        if self.node_tls is None:
+            raise ApiError(503, "this API server has no client certificate for node agents",
+                           "ServiceUnavailable")
+        return self.node_tls
+
+    async def _logs(self, cluster: str, ns: str, name: str, query: dict[str, str]) -> Response:
+        _, container, ns, name, host, port = self._pod_on_node(cluster, ns, name,
+                                                               query.get("container"))
+        body = await nodeproxy.open_log_stream(self._node_tls(), host, port, ns, name,
+                                               container, query)
         return StreamingResponse(body, 200, media_type="text/plain")
+
+    def _stream_target(self, cluster: str, ns: str, name: str, sub: str,
+                       query: list[tuple[str, str]]) -> tuple[str, int, str]:
+        """(host, port, agent path) for `pods/exec|attach|portforward`, after the checks
+        kube-apiserver makes (the pod runs, the container is one of its own)."""
+        container_query = next((v for k, v in query if k == "container"), None)
+        if sub == "portforward":
+            container_query = container_query or self._first_container(cluster, ns, name)
+        pod, container, ns, name, host, port = self._pod_on_node(cluster, ns, name,
+                                                                 container_query)
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            raise bad_request(f"cannot {'exec into' if sub == 'exec' else sub} a container "
+                              f"in a completed pod; current phase is {phase}")
+        if sub == "exec" and not any(k == "command" for k, _ in query):
+            raise bad_request("you must specify at least one command for the container")
+        return host, port, nodeproxy.stream_path(sub, ns, name, container, query)
+
+    def _first_container(self, cluster: str, ns: str, name: str) -> str | None:
+        pod = self.store.get(cluster, "pods", ns, name) or {}
+        containers = (pod.get("spec") or {}).get("containers") or []
+        return str(containers[0].get("name")) if containers else None
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`pods/exec`, `pods/attach` and `pods/portforward` over WebSocket: authorized with
+        RBAC (`create` on the subresource) and relayed to the pod's node agent."""
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        connection = HTTPConnection(scope)
+        try:
+            cluster, ns, name, sub = _stream_request(scope["path"])
+            user = self._authenticate(connection, cluster)
+            attrs = Attributes("create", "", "pods", sub, ns, name)
+            if not self.authorizer.allowed(cluster, user, attrs):
+                raise forbidden(user.name, "create", "", f"pods/{sub}", name, ns)
+            for policy in self.request_policies:
+                reason = policy(cluster, user, attrs)
+                if reason:
+                    raise ApiError(403, reason, "Forbidden", {"name": name, "kind": "pods"})
+            host, port, path = self._stream_target(
+                cluster, ns, name, sub, list(connection.query_params.multi_items()))
+            context = self._node_tls()
+        except ApiError as e:
+            await nodeproxy.reject(send, e)
+            return
+        offered = [str(p) for p in scope.get("subprotocols") or ()] or [
+            p.strip() for p in connection.headers.get("sec-websocket-protocol", "").split(",")
+            if p.strip()]
+        await nodeproxy.relay(context, host, port, path, offered, receive, send)
+
+    def _after_approval(self, cluster: str, info: ResourceInfo,
+                        obj: dict[str, Any]) -> dict[str, Any]:
+        if self.node_signer is None or info.resource != "certificatesigningrequests":
+            return obj
+        return self.node_signer.after_approval(self.api, cluster, info, obj)
 
     async def _access_review(self, request: Request, cluster: str, user: User) -> Response:
         body = await self._body(request)

@@ -18,7 +18,7 @@ def builtin_resources() -> list[ResourceInfo]:
           subresources=("status", "finalize")),
         r("", "v1", "nodes", "Node", False, short_names=("no",), subresources=("status",)),
         r("", "v1", "pods", "Pod", True, short_names=("po",), categories=("all",),
-          subresources=("status", "binding", "log", "eviction")),
+          subresources=("status", "binding", "log", "eviction", "exec", "attach", "portforward")),
         r("", "v1", "events", "Event", True, short_names=("ev",)),
         r("", "v1", "configmaps", "ConfigMap", True, short_names=("cm",)),
         r("", "v1", "secrets", "Secret", True),
@@ -52,6 +52,8 @@ def builtin_resources() -> list[ResourceInfo]:
           "CustomResourceDefinition", False, short_names=("crd", "crds"),
           subresources=("status",), columns=_CREATED_AT),
         r("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
+          False, verbs=("create",)),
+        r("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview",
           False, verbs=("create",)),
         # Served from the node agents' measurements (apiserver/resource_metrics.py).
         r("metrics.k8s.io", "v1beta1", "nodes", "NodeMetrics", False, verbs=("get", "list")),

@@ -14,6 +14,9 @@ _SUBRESOURCE_VERBS = {
     "binding": ["create"],
     "eviction": ["create"],
     "log": ["get"],
+    "exec": ["create", "get"],
+    "attach": ["create", "get"],
+    "portforward": ["create", "get"],
     "finalize": ["update"],
     "approval": ["get", "patch", "update"],
     "scale": ["get", "patch", "update"],
@@ -22,6 +25,9 @@ _SUBRESOURCE_KIND = {
     "binding": ("", "v1", "Binding"),
     "eviction": ("policy", "v1", "Eviction"),
     "log": ("", "v1", "Pod"),
+    "exec": ("", "v1", "PodExecOptions"),
+    "attach": ("", "v1", "PodAttachOptions"),
+    "portforward": ("", "v1", "PodPortForwardOptions"),
     "scale": ("autoscaling", "v1", "Scale"),
 }
 

@@ -18,12 +18,14 @@ import yaml
 from gpushare.apiserver.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.app import App
 from gpushare.apiserver.auth import TokenFile
+from gpushare.apiserver.certificates import NodeServingSigner
 from gpushare.apiserver.encryption import Transformer
 from gpushare.apiserver.limits import DEFAULT_MAX_BODY_BYTES
+from gpushare.apiserver.nodeproxy import client_context
 from gpushare.apiserver.serviceaccounts import SIGNING_KEY as SA_SIGNING_KEY
 from gpushare.apiserver.serviceaccounts import TokenSigner
 from gpushare.apiserver.store import DEFAULT_EVENT_LOG_BYTES, Store
-from gpushare.apiserver.tls import ensure_certificates
+from gpushare.apiserver.tls import ensure_certificates, ensure_node_client
 from gpushare.tenancy import admission as tenancy_admission
 
 log = logging.getLogger(__name__)
@@ -124,17 +126,23 @@ class ApiServer:
                            transformer=Transformer.for_data_dir(self.data_dir),
                            commit_thread=commit_thread)
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
-        root_ca = self.ca_path.read_text() if self.ca_path is not None else ""
+        # the cluster CA signs node agents' serving certificates and the client certificate
+        # the API server shows them, with or without TLS on the API itself
+        node_ca, node_cert, node_key = ensure_node_client(self.data_dir / "pki")
+        root_ca = (self.ca_path or node_ca).read_text()
         self.api = Api(self.store, root_ca_pem=root_ca)
         self.api.publish_root_ca_everywhere()
         signer = TokenSigner(self.data_dir / "pki" / SA_SIGNING_KEY)
         self.app = App(self.api, self.tokens, f"{host}:{self.port}",
                        bookmark_interval=bookmark_interval, event_ttl=event_ttl,
                        max_body_bytes=max_body_bytes,
-                       anonymous_metrics=anonymous_metrics, signer=signer)
+                       anonymous_metrics=anonymous_metrics, signer=signer,
+                       node_signer=NodeServingSigner(self.data_dir / "pki"),
+                       node_tls=client_context(node_ca, node_cert, node_key))
         tenancy_admission.install(self.api, self.app)
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
                                 lifespan="on", timeout_keep_alive=120,
+                                ws="wsproto", ws_per_message_deflate=False,
                                 timeout_graceful_shutdown=2, **ssl)
         self._server = _Server(config, self.app)
         self._thread: threading.Thread | None = None

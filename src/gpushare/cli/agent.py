@@ -128,7 +128,7 @@ def agent(
         raise typer.Exit(1) from None
     typer.echo(
         f"node {name}: {inventory.count} GPU(s){' (declared)' if inventory.declared else ''}, "
-        f"enforcement {chosen.annotation}, logs on port {runner.log_server.port}"
+        f"enforcement {chosen.annotation}, node endpoint on https port {runner.node_port}"
     )
     while not done.wait(1.0):
         pass

@@ -1,0 +1,99 @@
+"""Who may use the agent's node endpoint, decided as a kubelet's webhook authn/authz does.
+
+Two kinds of caller get in:
+
+* the API server, by its client certificate: signed by the cluster CA (the TLS handshake
+  checks that) and naming `gpushare:apiserver-node-client`;
+* a bearer token that the API's TokenReview authenticates and whose user a
+  SubjectAccessReview allows `<verb> nodes/proxy` on this node (`get` for reads, `create`
+  for exec, attach and port-forward).
+
+Anybody else gets 401 (no usable credentials) or 403 (known, not allowed). Answers are kept
+for a short while so a follow or a burst of requests does not ask the API each time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gpushare.contracts import NODE_CLIENT_NAME
+from gpushare.kube.client import ApiError, KubeClient, Resource
+
+TOKEN_REVIEWS = Resource("authentication.k8s.io/v1", "tokenreviews", False)
+ACCESS_REVIEWS = Resource("authorization.k8s.io/v1", "subjectaccessreviews", False)
+_CACHE_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    code: int  # 200 allowed, 401, 403
+    message: str
+
+    @property
+    def allowed(self) -> bool:
+        return self.code == 200
+
+
+def _common_name(peercert: dict[str, Any] | None) -> str | None:
+    for rdn in (peercert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+class CallerCheck:
+    def __init__(self, kube: KubeClient, node: str) -> None:
+        self._kube = kube
+        self._node = node
+        self._cache: dict[tuple[str, str], tuple[float, Verdict]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, peercert: dict[str, Any] | None, authorization: str, verb: str) -> Verdict:
+        """`peercert` as `SSLSocket.getpeercert()` gives it (only for a certificate the CA
+        signed), the Authorization header, and the verb the request needs."""
+        if _common_name(peercert) == NODE_CLIENT_NAME:
+            return Verdict(200, "the API server")
+        if authorization[:7].lower() != "bearer " or not authorization[7:].strip():
+            return Verdict(401, "Unauthorized")
+        token = authorization[7:].strip()
+        key = (token, verb)
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None and cached[0] > now:
+                return cached[1]
+        verdict = self._review(token, verb)
+        with self._lock:
+            if len(self._cache) > 1024:
+                self._cache.clear()
+            self._cache[key] = (now + _CACHE_S, verdict)
+        return verdict
+
+    def _review(self, token: str, verb: str) -> Verdict:
+        try:
+            review = self._kube.create(TOKEN_REVIEWS.collection(), {
+                "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": {"token": token}})
+        except ApiError as exc:
+            return Verdict(401, f"the token could not be reviewed: {exc}")
+        status = review.get("status") or {}
+        if not status.get("authenticated"):
+            return Verdict(401, "Unauthorized")
+        user = status.get("user") or {}
+        try:
+            access = self._kube.create(ACCESS_REVIEWS.collection(), {
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": user.get("username", ""), "groups": user.get("groups") or [],
+                         "uid": user.get("uid", ""), "extra": user.get("extra") or {},
+                         "resourceAttributes": {"verb": verb, "resource": "nodes",
+                                                "subresource": "proxy", "name": self._node}}})
+        except ApiError as exc:
+            return Verdict(403, f"the access could not be reviewed: {exc}")
+        if (access.get("status") or {}).get("allowed"):
+            return Verdict(200, str(user.get("username", "")))
+        return Verdict(403, f'Forbidden (user={user.get("username", "")}, verb={verb}, '
+                            f"resource=nodes, subresource=proxy)")

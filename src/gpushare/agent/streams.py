@@ -1,0 +1,292 @@
+"""`exec` and `attach` over Kubernetes' WebSocket channel protocol (`v4`/`v5.channel.k8s.io`).
+
+Every message starts with a channel byte: 0 stdin, 1 stdout, 2 stderr, 3 error (one
+`metav1.Status` JSON when the command ends: Success, or NonZeroExitCode with the exit code
+as a cause, which kubectl turns into its own exit code), 4 terminal resize (`{"Width": w,
+"Height": h}`). `v5` adds channel 255, "close": its one data byte names a channel the
+client will not write again (stdin at EOF, so `tar` in `kubectl cp` ends).
+
+The command runs as a process of the pod: the container's environment, working directory
+and sandbox (`ExecTarget`, from the agent), in a session of its own; with a TTY on a
+pseudo-terminal. When the client goes away the process group is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import struct
+import subprocess
+import termios
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpushare.agent.wsconn import WsConn
+
+STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
+V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
+CHANNEL_PROTOCOLS = (V5, V4)
+_CHUNK = 32768
+_DRAIN_AFTER_EXIT_S = 2.0  # output a background child still holds open is cut after this
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    stdin: bool = False
+    stdout: bool = True
+    stderr: bool = True
+    tty: bool = False
+
+    @classmethod
+    def from_query(cls, query: dict[str, list[str]]) -> StreamOptions:
+        def flag(name: str, default: bool) -> bool:
+            values = query.get(name)
+            if not values:
+                return default
+            return values[-1].lower() in ("1", "true", "yes")
+
+        tty = flag("tty", False)
+        return cls(stdin=flag("stdin", False), stdout=flag("stdout", False),
+                   stderr=flag("stderr", False) and not tty, tty=tty)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecTarget:
+    """How to start a command in the pod: the full command line, environment and working
+    directory (the sandbox's entry already folded in)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(hash=False)
+    cwd: Path
+
+
+def success() -> bytes:
+    return json.dumps({"metadata": {}, "status": "Success"}).encode()
+
+
+def failure(message: str, reason: str = "InternalError", code: int = 500,
+            exit_code: int | None = None) -> bytes:
+    status: dict[str, object] = {"metadata": {}, "status": "Failure", "message": message,
+                                 "reason": reason, "code": code}
+    if exit_code is not None:
+        status["details"] = {"causes": [{"reason": "ExitCode", "message": str(exit_code)}]}
+    return json.dumps(status).encode()
+
+
+def exit_status(command: list[str], code: int) -> bytes:
+    if code == 0:
+        return success()
+    return failure(f"command terminated with non-zero exit code: error executing command "
+                   f"{command}, exit code {code}", "NonZeroExitCode", 500, code)
+
+
+async def _announce(ws: WsConn, opts: StreamOptions) -> None:
+    # as the kubelet does: an empty message on the first output channel tells the client
+    # the streams are ready
+    first = STDOUT if opts.stdout else STDERR if opts.stderr else ERROR
+    await ws.send(bytes([first]))
+
+
+def _resize(fd: int, data: bytes) -> None:
+    try:
+        size = json.loads(data)
+        rows, cols = int(size.get("Height", 0)), int(size.get("Width", 0))
+    except (ValueError, TypeError, AttributeError):
+        return
+    if rows > 0 and cols > 0:
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def _controlling_tty() -> None:  # in the child, after setsid(): fd 0 is the terminal
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class _Process:
+    """The command's process and its pipes (or terminal)."""
+
+    def __init__(self, target: ExecTarget, opts: StreamOptions) -> None:
+        self.master: int | None = None
+        if opts.tty:
+            self.master, slave = os.openpty()
+            try:
+                self.popen = subprocess.Popen(
+                    target.argv, stdin=slave, stdout=slave, stderr=slave, env=target.env,
+                    cwd=target.cwd, start_new_session=True, preexec_fn=_controlling_tty,
+                    close_fds=True)
+            finally:
+                os.close(slave)
+            os.set_blocking(self.master, False)
+            return
+        pipe, null = subprocess.PIPE, subprocess.DEVNULL
+        self.popen = subprocess.Popen(
+            target.argv, stdin=pipe if opts.stdin else null,
+            stdout=pipe if opts.stdout else null, stderr=pipe if opts.stderr else null,
+            env=target.env, cwd=target.cwd, start_new_session=True, close_fds=True)
+        for stream in (self.popen.stdout, self.popen.stderr):
+            if stream is not None:
+                os.set_blocking(stream.fileno(), False)
+
+    def outputs(self) -> Iterator[tuple[int, int]]:
+        """(channel, fd) of each output to forward."""
+        if self.master is not None:
+            yield STDOUT, self.master
+            return
+        if self.popen.stdout is not None:
+            yield STDOUT, self.popen.stdout.fileno()
+        if self.popen.stderr is not None:
+            yield STDERR, self.popen.stderr.fileno()
+
+    def write_stdin(self, data: bytes) -> None:
+        fd = self.master if self.master is not None else (
+            self.popen.stdin.fileno() if self.popen.stdin is not None else None)
+        if fd is None:
+            return
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+
+    def close_stdin(self) -> None:
+        if self.master is not None:
+            self.write_stdin(b"\x04")  # end of input on a terminal: ^D
+        elif self.popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.popen.stdin.close()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        if self.master is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.master)
+        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+
+
+async def _pump(ws: WsConn, channel: int, fd: int) -> None:
+    """Forward what `fd` gives on `channel` until it ends (EOF, or EIO on a terminal)."""
+    loop = asyncio.get_running_loop()
+    readable = asyncio.Event()
+    loop.add_reader(fd, readable.set)
+    try:
+        while True:
+            await readable.wait()
+            readable.clear()
+            try:
+                data = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            await ws.send(bytes([channel]) + data)
+    finally:
+        loop.remove_reader(fd)
+
+
+async def _read_client(ws: WsConn, process: _Process, v5: bool) -> None:
+    """Stdin, resizes and v5 close signals from the client; returns when it goes away."""
+    while True:
+        message = await ws.recv()
+        if message is None:
+            return
+        if not message:
+            continue
+        channel, data = message[0], message[1:]
+        if channel == STDIN:
+            if data:
+                process.write_stdin(data)
+        elif channel == RESIZE and process.master is not None:
+            _resize(process.master, data)
+        elif channel == CLOSE and v5 and data[:1] == bytes([STDIN]):
+            process.close_stdin()
+
+
+async def run_exec(ws: WsConn, target: ExecTarget, command: list[str],
+                   opts: StreamOptions) -> None:
+    """Run the command and stream it; the error channel carries how it ended."""
+    loop = asyncio.get_running_loop()
+    try:
+        process = _Process(target, opts)
+    except OSError as exc:
+        await ws.send(bytes([ERROR]) + failure(
+            f"error executing command in container: failed to exec in container: "
+            f"exec: {command[0]!r}: {exc.strerror or exc}"))
+        return
+    try:
+        await _announce(ws, opts)
+        pumps = [asyncio.ensure_future(_pump(ws, ch, fd)) for ch, fd in process.outputs()]
+        client = asyncio.ensure_future(_read_client(ws, process, ws.subprotocol == V5))
+        waiter: asyncio.Future[int] = loop.run_in_executor(None, process.popen.wait)
+        done, _ = await asyncio.wait([waiter, client],  # type: ignore[type-var]
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if waiter not in done:  # the client left: end the command
+            process.kill()
+            await waiter
+            for pump in pumps:
+                pump.cancel()
+            return
+        code = process.popen.returncode
+        if pumps:
+            _, late = await asyncio.wait(pumps, timeout=_DRAIN_AFTER_EXIT_S)
+            for pump in late:
+                pump.cancel()
+        client.cancel()
+        await ws.send(bytes([ERROR]) + exit_status(command, 128 - code if code < 0 else code))
+    finally:
+        process.kill()
+        process.close()
+
+
+async def run_attach(ws: WsConn, follow: Callable[[Callable[[], bool]], Iterator[bytes]],
+                     opts: StreamOptions) -> None:
+    """Stream the running container's output (its log as it grows) until the run ends or
+    the client leaves; `follow(should_stop)` gives the new output. A container's stdin is
+    not connected, so input is refused."""
+    if opts.stdin:
+        await ws.send(bytes([ERROR]) + failure(
+            "this node does not connect a container's stdin; attach without -i",
+            "BadRequest", 400))
+        return
+    await _announce(ws, opts)
+    loop = asyncio.get_running_loop()
+    leaving = threading.Event()
+    chunks = follow(leaving.is_set)
+    client = asyncio.ensure_future(_drain_client(ws))
+    try:
+        while True:
+            nxt: asyncio.Future[bytes | None] = loop.run_in_executor(None, next, chunks, None)
+            done, _ = await asyncio.wait([nxt, client],  # type: ignore[type-var]
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if nxt not in done:
+                return  # the client left
+            chunk = nxt.result()
+            if chunk is None:
+                break
+            if opts.stdout:
+                await ws.send(bytes([STDOUT]) + chunk)
+        await ws.send(bytes([ERROR]) + success())
+    finally:
+        leaving.set()
+        client.cancel()
+
+
+async def _drain_client(ws: WsConn) -> None:
+    while await ws.recv() is not None:
+        pass

@@ -1,0 +1,183 @@
+"""The agent's node endpoint on its own: real TLS with certificates from the product's CA,
+a real pod process under a supervisor, real HTTP and WebSocket clients. Who gets in (the
+API server's client certificate; nobody without credentials or with a foreign
+certificate), logs and follows, exec's channel protocol, and SPDY framing."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import http.client
+import json
+import ssl
+import struct
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from test_agent_runtime import pod, supervise, wait_for
+from websockets.asyncio.client import connect
+
+from gpushare.agent.logstore import log_path
+from gpushare.agent.nodeauth import CallerCheck
+from gpushare.agent.nodeserver import NodeHandlers, NodeServer
+from gpushare.agent.portforward import (
+    SPDY_DICTIONARY,
+    SYN_STREAM,
+    HeaderCodec,
+    control_frame,
+    data_frame,
+    parse_frames,
+)
+from gpushare.agent.streams import ExecTarget
+from gpushare.apiserver.tls import NODE_CLIENT_CERT, NODE_CLIENT_KEY
+from gpushare.contracts import NODE_CLIENT_NAME
+from node_pki import client_cert, node_tls
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    """A node server for pod t/p (container c, a shell printing three lines), the CA dir,
+    and the pod's supervisor."""
+    pki = tmp_path / "pki"
+    tls = node_tls(pki, tmp_path / "node")
+    directory = tmp_path / "pod"
+    directory.mkdir()
+    script = "echo start; sleep 0.6; echo middle; sleep 0.3; echo end; sleep 30"
+    sup, _ = supervise(pod("p", [{"name": "c", "command": ["sh", "-c", script]}], "Never"),
+                       directory)
+
+    def target(ns: str, name: str, container: str, command: list[str]) -> ExecTarget:
+        plan = sup.exec_plan(container)
+        if (ns, name) != ("t", "p") or plan is None:
+            raise LookupError(f'container "{container}" is not running')
+        return ExecTarget(command, {**plan.env, "FROM_POD": "yes"}, directory)
+
+    handlers = NodeHandlers(
+        lambda ns, name: directory if (ns, name) == ("t", "p") else None,
+        lambda ns, name, c: sup.container_running(c), target)
+    # no token reaches this server, so the caller check never asks an API
+    server = NodeServer(handlers, tls, CallerCheck(None, "n").check)  # type: ignore[arg-type]
+    server.start()
+    wait_for(lambda: log_path(directory, "c", 0).exists())
+    try:
+        yield server, pki, tls, directory
+    finally:
+        server.stop()
+        sup.stop(0)
+
+
+def _context(ca: Path, cert: tuple[Path, Path] | None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        context.load_cert_chain(str(cert[0]), str(cert[1]))
+    return context
+
+
+def _get(port: int, context: ssl.SSLContext, path: str,
+         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=15)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_the_api_servers_certificate_reads_and_follows_logs(node) -> None:
+    server, pki, tls, _ = node
+    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+    # the container goes on running: the follow ends at its byte limit
+    code, body = _get(server.port, apiserver, "/containerLogs/t/p/c?follow=true&limitBytes=17")
+    assert (code, body) == (200, b"start\nmiddle\nend\n")
+    assert _get(server.port, apiserver, "/containerLogs/t/p/c?tailLines=1") == (200, b"end\n")
+    assert _get(server.port, apiserver, "/containerLogs/t/q/c")[0] == 404
+    assert _get(server.port, apiserver, "/healthz") == (200, b"ok")
+
+
+def test_callers_without_credentials_or_with_foreign_certificates_are_refused(
+        node, tmp_path: Path) -> None:
+    server, pki, tls, _ = node
+    path = "/containerLogs/t/p/c"
+    code, body = _get(server.port, _context(tls.ca, None), path)
+    assert code == 401 and b"start" not in body
+    assert _get(server.port, _context(tls.ca, None), path,
+                {"Authorization": "Bearer "})[0] == 401
+    # signed by the cluster CA, but not the API server's name
+    other = client_cert(tmp_path / "other", "system:node:n", pki)
+    code, body = _get(server.port, _context(tls.ca, other), path)
+    assert code == 401 and b"start" not in body
+    # the API server's name, signed by a CA of its own: the handshake fails
+    forged = client_cert(tmp_path / "forged", NODE_CLIENT_NAME, None)
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        _get(server.port, _context(tls.ca, forged), path)
+    # and the real one gets in, so the refusals above are about the credentials
+    assert _get(server.port, _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY)),
+                path)[0] == 200
+
+
+def test_plain_http_is_not_served(node) -> None:
+    server, _, _, _ = node
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+        conn.request("GET", "/containerLogs/t/p/c")
+        conn.getresponse().read()
+    conn.close()
+
+
+async def _exec(port: int, context: ssl.SSLContext, query: str,
+                stdin: bytes | None) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    async with connect(f"wss://127.0.0.1:{port}/exec/t/p/c?{query}", ssl=context,
+                       subprotocols=["v5.channel.k8s.io"], proxy=None) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == "v5.channel.k8s.io"
+        if stdin is not None:
+            await ws.send(b"\x00" + stdin)
+            await ws.send(b"\xff\x00")  # v5: stdin is done
+        async for message in ws:
+            assert isinstance(message, bytes)
+            out[message[0]] = out.get(message[0], b"") + message[1:]
+    return out
+
+
+def test_exec_runs_in_the_pods_environment_and_reports_the_exit_code(node) -> None:
+    server, pki, tls, _ = node
+    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+    script = "echo out $FROM_POD; echo err >&2; pwd; exit 7"
+    query = urlencode([("command", "sh"), ("command", "-c"), ("command", script),
+                       ("stdout", "1"), ("stderr", "1")])
+    out = asyncio.run(_exec(server.port, apiserver, query, None))
+    lines = out[1].decode().splitlines()
+    assert lines == ["out yes", str(server_pod_dir(node))]
+    assert out[2] == b"err\n"
+    status = json.loads(out[3])
+    assert status["reason"] == "NonZeroExitCode"
+    assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "7"}]
+    piped = asyncio.run(_exec(server.port, apiserver,
+                              "command=cat&stdin=1&stdout=1&stderr=1", b"through stdin\n"))
+    assert piped[1] == b"through stdin\n"
+    assert json.loads(piped[3])["status"] == "Success"
+
+
+def server_pod_dir(node) -> Path:
+    return node[3]
+
+
+def test_spdy_dictionary_and_header_blocks() -> None:
+    # SPDY/3's published dictionary: 1423 bytes with this digest
+    assert len(SPDY_DICTIONARY) == 1423
+    assert hashlib.sha256(SPDY_DICTIONARY).hexdigest() == \
+        "51d27341373f923f3cd88e1eb7162aeaa3723d7585ff2399201dc06498407f02"
+    client, server = HeaderCodec(), HeaderCodec()
+    headers = {"streamtype": "data", "port": "8080", "requestid": "0"}
+    block = client.encode(headers)
+    frame = control_frame(SYN_STREAM, 0, struct.pack(">IIH", 3, 0, 0) + block)
+    buffer = bytearray(frame + data_frame(3, b"payload", fin=True) + b"\x80")
+    frames = parse_frames(buffer)
+    assert buffer == bytearray(b"\x80")  # an incomplete frame stays for later
+    assert [f.control for f in frames] == [True, False]
+    assert frames[0].stream == 3 and server.decode(frames[0].payload[10:]) == headers
+    assert (frames[1].stream, frames[1].payload, frames[1].flags) == (3, b"payload", 1)
+    # the zlib stream goes on across frames
+    assert server.decode(client.encode({"port": "9"})) == {"port": "9"}
