@@ -18,3 +18,19 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     running.host.apply(QUEUES % {"gpus": 1, "quota": 0.33})
     yield running
     running.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """A failing test shows the end of its platform's `gpushare up` log (server, controllers
+    with the syncers, agent), so a failure seen only once can still be read afterwards."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, Platform):
+            log = value.data.parent / "up.log"
+            if log.exists():
+                tail = log.read_text(errors="replace").splitlines()[-150:]
+                report.sections.append(("gpushare up log (last 150 lines)", "\n".join(tail)))
