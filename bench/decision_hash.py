@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gpushare.model.quantities import MILLI
 from gpushare.scheduler import Config, run_cycle
 from scheduler_bench import build, next_cycle
 
@@ -31,9 +32,11 @@ KAI_SIZES = ("10:100:10:0", "50:100:25:0")
 
 
 def decisions_of(result) -> list[str]:
-    lines = [f"B {b.pod} {b.node} {b.gpu_indices} {b.portion} {b.gpu_memory_mib}"
+    # The portion is written as a float GPU count, as when the first hashes were taken,
+    # so that hashes stay comparable across commits.
+    lines = [f"B {b.pod} {b.node} {b.gpu_indices} {b.portion_milli / MILLI} {b.gpu_memory_mib}"
              for b in result.binds]
-    lines += [f"P {p.pod} {p.node} {p.gpu_indices} {p.portion} {p.gpu_memory_mib}"
+    lines += [f"P {p.pod} {p.node} {p.gpu_indices} {p.portion_milli / MILLI} {p.gpu_memory_mib}"
               for p in result.pipelines]
     lines += [f"E {e.pod} {e.action}" for e in result.evictions]
     return sorted(lines)

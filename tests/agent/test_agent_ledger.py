@@ -22,7 +22,8 @@ from gpushare.model.gpu_inventory import GpuDevice
 
 def _share(portion: float, *indices: int) -> GpuShare:
     devices = tuple(GpuDevice(i, f"GPU-{i}", "NVIDIA-H100", 81559, 132) for i in indices)
-    return GpuShare(devices, portion, int(81559 * portion))
+    milli = round(portion * 1000)
+    return GpuShare(devices, milli, 81559 * milli // 1000)
 
 
 def test_ledger_sums_portions_per_gpu() -> None:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from gpushare.agent.gpu_share import share_from_annotations
 from gpushare.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
@@ -12,7 +13,8 @@ from gpushare.contracts import (
     parse_indices,
     parse_portion_milli,
 )
-from gpushare.controllers.translate import bound_gpus, format_portion
+from gpushare.controllers.translate import bound_gpus
+from gpushare.model.gpu_inventory import GpuDevice, GpuInventory
 
 
 @pytest.mark.parametrize("milli", [0, 1, 5, 10, 250, 330, 333, 500, 999, 1000, 2000])
@@ -23,8 +25,6 @@ def test_every_milli_portion_round_trips_exactly(milli):
 def test_portion_texts():
     assert [format_portion_milli(m) for m in (330, 5, 1000, 700, 0)] == [
         "0.33", "0.005", "1", "0.7", "0"]
-    # The scheduler loop's formatter goes through the same codec.
-    assert format_portion(0.33) == "0.33" and format_portion(1.0) == "1"
 
 
 @pytest.mark.parametrize("text", ["0.3333", "-0.5", "abc", "nan", "inf"])
@@ -43,3 +43,26 @@ def test_binding_annotations_read_back_by_translate():
     assert parse_indices("") == ()
     with pytest.raises(BindingError, match=GPU_INDICES_ANNOTATION):
         parse_indices("0,x")
+
+
+def test_the_agent_reads_every_portion_the_scheduler_can_write_exactly():
+    """Scheduler loop -> annotations -> agent, for every milli-GPU a share can be: the
+    agent gets the same integer back, its memory share is exact integer arithmetic."""
+    inventory = GpuInventory((GpuDevice(0, "GPU-0", "NVIDIA-H100", 81559, 132),
+                              GpuDevice(1, "GPU-1", "NVIDIA-H100", 81559, 132)), declared=True)
+    for milli in range(1, 1001):
+        annotations = GpuBinding((1,), milli).annotations()
+        assert bound_gpus({"metadata": {"annotations": annotations}}) == ((1,), milli)
+        share = share_from_annotations(annotations, inventory)
+        assert share is not None and share.portion_milli == milli
+        assert share.memory_mib == 81559 * milli // 1000
+
+
+def test_the_agent_refuses_portions_that_are_not_milli_gpus():
+    from gpushare.agent.gpu_share import GpuAssignmentError
+
+    inventory = GpuInventory((GpuDevice(0, "GPU-0", "NVIDIA-H100", 81559, 132),), declared=True)
+    for text in ("0.3333", "1.5", "0", "x"):
+        with pytest.raises(GpuAssignmentError, match=GPU_PORTION_ANNOTATION):
+            share_from_annotations({GPU_INDICES_ANNOTATION: "0",
+                                    GPU_PORTION_ANNOTATION: text}, inventory)

@@ -10,7 +10,6 @@ import pytest
 from gpushare.controllers.translate import (
     TranslateError,
     cpu_memory_requests,
-    format_portion,
     gpu_request,
     job_from_podgroup,
     node_affinity,
@@ -127,7 +126,6 @@ def test_quantities_round_trip():
     assert to_int("1Gi") == 1024**3 and to_int("1k") == 1000
     assert format_milli(330) == "330m" and format_milli(2000) == "2"
     assert format_bytes(1024**3) == "1Gi" and format_bytes(1000) == "1000"
-    assert format_portion(0.33) == "0.33" and format_portion(1.0) == "1"
 
 
 def affinity_pod(*terms):

@@ -64,7 +64,7 @@ def test_multi_device_fraction_takes_distinct_gpus():
     state.upsert_pod(pod)
     result = run_cycle(state, ALLOCATE, 0)
     assert result.binds[0].gpu_indices == (0, 1)
-    assert result.binds[0].portion == 0.5
+    assert result.binds[0].portion_milli == 500
     assert result.binds[0].gpu_memory_mib == 50
 
 
@@ -73,7 +73,7 @@ def test_gpu_memory_request_becomes_a_portion_of_the_node_gpu():
     state.upsert_queue(queue("q", gpu_quota=-1))
     add_job(state, "mem", "q", memory_mib=20)
     result = run_cycle(state, ALLOCATE, 0)
-    assert result.binds[0].portion == 0.25
+    assert result.binds[0].portion_milli == 250
     assert result.binds[0].gpu_memory_mib == 20
 
 

@@ -8,7 +8,6 @@ enforcement backends apply.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,6 +16,10 @@ from gpushare.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
+    MILLI,
+    BindingError,
+    format_portion_milli,
+    parse_portion_milli,
 )
 
 ANN_INDICES = GPU_INDICES_ANNOTATION
@@ -31,17 +34,22 @@ class GpuAssignmentError(ValueError):
 @dataclass(frozen=True, slots=True)
 class GpuShare:
     devices: tuple[GpuDevice, ...]
-    portion: float  # of each listed GPU; 1.0 for whole GPUs
+    portion_milli: int  # milli-GPUs of each listed GPU; 1000 for whole GPUs
     memory_mib: int  # allowed on each listed GPU
 
     @property
     def whole(self) -> bool:
-        return self.portion >= 1.0
+        return self.portion_milli >= MILLI
+
+    @property
+    def portion(self) -> float:
+        """The portion as a GPU count, for the numbers the backends take as floats."""
+        return self.portion_milli / MILLI
 
     @property
     def thread_percentage(self) -> int:
-        """The SM share as MPS takes it: whole percent, at least 1."""
-        return max(1, min(100, round(self.portion * 100)))
+        """The SM share as MPS takes it: whole percent, at least 1 (half up)."""
+        return max(1, min(100, (self.portion_milli + 5) // 10))
 
 
 def share_from_annotations(
@@ -71,12 +79,10 @@ def share_from_annotations(
 
     raw_portion = (annotations.get(ANN_PORTION) or "1").strip()
     try:
-        portion = float(raw_portion)
-    except ValueError:
-        raise GpuAssignmentError(
-            f"metadata.annotations[{ANN_PORTION}]: {raw_portion!r} is not a number"
-        ) from None
-    if not (0.0 < portion <= 1.0) or math.isnan(portion):
+        portion = parse_portion_milli(raw_portion)
+    except BindingError as err:
+        raise GpuAssignmentError(str(err)) from None
+    if not 0 < portion <= MILLI:
         raise GpuAssignmentError(
             f"metadata.annotations[{ANN_PORTION}]: {raw_portion!r} must be in (0, 1]"
         )
@@ -96,12 +102,8 @@ def share_from_annotations(
             )
         memory_mib = min(memory_mib, smallest)
     else:
-        memory_mib = int(smallest * portion)
-    return GpuShare(devices=devices, portion=portion, memory_mib=memory_mib)
-
-
-def portion_text(portion: float) -> str:
-    return "1" if portion >= 1.0 else f"{portion:g}"
+        memory_mib = smallest * portion // MILLI
+    return GpuShare(devices=devices, portion_milli=portion, memory_mib=memory_mib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +133,7 @@ def share_env(
             uuids if mps is not None else ",".join(str(d.index) for d in share.devices)
         ),
         "NVIDIA_VISIBLE_DEVICES": uuids,
-        "GPU_PORTION": portion_text(share.portion),
+        "GPU_PORTION": format_portion_milli(min(share.portion_milli, MILLI)),
         "GPUSHARE_GPU_MEMORY_MIB": str(share.memory_mib),
     }
     if declared:

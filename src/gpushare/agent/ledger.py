@@ -11,22 +11,22 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpushare.agent.gpu_share import GpuShare
+from gpushare.contracts import MILLI, format_portion_milli
 
-EPSILON = 1e-6  # portions are decimal strings like "0.33": allow their float rounding
 OVERCOMMITTED = "GPUOvercommitted"
 #: The pod condition the ledger writes on a pod it refuses (status False, reason
 #: GPUOvercommitted): `kubectl wait --for=condition=GPUSlotsAvailable=false pod/P`.
 CONDITION = "GPUSlotsAvailable"
 
 
-def held(shares: Iterable[GpuShare | None]) -> dict[int, float]:
-    """Portion of each GPU index held by `shares`."""
-    out: dict[int, float] = {}
+def held(shares: Iterable[GpuShare | None]) -> dict[int, int]:
+    """Milli-GPUs of each GPU index held by `shares` (exact: no rounding to allow for)."""
+    out: dict[int, int] = {}
     for share in shares:
         if share is None:
             continue
         for device in share.devices:
-            out[device.index] = out.get(device.index, 0.0) + share.portion
+            out[device.index] = out.get(device.index, 0) + share.portion_milli
     return out
 
 
@@ -36,11 +36,13 @@ def overcommit(running: Iterable[GpuShare | None], new: GpuShare | None) -> str 
         return None
     taken = held(running)
     for device in new.devices:
-        total = taken.get(device.index, 0.0) + new.portion
-        if total > 1.0 + EPSILON:
+        before = taken.get(device.index, 0)
+        total = before + new.portion_milli
+        if total > MILLI:
             return (f"GPU {device.index} would be over-committed: the pods running on it hold "
-                    f"{taken.get(device.index, 0.0):g} of it and this pod asks for "
-                    f"{new.portion:g} (total {total:g} > 1); the pod is not started")
+                    f"{format_portion_milli(before)} of it and this pod asks for "
+                    f"{format_portion_milli(new.portion_milli)} (total "
+                    f"{format_portion_milli(total)} > 1); the pod is not started")
     return None
 
 

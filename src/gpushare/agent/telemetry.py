@@ -179,16 +179,16 @@ class AgentMetrics:
     def pods(self, pods: list[PodView], usage: dict[tuple[str, str], ContainerUsage],
              inventory: GpuInventory) -> None:
         slots = {d.index: 0 for d in inventory.devices}
-        portion = {d.index: 0.0 for d in inventory.devices}
+        milli = {d.index: 0 for d in inventory.devices}
         for pod in pods:
             if pod.share is None:
                 continue
             for device in pod.share.devices:
                 slots[device.index] = slots.get(device.index, 0) + 1
-                portion[device.index] = portion.get(device.index, 0.0) + pod.share.portion
+                milli[device.index] = milli.get(device.index, 0) + pod.share.portion_milli
         for index in slots:
             self.slots.labels(self.node, str(index)).set(slots[index])
-            self.portion.labels(self.node, str(index)).set(round(portion[index], 6))
+            self.portion.labels(self.node, str(index)).set(milli.get(index, 0) / 1000)
         self.pods_running.labels(self.node).set(len(pods))
         by_pod: dict[str, tuple[float, int]] = {}
         for (key, _container), u in usage.items():

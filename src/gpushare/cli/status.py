@@ -11,6 +11,13 @@ from typing import Annotated, Any
 
 import typer
 
+from gpushare.contracts import (
+    GPU_INDICES_ANNOTATION,
+    GPU_PORTION_ANNOTATION,
+    MILLI,
+    BindingError,
+    parse_portion_milli,
+)
 from gpushare.kube.quantity import parse_quantity
 
 Obj = dict[str, Any]
@@ -63,16 +70,17 @@ def _slices(pods: list[Obj]) -> dict[tuple[str, str], list[Obj]]:
         if not node or (pod.get("status") or {}).get("phase") in FINISHED:
             continue
         ann = meta.get("annotations") or {}
-        indices = [i for i in str(ann.get("gpushare.io/gpu-indices", "")).split(",") if i]
+        indices = [i for i in str(ann.get(GPU_INDICES_ANNOTATION, "")).split(",") if i]
         try:
-            portion = float(ann.get("gpushare.io/gpu-portion", "1"))
-        except ValueError:
-            portion = 1.0
+            milli = parse_portion_milli(str(ann.get(GPU_PORTION_ANNOTATION, "1")))
+        except BindingError:
+            milli = MILLI
         for index in indices:
             out.setdefault((node, index), []).append({
                 "pod": f"{meta.get('namespace')}/{meta.get('name')}",
                 "queue": (meta.get("labels") or {}).get("kai.scheduler/queue", "default-queue"),
-                "portion": portion,
+                "portion": milli / MILLI,
+                "portion_milli": milli,
             })
     return out
 
@@ -94,7 +102,7 @@ def _gpu_rows(nodes: list[Obj], pods: list[Obj]) -> list[Obj]:
                 "enforcement": (node["metadata"].get("annotations") or {}).get(
                     "gpushare.io/enforcement", ""),
                 "slices": held,
-                "free": round(max(0.0, 1.0 - sum(s["portion"] for s in held)), 6),
+                "free": max(0, MILLI - sum(s["portion_milli"] for s in held)) / MILLI,
             })
     return rows
 

@@ -20,17 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare.contracts import GpuBinding
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.heap import HeapKeeper
 from gpushare.controllers.mirror import ORPHAN_QUEUE, Mirror
 from gpushare.controllers.scheduler_metrics import SchedulerMetrics
 from gpushare.controllers.scheduling_status import mark_unschedulable, record_scheduled
-from gpushare.controllers.translate import (
-    INDICES_ANNOTATION,
-    MEMORY_MIB_ANNOTATION,
-    PORTION_ANNOTATION,
-    format_portion,
-)
 from gpushare.kube.client import (
     NODES,
     PODGROUPS,
@@ -369,7 +364,7 @@ class SchedulerLoop:
             with self._in_flight_lock:
                 self._binds_in_flight += 1
             self._pool.submit(self._bind, bind.pod, bind.node, tuple(bind.gpu_indices),
-                              bind.portion, bind.gpu_memory_mib, bool(pod.gpu.wants_gpu))
+                              bind.portion_milli, bind.gpu_memory_mib, bool(pod.gpu.wants_gpu))
             self.stats.binds += 1
         for pipe in result.pipelines:
             raw = mirror.raw_pods.get(pipe.pod)
@@ -418,17 +413,13 @@ class SchedulerLoop:
         self._publish_phases()
 
     def _bind(
-        self, key: str, node: str, indices: tuple[int, ...], portion: float, memory_mib: int,
-        wants_gpu: bool,
+        self, key: str, node: str, indices: tuple[int, ...], portion_milli: int,
+        memory_mib: int, wants_gpu: bool,
     ) -> None:
         namespace, _, name = key.partition("/")
         annotations: dict[str, str] = {}
         if wants_gpu:
-            annotations = {
-                INDICES_ANNOTATION: ",".join(str(i) for i in indices),
-                PORTION_ANNOTATION: format_portion(portion),
-                MEMORY_MIB_ANNOTATION: str(int(memory_mib)),
-            }
+            annotations = GpuBinding(indices, portion_milli, memory_mib).annotations()
         body = {
             "apiVersion": "v1",
             "kind": "Binding",

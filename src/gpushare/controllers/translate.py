@@ -17,11 +17,9 @@ from gpushare.contracts import (
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
     BindingError,
-    format_portion_milli,
     parse_indices,
     parse_portion_milli,
 )
-from gpushare.contracts import MILLI as MILLI_GPU
 from gpushare.controllers import taints as node_taints
 from gpushare.kube.quantity import QuantityError, to_int, to_milli
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
@@ -449,9 +447,3 @@ def _taint_term(pod: Obj, taint_sets: Iterable[tuple[node_taints.Taint, ...]]
     if not sets:
         return ()
     return ((node_taints.TAINTS_LABEL, node_taints.allowed(pod, sets)),)
-
-
-def format_portion(portion: float) -> str:
-    """0.7 → ``"0.7"``, 0.33 → ``"0.33"``, 1.0 → ``"1"``: how the bind annotation reads
-    (the decision's portion to exact milli-GPUs, then the contract's codec)."""
-    return format_portion_milli(round(portion * MILLI_GPU))

@@ -55,12 +55,12 @@ def collect(session: Session) -> CycleResult:
         if pod.status in (PodStatus.BINDING, PodStatus.PIPELINED):
             node = state.nodes[pod.node]  # type: ignore[index]
             if pod.gpu.whole:
-                portion, mem = 1.0, node.gpu_memory_mib
+                portion, mem = MILLI, node.gpu_memory_mib
             elif pod.gpu.is_shared:
-                portion = pod.portion / MILLI
+                portion = pod.portion
                 mem = pod.gpu.memory_mib or (pod.portion * node.gpu_memory_mib) // MILLI
             else:
-                portion, mem = 0.0, 0
+                portion, mem = 0, 0
             cls = Bind if pod.status is PodStatus.BINDING else Pipeline
             decision = cls(key, pod.node, pod.gpu_indices, portion, mem)  # type: ignore[arg-type]
             (result.binds if cls is Bind else result.pipelines).append(decision)  # type: ignore[arg-type]

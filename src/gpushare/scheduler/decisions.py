@@ -10,7 +10,7 @@ class Bind:
     pod: str  # "namespace/name"
     node: str
     gpu_indices: tuple[int, ...]  # physical GPU indices on the node
-    portion: float  # of each listed GPU (1.0 for whole GPUs)
+    portion_milli: int  # milli-GPUs of each listed GPU (1000 for whole GPUs, 0 for none)
     gpu_memory_mib: int  # per listed GPU the pod may use
 
 
@@ -19,7 +19,7 @@ class Pipeline:
     pod: str
     node: str
     gpu_indices: tuple[int, ...]
-    portion: float
+    portion_milli: int
     gpu_memory_mib: int
 
 

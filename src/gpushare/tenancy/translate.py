@@ -23,6 +23,11 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from gpushare.contracts import (
+    GPU_INDICES_ANNOTATION,
+    GPU_MEMORY_MIB_ANNOTATION,
+    GPU_PORTION_ANNOTATION,
+)
 from gpushare.controllers.grouping import (
     PODGROUP_ANNOTATION,
     PODGROUP_API_VERSION,
@@ -38,8 +43,8 @@ PRIORITY_LABEL = "priorityClassName"
 HOST_SCHEDULER = "gpushare"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 # Annotations the host's scheduler writes at binding time: never the tenant's to set.
-_HOST_OWNED_ANNOTATIONS = ("gpushare.io/gpu-indices", "gpushare.io/gpu-portion",
-                           "gpushare.io/gpu-memory-mib", PODGROUP_ANNOTATION)
+_HOST_OWNED_ANNOTATIONS = (GPU_INDICES_ANNOTATION, GPU_PORTION_ANNOTATION,
+                           GPU_MEMORY_MIB_ANNOTATION, PODGROUP_ANNOTATION)
 _KEPT_POD_SPEC = ("containers", "initContainers", "restartPolicy",
                   "terminationGracePeriodSeconds", "activeDeadlineSeconds", "nodeSelector",
                   "tolerations", "priorityClassName", "dnsPolicy", "hostname", "subdomain")
