@@ -297,3 +297,29 @@ def test_the_official_clients_stream_exec(streams: Streams) -> None:
         assert ws.returncode == 5
     finally:
         api.close()
+
+
+def test_the_official_clients_port_forward(streams: Streams) -> None:
+    from kubernetes.stream import portforward
+
+    pod_port = free_port()
+    streams.run_pod("echo-web", [sys.executable, "-m", "http.server", str(pod_port),
+                                 "--bind", "127.0.0.1"])
+    wait_for(lambda: _listening(pod_port), 20)
+    api = config.new_client_from_config(str(streams.kubeconfig))
+    try:
+        core = client.CoreV1Api(api)
+        forward = portforward(core.connect_get_namespaced_pod_portforward, "echo-web", NS,
+                              ports=str(pod_port))
+        sock = forward.socket(pod_port)
+        sock.setblocking(True)
+        sock.settimeout(15)
+        sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        sock.close()
+        assert answer.startswith(b"HTTP/1.0 200"), answer[:200]
+        assert forward.error(pod_port) is None
+    finally:
+        api.close()

@@ -263,14 +263,24 @@ class SpdySession:
 
 
 async def _forward_channels(ws: WsConn, ports: list[int]) -> None:
-    """The v4 channel form: one TCP connection per port for the WebSocket's life."""
+    """The v4 channel form: one TCP connection per port for the WebSocket's life; the
+    WebSocket ends when every connection has."""
     writers: dict[int, asyncio.StreamWriter] = {}
-    tasks = []
+    pumps = []
 
     async def pump(index: int, reader: asyncio.StreamReader) -> None:
         with contextlib.suppress(ConnectionError):
             while data := await reader.read(_CHUNK):
                 await ws.send(bytes([2 * index]) + data)
+
+    async def from_client() -> None:
+        while (message := await ws.recv()) is not None:
+            writer = writers.get(message[0] // 2) if message and message[0] % 2 == 0 \
+                else None
+            if writer is not None:
+                writer.write(message[1:])
+                with contextlib.suppress(ConnectionError):
+                    await writer.drain()
 
     for index, port in enumerate(ports):
         prefix = struct.pack("<H", port)
@@ -282,13 +292,15 @@ async def _forward_channels(ws: WsConn, ports: list[int]) -> None:
             await ws.send(bytes([2 * index + 1]) + f"error forwarding port {port} to pod: "
                           f"{exc}".encode())
             continue
-        tasks.append(asyncio.ensure_future(pump(index, reader)))
+        pumps.append(asyncio.ensure_future(pump(index, reader)))
+    client = asyncio.ensure_future(from_client())
     try:
-        while (message := await ws.recv()) is not None:
-            if message and message[0] % 2 == 0 and message[0] // 2 in writers:
-                writers[message[0] // 2].write(message[1:])
+        if pumps:
+            await asyncio.wait([client, asyncio.gather(*pumps)],
+                               return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in tasks:
+        client.cancel()
+        for task in pumps:
             task.cancel()
         for writer in writers.values():
             writer.close()
