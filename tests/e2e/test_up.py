@@ -64,6 +64,7 @@ def test_up_runs_everything_and_ctrl_c_stops_it_all(tmp_path: Path):
         children = psutil.Process(proc.pid).children(recursive=True)
         commands = [_cmdline(c) for c in children]
         assert any(" controllers " in c for c in commands), commands
+        _assert_controllers_have_their_own_identity(data, commands)
         assert any(" agent " in c for c in commands), commands
 
         # A child that dies is started again, and the cluster keeps working.
@@ -86,6 +87,34 @@ def test_up_runs_everything_and_ctrl_c_stops_it_all(tmp_path: Path):
     assert "export KUBECONFIG=" in output and "stopped." in output
     time.sleep(0.2)
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+def _assert_controllers_have_their_own_identity(data: Path, commands: list[str]) -> None:
+    """The controllers (which bound the Job's pod) run as system:gpushare-controllers with
+    the roles of controllers/rbac.yaml, not as the admin."""
+    controllers = next(c for c in commands if " controllers " in c)
+    assert "admin.kubeconfig" not in controllers, controllers
+    assert f"--kubeconfig {data / 'controllers.kubeconfig'}" in controllers, controllers
+    assert f"--tenant-kubeconfig {data / 'tenancy.kubeconfig'}" in controllers, controllers
+    for name in ("controllers", "tenancy"):
+        assert (data / f"{name}.kubeconfig").stat().st_mode & 0o777 == 0o600
+
+    def as_controllers(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([KUBECTL, "--kubeconfig", str(data / "controllers.kubeconfig"),
+                               *args], capture_output=True, text=True, timeout=60)
+
+    whoami = json.loads(as_controllers("auth", "whoami", "-o", "json").stdout)
+    assert whoami["status"]["userInfo"]["username"] == "system:gpushare-controllers"
+    assert "system:masters" not in whoami["status"]["userInfo"]["groups"]
+    assert as_controllers("auth", "can-i", "create", "pods/binding").stdout.strip() == "yes"
+    for verb, resource in (("create", "clusterrolebindings"), ("escalate", "clusterroles"),
+                           ("delete", "nodes"), ("*", "*")):
+        assert as_controllers("auth", "can-i", verb, resource).stdout.strip() == "no", \
+            (verb, resource)
+    # The tenancy identity is for tenant clusters only.
+    refused = subprocess.run([KUBECTL, "--kubeconfig", str(data / "tenancy.kubeconfig"), "get",
+                              "namespaces"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "Unauthorized" in refused.stderr, refused.stderr
 
 
 def test_node_add_names_the_bad_option(tmp_path: Path):

@@ -630,7 +630,14 @@ class Api:
             return old  # a no-op write keeps the resourceVersion, like Kubernetes
         for hook in self.admission_hooks:
             hook(self, cluster, info, obj, old)
-        self._validate(cluster, info, obj, old)
+        if subresource == "status" and gr == "pods":
+            # As Kubernetes validates a pod status update: the status (and metadata), not the
+            # spec it cannot change, so a pod stored malformed can still be told why.
+            causes = shapes.pod_status_causes(obj.get("status"))
+            if causes:
+                raise invalid(info.group, info.kind, obj["metadata"]["name"], causes)
+        else:
+            self._validate(cluster, info, obj, old)
         if gr == CRD_GR:
             if obj["spec"].get("group") != old["spec"].get("group") or obj["spec"]["names"].get(
                     "plural") != old["spec"]["names"].get("plural"):

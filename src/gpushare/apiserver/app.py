@@ -344,7 +344,7 @@ class App:
         if header[:7].lower() == "bearer ":
             token = header[7:].strip()
             user = self.tokens.authenticate(token) or self.sa_tokens.authenticate(token)
-        if user is None or (user.clusters is not None and cluster not in user.clusters):
+        if user is None or not user.valid_in(cluster):
             raise ApiError(401, "Unauthorized", "Unauthorized")
         as_user = request.headers.get("impersonate-user")
         if as_user:

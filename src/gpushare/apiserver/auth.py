@@ -7,7 +7,8 @@
       user: admin
       groups: [system:masters]
       clusters: [root]        # logical clusters the token is valid in (default: root only;
-                              # every cluster for a system:masters token)
+                              # every cluster for a system:masters token; ["!root"]: every
+                              # cluster but root)
 
 Members of `system:masters` may do anything; everybody else is authorized by the Roles,
 ClusterRoles and bindings of the logical cluster the request is for.
@@ -41,6 +42,16 @@ class User:
     @property
     def is_admin(self) -> bool:
         return MASTERS in self.groups
+
+    def valid_in(self, cluster: str) -> bool:
+        """Whether the user's credentials hold in logical cluster `cluster`: every cluster
+        without a list; else the clusters listed, or (a list of only ``!name`` entries)
+        every cluster but those."""
+        if self.clusters is None:
+            return True
+        if f"!{cluster}" in self.clusters:
+            return False
+        return cluster in self.clusters or all(c.startswith("!") for c in self.clusters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +133,13 @@ class TokenFile:
             self._reload()
             user = self._users.get(token)
         return user
+
+    def token_of(self, user: str) -> str | None:
+        """The first token of `user` in the file, if any."""
+        for e in self._read().get("tokens") or ():
+            if isinstance(e, dict) and e.get("user") == user and e.get("token"):
+                return str(e["token"])
+        return None
 
     def add(self, token: str, user: str, groups: list[str],
             clusters: list[str] | None = None) -> None:

@@ -343,8 +343,7 @@ def token_review(tokens: ServiceAccountTokens, static_user: User | None, cluster
         status = {"authenticated": True, "audiences": list(review.audiences),
                   "user": {"username": review.user.name, "uid": review.uid,
                            "groups": list(review.user.groups), "extra": review.extra}}
-    elif static_user is not None and API_AUDIENCE in wanted and (
-            static_user.clusters is None or cluster in static_user.clusters):
+    elif static_user is not None and API_AUDIENCE in wanted and static_user.valid_in(cluster):
         # Static tokens are meant for the API server itself.
         status = {"authenticated": True, "audiences": [API_AUDIENCE],
                   "user": {"username": static_user.name, "groups": list(static_user.groups)}}

@@ -22,6 +22,10 @@ Token = Annotated[str | None, typer.Option("--token", help="Use this token.")]
 Cluster = Annotated[str, typer.Option("--cluster", help="Logical cluster to point at.")]
 Server = Annotated[str | None, typer.Option("--server", help="Server URL (default: the one in "
                                                              "admin.kubeconfig).")]
+ComponentOpt = Annotated[str | None, typer.Option(
+    "--component", help="Write the kubeconfig of a control-plane component's own identity: "
+    "'controllers' (system:gpushare-controllers, the roles of controllers/rbac.yaml) or "
+    "'tenancy' (system:gpushare-tenancy, for `gpushare controllers --tenant-kubeconfig`).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -76,11 +80,17 @@ def kubeconfig_cmd(
     token: Token = None,
     cluster: Cluster = "root",
     server: Server = None,
+    component: ComponentOpt = None,
 ) -> None:
     """Print (or write) a kubeconfig for the API server in DATA_DIR."""
+    from gpushare.apiserver import components
     from gpushare.apiserver.auth import TokenFile
     from gpushare.apiserver.server import KUBECONFIG_NAME, TOKENS_NAME, kubeconfig
 
+    if component is not None and (component not in components.COMPONENTS or user):
+        typer.echo(f"error: --component must be one of {', '.join(components.COMPONENTS)}"
+                   f" and not combined with --user, not {component!r}", err=True)
+        raise typer.Exit(2)
     tokens = TokenFile(data_dir / TOKENS_NAME)
     if server is None:
         admin_cfg = data_dir / KUBECONFIG_NAME
@@ -93,7 +103,11 @@ def kubeconfig_cmd(
     if cluster != "root":
         server = f"{server}/clusters/{cluster}"
     name = user or "admin"
-    if user is not None:
+    if component is not None:
+        identity = components.COMPONENTS[component]
+        name = identity.user
+        token = components.component_token(tokens, identity)
+    elif user is not None:
         token = token or secrets.token_urlsafe(32)
         # The new token is valid in the logical cluster it is issued for, nowhere else.
         tokens.add(token, user, list(groups or ()), [cluster])

@@ -12,9 +12,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from gpushare.apiserver.server import ApiServer
 
 log = logging.getLogger("gpushare.up")
 
@@ -79,6 +82,9 @@ def controllers(
     metrics_port: Annotated[
         int | None, typer.Option(help="also serve them on this port's /metrics")
     ] = None,
+    tenant_kubeconfig: Annotated[str | None, typer.Option(
+        help="credentials the virtual-cluster controller uses inside tenant clusters "
+        "(default: --kubeconfig's)")] = None,
     leader_elect: Annotated[bool, typer.Option(
         "--leader-elect", help="run only while holding a coordination.k8s.io Lease, so that"
         " several replicas can run with one active")] = False,
@@ -131,6 +137,7 @@ def controllers(
             scheduler_names=tuple(scheduler_name) if scheduler_name else SCHEDULER_NAMES,
             scheduler_config=config,
             metrics_push_interval=metrics_interval or None, metrics_port=metrics_port,
+            tenant_kubeconfig=tenant_kubeconfig,
         )
     except (ValueError, TimeoutError) as error:
         typer.echo(f"error: {error}", err=True)
@@ -420,6 +427,19 @@ def _amount(value: object) -> str:
     return f"{float(value):g}"  # type: ignore[arg-type]
 
 
+def _component_kubeconfigs(server: ApiServer, data_dir: Path) -> dict[str, Path]:
+    """A kubeconfig (0600) per component identity (apiserver/components.py), its token
+    issued on the first start and kept after."""
+    from gpushare.apiserver import components
+
+    out: dict[str, Path] = {}
+    for name, component in components.COMPONENTS.items():
+        token = components.component_token(server.tokens, component)
+        out[name] = server.write_kubeconfig(data_dir / f"{name}.kubeconfig", token=token,
+                                            user=component.user)
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -508,10 +528,14 @@ def up(
     kubeconfig = data_dir / "admin.kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
     _ensure_default_queue(str(kubeconfig))
+    identities = _component_kubeconfigs(server, data_dir)
     logs = data_dir / "logs"
     logs.mkdir(exist_ok=True)
     commands: dict[str, list[str]] = {
-        "controllers": ["controllers", "--kubeconfig", str(kubeconfig), *controller_args],
+        # The controllers (the scheduler among them) run as system:gpushare-controllers,
+        # with only the roles of controllers/rbac.yaml; never with the admin's token.
+        "controllers": ["controllers", "--kubeconfig", str(identities["controllers"]),
+                        "--tenant-kubeconfig", str(identities["tenancy"]), *controller_args],
     }
     agent_node = None if no_agent else node_name or socket.gethostname()
     if not no_agent:

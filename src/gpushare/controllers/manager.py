@@ -68,11 +68,14 @@ def start_controllers(
     sync_timeout: float = 30.0,
     metrics_push_interval: float | None = 5.0,
     metrics_port: int | None = None,
+    tenant_kubeconfig: str | None = None,
 ) -> ControllerSet:
     """Build, sync and start the controllers; returns once they run.
 
     Their Prometheus figures go to the control plane every ``metrics_push_interval``
-    seconds (None: not pushed) and, with ``metrics_port``, are served there too."""
+    seconds (None: not pushed) and, with ``metrics_port``, are served there too. The
+    virtual-cluster controller works inside tenant clusters with ``tenant_kubeconfig``
+    (default: ``kubeconfig``)."""
     unknown = [name for name in enabled if name not in ALL]
     if unknown:
         raise ValueError(f"unknown controllers {unknown}; known: {', '.join(ALL)}")
@@ -115,7 +118,8 @@ def start_controllers(
         # Virtual clusters: their syncers and the tenants' own workload controllers.
         from gpushare.tenancy.controller import TenancyController
 
-        out.controllers["tenancy"] = TenancyController(client, informers, stopper, kubeconfig)
+        out.controllers["tenancy"] = TenancyController(client, informers, stopper, kubeconfig,
+                                                       tenant_kubeconfig=tenant_kubeconfig)
     _process_gauges(out)
     informers.start()
     if not informers.wait_synced(sync_timeout):
