@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from store_edit import store_put
 from test_agent_e2e import NODE, NS, Cluster, wait_for
 
 from gpushare.agent.gpu_share import GpuShare
 from gpushare.agent.ledger import CONDITION, OVERCOMMITTED, overcommit
 from gpushare.kube.client import EVENTS, PODS, ApiError, KubeClient
 from gpushare.model.gpu_inventory import GpuDevice
+from store_edit import store_put
 
 
 def _share(portion: float, *indices: int) -> GpuShare:
