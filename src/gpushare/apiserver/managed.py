@@ -66,44 +66,100 @@ def leaves(obj: dict[str, Any], schema: dict[str, Any] | None,
 
 def fields_tree(obj: dict[str, Any], schema: dict[str, Any] | None) -> dict[str, Any]:
     """`to_fields_v1(leaves(obj, schema))` in one walk (the create path)."""
-    root = schemas.resolve(schema)
+    root = _node(schemas.resolve(schema))
     tree: dict[str, Any] = {}
     m = obj.get("metadata")
     if isinstance(m, dict):
-        meta_schema = schemas.child(root, "metadata")
+        meta_schema = schemas.child(root.schema, "metadata")
         if meta_schema is None or "properties" not in meta_schema:
             meta_schema = schemas.resolve({"$ref": "io.k8s.apimachinery.pkg.apis.meta.v1."
                                                    "ObjectMeta"})
-        meta_tree = {f"f:{k}": _tree(m[k], schemas.child(meta_schema, k))
-                     for k in _META_TRACKED if m.get(k) is not None}
+        meta_node = _node(meta_schema)
+        meta_tree = {}
+        for k in _META_TRACKED:
+            if m.get(k) is not None:
+                key, child = meta_node.kid(k)
+                meta_tree[key] = _tree(m[k], child)
         if meta_tree:
             tree["f:metadata"] = meta_tree
     for key, value in obj.items():
         if key in ("apiVersion", "kind", "metadata", "status") or value is None:
             continue
-        tree[f"f:{key}"] = _tree(value, schemas.child(root, key))
+        name, child = root.kid(key)
+        tree[name] = _tree(value, child)
     return tree
 
 
-def _tree(value: Any, schema: Any) -> dict[str, Any]:
+class _Node:
+    """What `fields_tree` needs of one (resolved) schema node, worked out once: whether an
+    object there is owned as a whole, how a list there is owned, and each field's FieldsV1
+    key and schema node."""
+
+    __slots__ = ("_items", "atomic", "kids", "list_key", "list_kind", "schema")
+
+    def __init__(self, schema: dict[str, Any] | None) -> None:
+        self.schema = schema
+        self.atomic = schema is not None and (
+            schema.get("x-kubernetes-map-type") == "atomic"
+            or schema.get("type") not in (None, "object"))
+        self.list_kind, self.list_key = _list_kind(schema)
+        self.kids: dict[str, tuple[str, _Node]] = {}
+        self._items: _Node | None = None
+
+    def kid(self, key: str) -> tuple[str, _Node]:
+        entry = self.kids.get(key)
+        if entry is None:
+            entry = self.kids[key] = (f"f:{key}", _node(schemas.child(self.schema, key)))
+        return entry
+
+    def items(self) -> _Node:
+        if self._items is None:
+            self._items = _node(schemas.resolve(schemas.items(self.schema)))
+        return self._items
+
+
+_NODES: dict[int, _Node] = {}
+_NODES_MAX = 100_000
+
+
+def _node(schema: dict[str, Any] | None) -> _Node:
+    """The node of a resolved schema, memoized (it keeps `schema` alive, so the id is not
+    reused while cached)."""
+    if schema is None:
+        return _NO_SCHEMA
+    found = _NODES.get(id(schema))
+    if found is not None and found.schema is schema:
+        return found
+    made = _Node(schema)
+    if len(_NODES) < _NODES_MAX:
+        _NODES[id(schema)] = made
+    return made
+
+
+def _object(value: dict[str, Any], node: _Node) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    kids = node.kids
+    for k, v in value.items():
+        if v is None:
+            continue
+        entry = kids.get(k) or node.kid(k)
+        out[entry[0]] = _tree(v, entry[1]) if isinstance(v, dict | list) else {}
+    return out
+
+
+def _tree(value: Any, node: _Node) -> dict[str, Any]:
     if isinstance(value, dict):
-        if not value or (schema is not None and (
-                schema.get("x-kubernetes-map-type") == "atomic"
-                or schema.get("type") not in (None, "object"))):
+        if not value or node.atomic:
             return {}
-        return {f"f:{k}": _tree(v, schemas.child(schema, k)) for k, v in value.items()
-                if v is not None}
+        return _object(value, node)
     if isinstance(value, list) and value:
-        kind, key = _list_kind(schema)
+        kind, key = node.list_kind, node.list_key
         if kind == "map" and key and all(isinstance(i, dict) for i in value):
-            item_schema = schemas.resolve(schemas.items(schema))
+            item_node = node.items()
             out: dict[str, Any] = {}
             for item in value:
-                node: dict[str, Any] = {_ITEM: {}}
-                for k, v in item.items():
-                    if v is not None:
-                        node[f"f:{k}"] = _tree(v, schemas.child(item_schema, k))
-                out[item_key(item, key)] = node
+                entry = _object(item, item_node)
+                out[item_key(item, key)] = {_ITEM: {}, **entry}
             return out
         if kind == "set" and all(not isinstance(v, dict | list) for v in value):
             return {"v:" + orjson.dumps(v).decode(): {} for v in value}
@@ -399,3 +455,6 @@ def _step(node: Any, el: str) -> Any:
         return next((i for i in node if isinstance(i, dict) and all(
             i.get(k) == v for k, v in wanted.items())), None)
     return None
+
+
+_NO_SCHEMA = _Node(None)  # after _list_kind, which it uses
