@@ -58,6 +58,34 @@ def test_a_compacted_version_makes_the_informer_list_again(api):
     informer.stop()
 
 
+def test_a_field_selector_limits_the_list_and_the_watch(api):
+    """The agent's informer: only the pods bound to its node, in the list and on the watch
+    (binding one later arrives as a change)."""
+    on_n1 = {**pod("on-n1"), "spec": {**pod("x")["spec"], "nodeName": "n1"}}
+    api.create(PODS.collection("default"), on_n1)
+    api.create(PODS.collection("default"), {**pod("on-n2"),
+                                            "spec": {**pod("x")["spec"], "nodeName": "n2"}})
+    api.create(PODS.collection("default"), pod("unbound"))
+    stopper = Stopper()
+    informer = Informer(api, PODS, stopper, field_selector="spec.nodeName=n1")
+    seen = recorder(informer)
+    informer.start()
+    assert informer.wait_synced(10)
+    assert informer.keys() == ["default/on-n1"]
+    api.create(PODS.collection("default"), {**pod("later"),
+                                            "spec": {**pod("x")["spec"], "nodeName": "n1"}})
+    api.create(PODS.collection("default"), {**pod("elsewhere"),
+                                            "spec": {**pod("x")["spec"], "nodeName": "n2"}})
+    # A bound pod's delete is graceful: its node's agent sees the deletionTimestamp.
+    api.delete(PODS.item("on-n1", "default"))
+    assert wait(lambda: ("MODIFIED", "on-n1") in seen and ("ADDED", "later") in seen), seen
+    assert {name for _, name in seen} == {"later", "on-n1"}
+    assert sorted(informer.keys()) == ["default/later", "default/on-n1"]
+    assert informer.get("default/on-n1")["metadata"].get("deletionTimestamp")
+    stopper.stop()
+    informer.stop()
+
+
 def test_work_queue_never_runs_a_key_twice_at_once_and_reruns_dirty_keys():
     queue = WorkQueue()
     stopper = Stopper()

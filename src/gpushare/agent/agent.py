@@ -57,6 +57,7 @@ from gpushare.kube.client import (
     KubeClient,
     Stopper,
 )
+from gpushare.kube.informer import Informer
 from gpushare.kube.lease import renew_node_lease
 from gpushare.kube.timefmt import rfc3339, rfc3339_micro
 
@@ -153,6 +154,11 @@ class Agent:
         self._pods: dict[str, _Running] = {}  # by uid
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        # The pods bound to this node, listed and watched by the shared informer.
+        self._pod_stopper = Stopper()
+        self._pod_informer = Informer(kube, PODS, self._pod_stopper,
+                                      field_selector=self._on_this_node,
+                                      watch_timeout_seconds=config.watch_timeout_s)
         self._skipped: set[str] = set()  # uids of pods skipped as malformed (event sent)
         self._writes: queue.Queue[tuple[str, str, str, str, Any]] = queue.Queue()
         self._values = _ApiValues(kube)
@@ -210,13 +216,14 @@ class Agent:
             raise
         for target, name in (
             (self._heartbeat_loop, "heartbeat"),
-            (self._watch_loop, "pod watch"),
             (self._write_loop, "status writer"),
             (self._monitor_loop, "gpu monitor"),
         ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+        self._pod_informer.add_handler(self._on_pod_event)
+        self._pod_informer.start()
         if self.telemetry is not None:
             self._threads.append(self.telemetry.start())
         log.info(
@@ -231,6 +238,8 @@ class Agent:
         (the pods stay; a restarted agent restarts them by their policy); without, leave them
         running for a restarted agent to adopt."""
         self._stop.set()
+        self._pod_stopper.stop()
+        self._pod_informer.stop()
         self._telemetry_stop.stop()
         if stop_pods:
             with self._lock:
@@ -248,6 +257,7 @@ class Agent:
         deadline = time.monotonic() + 2
         for thread in self._threads:
             thread.join(timeout=max(0.05, deadline - time.monotonic()))
+        self._pod_informer.join(timeout=max(0.05, deadline - time.monotonic()))
         if self.node_server is not None:
             self.node_server.stop()
         # pods left running keep their MPS daemon (a restarted agent finds it alive)
@@ -361,45 +371,18 @@ class Agent:
                     log.info("killed unrecorded process groups %s of %s/%s", killed,
                              ns_dir.name, directory.name)
 
-    def _watch_loop(self) -> None:
-        resource_version = ""
-        while not self._stop.is_set():
-            try:
-                if not resource_version:
-                    pods, resource_version = self._list_pods()
-                    seen = set()
-                    for pod in pods:
-                        seen.add(pod["metadata"].get("uid"))
-                        self._sync_guarded(pod)
-                    with self._lock:
-                        gone = [uid for uid in self._pods if uid not in seen]
-                    for uid in gone:
-                        self._forget(uid)
-                for event in self.kube.watch(
-                    PODS.collection(),
-                    resource_version,
-                    timeout_seconds=self.config.watch_timeout_s,
-                    field_selector=self._on_this_node,
-                ):
-                    if self._stop.is_set():
-                        return
-                    kind, obj = str(event.get("type")), event.get("object") or {}
-                    if kind == "ERROR":
-                        resource_version = ""  # 410 Gone and the like: list again
-                        break
-                    rv = (obj.get("metadata") or {}).get("resourceVersion")
-                    if rv:
-                        resource_version = str(rv)
-                    if kind == "BOOKMARK":
-                        continue
-                    if kind == "DELETED":
-                        self._forget(obj["metadata"].get("uid"))
-                    else:
-                        self._sync_guarded(obj)
-            except Exception as exc:
-                log.warning("pod watch broke (%s); listing again", exc)
-                resource_version = ""
-                self._stop.wait(0.5)
+    def _on_pod_event(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+        """A change of a pod bound here, from the informer (its first list gives every pod
+        as ADDED; a relist after the server compacted gives only what changed)."""
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        if kind == "DELETED":
+            self._forget(meta.get("uid"))
+            return
+        if old is not None:
+            before = (old.get("metadata") or {}).get("uid")
+            if before != meta.get("uid"):
+                self._forget(before)  # deleted and created again under the same name
+        self._sync_guarded(pod)
 
     @property
     def _on_this_node(self) -> str:

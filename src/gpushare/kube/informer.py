@@ -36,11 +36,14 @@ class Informer:
         stopper: Stopper,
         *,
         namespace: str | None = None,
+        field_selector: str | None = None,
         watch_timeout_seconds: int = 300,
     ) -> None:
         self.client = client
         self.resource = resource
         self.path = resource.collection(namespace)
+        #: Only the objects it selects are listed and watched (``spec.nodeName=n1``).
+        self.field_selector = field_selector
         self.stopper = stopper
         self.watch_timeout_seconds = watch_timeout_seconds
         self._store: dict[str, Obj] = {}
@@ -135,7 +138,8 @@ class Informer:
                 backoff = min(backoff * 2, 5.0)
 
     def _relist(self) -> None:
-        listing = self.client.list(self.path)
+        query = {"fieldSelector": self.field_selector} if self.field_selector else {}
+        listing = self.client.list(self.path, **query)
         items = listing.get("items") or []
         kind = self.resource_kind(listing)
         fresh: dict[str, Obj] = {}
@@ -175,6 +179,7 @@ class Informer:
             self.resource_version,
             timeout_seconds=self.watch_timeout_seconds,
             on_open=self._set_abort,
+            field_selector=self.field_selector,
         )
         for event in events:
             if self.stopper.stopped:
