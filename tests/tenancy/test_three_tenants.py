@@ -30,6 +30,11 @@ def test_three_tenants_share_the_gpu_each_seeing_only_its_own_pod(platform):
         assert pod["metadata"]["labels"]["kai.scheduler/queue"] == team
         wait_for(lambda k=kubectl, t=team: "hello from" in k.run("logs", f"{t}-train").stdout,
                  30, f"{team} logs in the tenant")
+        # exec in the tenant reaches the host pod that really runs
+        shown = kubectl.run("exec", f"{team}-train", "--", "sh", "-c",
+                            'echo "exec in $HOSTNAME"; exit 2', check=False)
+        assert shown.returncode == 2, shown.stderr
+        assert shown.stdout.startswith("exec in "), shown.stdout
         nodes = kubectl.json("get", "nodes")["items"]
         assert [n["metadata"]["name"] for n in nodes] == ["box"]
         queues = [q["metadata"]["name"] for q in kubectl.json("get", "queues")["items"]]
