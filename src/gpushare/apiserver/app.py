@@ -87,6 +87,29 @@ def wants_table(accept: str) -> bool:
 
 PROTOBUF_MEDIA = protobuf.PROTOBUF
 
+#: Resources whose objects are answers, not stored objects with metadata: no Table form.
+NON_TABULAR = frozenset({"selfsubjectaccessreviews", "selfsubjectreviews",
+                         "subjectaccessreviews", "localsubjectaccessreviews",
+                         "selfsubjectrulesreviews", "tokenreviews"})
+
+
+def refuse_table_only(accept: str) -> None:
+    """406 for a client that accepts nothing but a Table from a resource that has no Table
+    form (Kubernetes: "backend which does not implement metadata"); a client that also
+    accepts plain JSON gets JSON."""
+    if "as=Table" not in accept:
+        return
+    for entry in accept.split(","):
+        params = [p.strip() for p in entry.split(";")]
+        if "as=Table" in params[1:]:
+            continue
+        if params[0] in ("application/json", "application/*", "*/*", "", PROTOBUF_MEDIA,
+                         "application/yaml"):
+            return
+    raise ApiError(406, "the resource does not support the Table format: only the following "
+                        "media types are accepted: application/json, application/yaml, "
+                        "application/vnd.kubernetes.protobuf", "NotAcceptable")
+
 
 _STREAM_PATH = re.compile(
     r"^(?:/clusters/(?P<cluster>[a-z0-9][-a-z0-9]*))?/api/v1/namespaces/(?P<ns>[^/]+)/"
@@ -443,6 +466,8 @@ class App:
         if name is None and verb in ("update", "patch"):
             raise ApiError(405, f"{method} is not supported on a collection; name the object",
                            "MethodNotAllowed")
+        if info.resource in NON_TABULAR or sub == "token":
+            refuse_table_only(request.headers.get("accept", ""))
         if info.resource == "selfsubjectaccessreviews":
             return await self._access_review(request, cluster, user), "create", info.resource
         if info.resource == "selfsubjectreviews":
