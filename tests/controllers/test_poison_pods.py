@@ -141,3 +141,39 @@ def test_stored_malformed_pods_wait_with_a_reason_and_the_others_are_scheduled(
         assert scheduled["status"] == "False" and "spec.initContainers" in scheduled["message"]
     finally:
         running.stop()
+
+
+def _stored_job(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}",
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": spec}
+
+
+def test_stored_malformed_jobs_do_not_stop_the_job_controller(
+        poisoned: tuple[ApiServer, KubeClient], tmp_path: Path) -> None:
+    server, client = poisoned
+    template = {"metadata": {"labels": {"kai.scheduler/queue": "team"}},
+                "spec": {"restartPolicy": "Never", "containers": [MAIN]}}
+    store_put(server, "batch/jobs", _stored_job("a-template-containers-string", {
+        "template": {"spec": {"restartPolicy": "Never", "containers": "x"}}}))
+    store_put(server, "batch/jobs", _stored_job("a-parallelism-words", {
+        "parallelism": "lots", "completions": [], "template": template}))
+    store_put(server, "batch/jobs", _stored_job("a-template-string", {"template": "x"}))
+    running = start_controllers(str(tmp_path / "admin.kubeconfig"),
+                                enabled=("job-controller",), metrics_push_interval=None)
+    try:
+        client.create("/apis/batch/v1/namespaces/default/jobs", {
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "z-good"},
+            "spec": {"template": template}})
+        wait_for(lambda: [p for p in client.list(PODS.collection("default"))["items"]
+                          if p["metadata"].get("labels", {}).get("job-name") == "z-good"],
+                 what="the good Job's pod")
+        # The one whose pods the API refuses says why, naming the field.
+        failed = wait_for(lambda: [
+            e for e in client.list(EVENTS.collection("default"))["items"]
+            if e["involvedObject"]["name"] == "a-template-containers-string"
+            and e.get("reason") == "FailedCreate"], what="FailedCreate on the bad template")
+        assert "spec.containers" in failed[0]["message"], failed[0]
+    finally:
+        running.stop()
