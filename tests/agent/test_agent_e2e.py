@@ -84,6 +84,16 @@ class Cluster:
                         and (p.get("status") or {}).get("phase") in phases and p, timeout)
 
 
+def pod_path(cluster: Cluster, pod: str) -> Path:
+    return cluster.root / "agent" / "pods" / NS / pod
+
+
+def container_pgid(cluster: Cluster, pod: str, container: str) -> int:
+    """The process group of a container's current run, as the agent recorded it."""
+    state = pod_path(cluster, pod) / ".gpushare" / "state.json"
+    return int(json.loads(state.read_text())["containers"][container]["process"]["pgid"])
+
+
 def log_port(node: dict[str, Any] | None) -> int | None:
     endpoints = ((node or {}).get("status") or {}).get("daemonEndpoints") or {}
     return (endpoints.get("kubeletEndpoint") or {}).get("Port")
@@ -243,9 +253,10 @@ def test_deleting_a_pod_kills_its_whole_process_group(cluster: Cluster) -> None:
     cluster.create_pod("doomed", [{"name": "main", "command": [
         "sh", "-c", "sleep 300 & echo child $!; sleep 300 & echo child $!; wait"]}])
     cluster.wait_phase("doomed", "Running")
-    logs = wait_for(lambda: (out := cluster.kubectl("logs", "doomed").stdout).count("child") == 2
-                    and out)
-    children = [int(line.split()[1]) for line in logs.splitlines()]
+    wait_for(lambda: cluster.kubectl("logs", "doomed").stdout.count("child") == 2)
+    # the pod has a PID namespace of its own: its $! are not host PIDs; its group's are
+    pgid = container_pgid(cluster, "doomed", "main")
+    children = wait_for(lambda: len(found := processes_named("sleep", pgid)) == 2 and found)
     assert all(psutil.pid_exists(pid) for pid in children)
     deleted = cluster.kubectl("delete", "pod", "doomed", "--wait=false")
     assert deleted.returncode == 0, deleted.stderr
@@ -257,9 +268,10 @@ def test_deleting_a_pod_kills_its_whole_process_group(cluster: Cluster) -> None:
 def test_restarted_agent_adopts_running_pods_without_running_them_twice(
     cluster: Cluster,
 ) -> None:
-    marker = cluster.root / "adopt-marker"
+    # the pod writes in its own directory: the sandbox hides the rest of the test's
+    marker = pod_path(cluster, "survivor") / "adopt-marker"
     cluster.create_pod("survivor", [{"name": "main", "command": [
-        "sh", "-c", f"echo started >> {marker}; sleep 300"]}])
+        "sh", "-c", "echo started >> adopt-marker; sleep 300"]}])
     cluster.wait_phase("survivor", "Running")
     wait_for(marker.exists)
     cluster.kill_agent(signal.SIGKILL)
@@ -276,12 +288,13 @@ def test_restarted_agent_adopts_running_pods_without_running_them_twice(
 
 
 def test_stopped_agent_ends_its_pods_and_the_next_one_restarts_them(cluster: Cluster) -> None:
-    marker = cluster.root / "restart-marker"
+    marker = pod_path(cluster, "rebooted") / "restart-marker"
     cluster.create_pod("rebooted", [{"name": "main", "command": [
-        "sh", "-c", f"echo started >> {marker}; echo child $$$$; exec sleep 300"]}], "Always")
+        "sh", "-c", "echo started >> restart-marker; exec sleep 300"]}], "Always")
     cluster.wait_phase("rebooted", "Running")
     wait_for(marker.exists)
-    pid = int(wait_for(lambda: cluster.kubectl("logs", "rebooted").stdout.split()[-1:])[0])
+    pid = wait_for(lambda: processes_named("sleep", container_pgid(cluster, "rebooted",
+                                                                   "main")))[0]
     cluster.kill_agent(signal.SIGTERM)  # a clean stop: the pod's processes end with it
     assert gone(pid)
     assert cluster.pod("rebooted") is not None  # the pod object stays
@@ -290,7 +303,7 @@ def test_stopped_agent_ends_its_pods_and_the_next_one_restarts_them(cluster: Clu
                    ["restartCount"] == 1 and "running" in p["status"]["containerStatuses"][0][
                        "state"] and p, 45)
     assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 143
-    assert marker.read_text().split() == ["started", "started"]
+    wait_for(lambda: marker.read_text().split() == ["started", "started"])
     cluster.kubectl("delete", "pod", "rebooted", "--wait=false")
     wait_for(lambda: cluster.pod("rebooted") is None, 20)
 

@@ -16,12 +16,14 @@ import socket
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpushare.agent import ledger
 from gpushare.agent import node as nodes
+from gpushare.agent import sandbox as sb
 from gpushare.agent.enforcement import Enforcement
 from gpushare.agent.gpu_share import (
     GpuAssignmentError,
@@ -37,6 +39,7 @@ from gpushare.agent.nodeserver import NodeHandlers, NodeServer
 from gpushare.agent.nvml import NvmlBackend
 from gpushare.agent.planning import make_planner
 from gpushare.agent.podspec import ContainerPlan, decode_secret
+from gpushare.agent.serviceaccount import ServiceAccountTokens
 from gpushare.agent.streams import ExecTarget
 from gpushare.agent.supervisor import (
     PodSupervisor,
@@ -89,6 +92,10 @@ class AgentConfig:
     telemetry_s: float = 5.0
     #: How long to wait for the serving certificate to be approved and signed.
     certificate_timeout_s: float = 300.0
+    #: The pods' isolation: auto (the strongest that works), bwrap, setuid or none.
+    sandbox: str = "auto"
+    #: Directories no pod may see besides the data directory (the kubeconfig's).
+    sandbox_hidden: tuple[Path, ...] = ()
 
 
 class _StatusSink:
@@ -133,6 +140,7 @@ class _Running:
     share: GpuShare | None
     namespace: str
     name: str
+    sandbox: sb.SandboxState | None = None
 
 
 class Agent:
@@ -185,6 +193,9 @@ class Agent:
                 config.tolerance_mib,
             )
         self.node_server: NodeServer | None = None
+        self.sandbox = sb.choose_policy(config.sandbox,
+                                        [config.data_dir, *config.sandbox_hidden])
+        self.tokens = ServiceAccountTokens(kube, self.event)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------
@@ -227,10 +238,12 @@ class Agent:
         if self.telemetry is not None:
             self._threads.append(self.telemetry.start())
         log.info(
-            "agent for node %s started; node endpoint (HTTPS) on port %d; enforcement: %s",
+            "agent for node %s started; node endpoint (HTTPS) on port %d; enforcement: %s; "
+            "sandbox: %s",
             self.config.node_name,
             self.node_port,
             self.enforcement.annotation,
+            self.sandbox.describe(),
         )
 
     def stop(self, stop_pods: bool = False) -> None:
@@ -282,7 +295,11 @@ class Agent:
             self.node_port,
             time.time(),
             self.config.version,
+            self._sandbox_summary(),
         )
+
+    def _sandbox_summary(self) -> tuple[str, str]:
+        return self.sandbox.mode, self.sandbox.describe()
 
     def register(self) -> None:
         body = self._node_object()
@@ -313,7 +330,11 @@ class Agent:
             self._patch_node_status(
                 {
                     "status": {
-                        "conditions": [nodes.ready_condition(now, self._ready_since)],
+                        "conditions": [
+                            nodes.ready_condition(now, self._ready_since),
+                            nodes.sandbox_condition(*self._sandbox_summary(), now,
+                                                    self._ready_since),
+                        ],
                         "daemonEndpoints": {"kubeletEndpoint": {"Port": self.node_port}},
                     }
                 },
@@ -337,6 +358,7 @@ class Agent:
                 self.heartbeat()
             except Exception as exc:  # the API may be restarting: keep trying
                 log.warning("heartbeat failed: %s", exc)
+            self._refresh_tokens()
 
     # --- pods -----------------------------------------------------------------------
 
@@ -464,6 +486,7 @@ class Agent:
                 self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
                 return
             directory.mkdir(parents=True, exist_ok=True)
+            state = self._sandbox_for(pod, directory, share, recorded == uid)
             supervisor = PodSupervisor(
                 pod,
                 directory,
@@ -478,11 +501,69 @@ class Agent:
                 ),
                 _StatusSink(self, namespace, name, uid),
                 self.config.supervisor,
+                state,
             )
-            self._pods[uid] = _Running(supervisor, share, namespace, name)
+            self._pods[uid] = _Running(supervisor, share, namespace, name, state)
             supervisor.start()
             if deleting:
                 supervisor.stop(float(grace) if grace is not None else None)
+
+    # --- the sandbox ------------------------------------------------------------------
+
+    def _sandbox_for(self, pod: dict[str, Any], directory: Path, share: GpuShare | None,
+                     adopted: bool) -> sb.SandboxState:
+        """The pod's sandbox: the recorded one of a pod this agent (or the one before) ran,
+        else a new one with the lowest free id; its token written when the pod has one."""
+        meta = pod.get("metadata") or {}
+        state = sb.load_state(directory) if adopted else None
+        if state is None:
+            mps_gpu, writable = self._mps_client(share)
+            state = sb.new_state(
+                self.sandbox, directory, str(meta.get("name") or "pod")[:63],
+                sb.ids_in_use(pods_root(self.config.data_dir)), mps_gpu,
+                sb.gpu_devices() if share is not None else (), writable)
+        sb.prepare(state, pods_root(self.config.data_dir))
+        if self.tokens.wanted(pod):
+            written = self.tokens.write(pod, state)
+            if written != state.service_account:
+                state = replace(state, service_account=written)
+                sb.save_state(state)
+        if not adopted:
+            self._writes.put(("annotations", meta.get("namespace", "default"),
+                              meta.get("name", ""), "", {nodes.ANN_SANDBOX: _describe(state)}))
+        return state
+
+    def _mps_client(self, share: GpuShare | None) -> tuple[int | None, tuple[str, ...]]:
+        """(GPU index, its pipe directory) when the pod will be a client of an MPS daemon."""
+        mps = self.enforcement.mps
+        if share is None or share.whole or mps is None or len(share.devices) != 1:
+            return None, ()
+        index = share.devices[0].index
+        pipe = mps.pipe_directory(index)
+        return (index, (pipe,)) if pipe is not None else (None, ())
+
+    def _refresh_tokens(self) -> None:
+        with self._lock:
+            entries = [e for e in self._pods.values()
+                       if not e.supervisor.finished and e.sandbox is not None
+                       and e.sandbox.service_account]
+        for entry in entries:
+            with contextlib.suppress(Exception):
+                self.tokens.refresh(entry.supervisor.pod, entry.sandbox)  # type: ignore[arg-type]
+
+    def exec_target(self, namespace: str, name: str,
+                    container: str) -> tuple[sb.SandboxState, int] | None:
+        """For exec: the pod's sandbox and the process group of the container's current run
+        (None when the container is not running); hand both to `sandbox.enter_argv`."""
+        with self._lock:
+            entry = next((e for e in self._pods.values()
+                          if e.namespace == namespace and e.name == name), None)
+        if entry is None or entry.sandbox is None:
+            return None
+        for group_name, pgid in entry.supervisor.container_groups():
+            if group_name == container:
+                return entry.sandbox, pgid
+        return None
 
     def _forget(self, uid: str | None) -> None:
         """The pod object is gone: stop whatever still runs for it."""
@@ -523,6 +604,12 @@ class Agent:
             if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)
         }
         env["HOSTNAME"] = (pod.get("metadata") or {}).get("name", "")
+        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox)
+        api = urlsplit(self.kube.host)
+        if api.hostname:
+            env["KUBERNETES_SERVICE_HOST"] = api.hostname
+            env["KUBERNETES_SERVICE_PORT"] = str(
+                api.port or (443 if api.scheme == "https" else 80))
         return env
 
     # --- API writes -----------------------------------------------------------------
@@ -712,18 +799,30 @@ class Agent:
         plan = entry.supervisor.exec_plan(container)
         if plan is None:
             raise LookupError(f'container "{container}" in pod "{name}" is not running')
-        return exec_in_pod(entry.supervisor.directory, plan, command)
+        pgid = dict(entry.supervisor.container_groups()).get(container)
+        return exec_in_pod(entry.supervisor.directory, plan, command, entry.sandbox, pgid)
 
     def pods(self) -> dict[str, PodSupervisor]:
         with self._lock:
             return {f"{e.namespace}/{e.name}": e.supervisor for e in self._pods.values()}
 
 
-def exec_in_pod(pod_directory: Path, plan: ContainerPlan, command: list[str]) -> ExecTarget:
+def exec_in_pod(pod_directory: Path, plan: ContainerPlan, command: list[str],
+                sandbox: sb.SandboxState | None = None, pgid: int | None = None) -> ExecTarget:
     """How `kubectl exec` runs `command` in a running container: the container's
-    environment and working directory. The one place that decides it."""
-    return ExecTarget(argv=list(command), env=dict(plan.env),
-                      cwd=pod_directory / plan.working_dir)
+    environment and working directory, inside its sandbox (the namespaces of its run
+    `pgid`, as the pod's user). The one place that decides it."""
+    cwd = pod_directory / plan.working_dir
+    if sandbox is None or sandbox.mode == sb.NONE or pgid is None:
+        return ExecTarget(argv=list(command), env=dict(plan.env), cwd=cwd)
+    argv, env, where = sb.enter_argv(sandbox, pgid, command, env=plan.env, cwd=str(cwd))
+    return ExecTarget(argv=argv, env=env, cwd=Path(where))
+
+
+def _describe(state: sb.SandboxState) -> str:
+    if state.mode == sb.NONE:
+        return "none: runs as the agent's user"
+    return f"{state.mode}: uid {state.uid} gid {state.gid}"
 
 
 def _recorded_uid(directory: Path) -> str | None:

@@ -14,6 +14,9 @@ ANN_ENFORCEMENT = "gpushare.io/enforcement"
 ANN_GPU_USAGE = "gpushare.io/gpu-usage"
 ANN_STATIC = "gpushare.io/static-node"
 ANN_AGENT_VERSION = "gpushare.io/agent-version"
+ANN_SANDBOX = "gpushare.io/sandbox"  # the pods' isolation: bwrap, setuid or none
+SANDBOX_CONDITION = "PodSandbox"
+_SANDBOX_REASONS = {"bwrap": "Bubblewrap", "setuid": "PerPodUser", "none": "NoIsolation"}
 
 
 def node_labels(name: str, inventory: GpuInventory) -> dict[str, str]:
@@ -54,6 +57,18 @@ def ready_condition(now: float, since: float, ready: bool = True) -> dict[str, A
     }
 
 
+def sandbox_condition(mode: str, message: str, now: float, since: float) -> dict[str, Any]:
+    """The Node condition that says which isolation pods get (`kubectl describe node`)."""
+    return {
+        "type": SANDBOX_CONDITION,
+        "status": "False" if mode == "none" else "True",
+        "reason": _SANDBOX_REASONS.get(mode, "Unknown"),
+        "message": message,
+        "lastHeartbeatTime": rfc3339(now),
+        "lastTransitionTime": rfc3339(since),
+    }
+
+
 def node_status(
     inventory: GpuInventory,
     host: HostResources,
@@ -63,12 +78,16 @@ def node_status(
     now: float,
     ready_since: float,
     version: str,
+    sandbox: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     capacity = resources(inventory, host)
+    conditions = [ready_condition(now, ready_since)]
+    if sandbox is not None:
+        conditions.append(sandbox_condition(*sandbox, now, ready_since))
     return {
         "capacity": capacity,
         "allocatable": dict(capacity),
-        "conditions": [ready_condition(now, ready_since)],
+        "conditions": conditions,
         "addresses": [
             {"type": "InternalIP", "address": address},
             {"type": "Hostname", "address": hostname},
@@ -98,7 +117,9 @@ def node_object(
     port: int,
     now: float,
     version: str,
+    sandbox: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
+    """The Node; `sandbox` is (mode, description) of the pods' isolation."""
     annotations = {
         ANN_GPUS: inventory.to_json(),
         ANN_ENFORCEMENT: enforcement,
@@ -106,6 +127,8 @@ def node_object(
     }
     if inventory.declared:
         annotations[ANN_DECLARED] = "true"
+    if sandbox is not None:
+        annotations[ANN_SANDBOX] = sandbox[0]
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -115,5 +138,6 @@ def node_object(
             "annotations": annotations,
         },
         "spec": {},
-        "status": node_status(inventory, host, address, name, port, now, now, version),
+        "status": node_status(inventory, host, address, name, port, now, now, version,
+                              sandbox),
     }

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psutil
 
+from gpushare.agent import sandbox as sb
+
 # $0 is the exit-code file; "$@" the container's command line. The wrapper waits through a
 # SIGTERM sent to the group (a trap, not an ignore, so the command still gets the default
 # disposition) and records how the command ended; only SIGKILL stops it first.
@@ -116,9 +118,20 @@ def start(
     cwd: Path,
     log_file: Path,
     exit_file: Path,
+    sandbox: sb.SandboxState | None = None,
 ) -> ContainerProcess:
-    cwd.mkdir(parents=True, exist_ok=True)
+    """Start `argv` with its output appended to `log_file`; with `sandbox`, inside the pod's
+    sandbox (the wrapper that records the exit code stays outside, as the agent's user)."""
+    if sandbox is None:
+        cwd.mkdir(parents=True, exist_ok=True)
+    else:
+        sb.working_directory(sandbox, cwd)
+    if sandbox is not None:
+        env = sb.sandbox_env(sandbox, env)
     executable = resolve_executable(argv[0], env, cwd)
+    command = [executable, *argv[1:]]
+    if sandbox is not None:
+        command = sb.launch_argv(sandbox, command, env, cwd)
     exit_file.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         exit_file.unlink()
@@ -126,7 +139,7 @@ def start(
     with log_file.open("ab") as out:
         try:
             popen = subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, str(exit_file), executable, *argv[1:]],
+                ["/bin/sh", "-c", _WRAPPER, str(exit_file), *command],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

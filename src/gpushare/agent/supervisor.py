@@ -23,6 +23,7 @@ from gpushare.agent import process as proc
 from gpushare.agent.logstore import META_DIR, TimestampIndex, ensure_log_file, log_path
 from gpushare.agent.podspec import ContainerPlan, PodSpecError
 from gpushare.agent.podstatus import ContainerRecord, PodView, build_status, phase_of
+from gpushare.agent.sandbox import SandboxState
 
 log = logging.getLogger("gpushare.agent")
 
@@ -71,8 +72,10 @@ class PodSupervisor:
         planner: Planner,
         sink: PodStatusSink,
         config: SupervisorConfig,
+        sandbox: SandboxState | None = None,
     ) -> None:
         self.pod = pod
+        self.sandbox = sandbox  # None: the processes run as the agent's user, unconfined
         self.directory = directory
         self.uid = str((pod.get("metadata") or {}).get("uid", ""))
         self._planner = planner
@@ -331,7 +334,8 @@ class PodSupervisor:
         exit_file = self.meta / "exit" / f"{record.name}.{run}"
         try:
             slot.process = proc.start(
-                plan.argv, plan.env, self.directory / plan.working_dir, log, exit_file
+                plan.argv, plan.env, self.directory / plan.working_dir, log, exit_file,
+                self.sandbox,
             )
         except proc.StartError as exc:
             slot.launching = False

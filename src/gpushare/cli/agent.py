@@ -51,6 +51,11 @@ def agent(
     metrics_port: Annotated[
         int | None, typer.Option(help="also serve the figures on this port's /metrics")
     ] = None,
+    sandbox: Annotated[
+        str, typer.Option(help="auto|bwrap|setuid|none: how pods are isolated (auto: "
+                          "bubblewrap namespaces when they work, else a per-pod user; "
+                          "none when the agent is not root)")
+    ] = "auto",
 ) -> None:
     """Register this machine as a Node and run the pods bound to it as local processes."""
     from gpushare import __version__
@@ -104,13 +109,23 @@ def agent(
         supervisor=SupervisorConfig(host_ip=address, backoff_base_s=restart_backoff),
         version=__version__,
         telemetry_s=metrics_interval,
+        sandbox=sandbox,
+        sandbox_hidden=(kubeconfig.resolve().parent,),
     )
     try:
         kube = KubeClient.from_kubeconfig(str(kubeconfig))
     except Exception as exc:
         typer.echo(f"error: --kubeconfig {kubeconfig}: {exc}", err=True)
         raise typer.Exit(2) from None
-    runner = Agent(kube, config, inventory, host_resources(), chosen, nvml)
+    from gpushare.agent.sandbox import SandboxError
+
+    try:
+        runner = Agent(kube, config, inventory, host_resources(), chosen, nvml)
+    except SandboxError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        if chosen.mps is not None:
+            chosen.mps.stop_all()
+        raise typer.Exit(2) from None
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -128,7 +143,8 @@ def agent(
         raise typer.Exit(1) from None
     typer.echo(
         f"node {name}: {inventory.count} GPU(s){' (declared)' if inventory.declared else ''}, "
-        f"enforcement {chosen.annotation}, node endpoint on https port {runner.node_port}"
+        f"enforcement {chosen.annotation}, node endpoint on https port {runner.node_port}, "
+        f"sandbox {runner.sandbox.mode}"
     )
     while not done.wait(1.0):
         pass
