@@ -328,24 +328,44 @@ def launch_argv(state: SandboxState, argv: Sequence[str], env: Mapping[str, str]
 
 
 def _bwrap_mounts(state: SandboxState, argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--tmpfs", "/run"]
-    if not os.path.islink("/var/run"):
-        args += ["--tmpfs", "/var/run"]
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if os.path.isdir("/dev/pts"):  # an exec's terminal is a host pty: it must have a name
+        args += ["--dev-bind", "/dev/pts", "/dev/pts"]
+    fresh: list[str] = []  # the sandbox's own (tmpfs) directories: parents made in them
+    made: set[str] = set()
+
+    def on_fresh(op: str, *paths: str) -> None:
+        """`op` with its destination's missing parents made 0755 (bwrap makes them 0700,
+        which the pod's user could not cross)."""
+        dest = paths[-1]
+        parent = os.path.dirname(dest)
+        chain = []
+        while parent not in ("/", "") and not any(parent == f for f in fresh):
+            if any(parent.startswith(f + "/") for f in fresh) and parent not in made:
+                chain.append(parent)
+            parent = os.path.dirname(parent)
+        for directory in reversed(chain):
+            args.extend(["--perms", "0755", "--dir", directory])
+            made.add(directory)
+        args.extend([op, *paths])
+
+    private = ["/tmp", "/run"] + ([] if os.path.islink("/var/run") else ["/var/run"])
     hidden = [p for p in (*_ALWAYS_HIDDEN, *state.hidden) if os.path.isdir(p)]
-    for path in hidden:
-        args += ["--tmpfs", path]
+    for path in [*private, *sorted(hidden, key=len)]:
+        on_fresh("--tmpfs", path)
+        fresh.append(path)
     for path in image_paths(argv, env, state.read_only, (*state.hidden, state.root)):
-        args += ["--ro-bind", path, path]
-    args += ["--bind", state.root, state.root, "--tmpfs", str(state.meta)]
+        on_fresh("--ro-bind", path, path)
+    on_fresh("--bind", state.root, state.root)
+    args += ["--tmpfs", str(state.meta)]
     if state.service_account:
-        args += ["--ro-bind", str(state.meta / SA_DIR), _host_view(SA_MOUNT)]
+        on_fresh("--ro-bind", str(state.meta / SA_DIR), _host_view(SA_MOUNT))
     for device in state.devices:
         if os.path.exists(device):
             args += ["--dev-bind", device, device]
     for path in state.writable:
         if os.path.isdir(path):
-            args += ["--bind", path, path]
+            on_fresh("--bind", path, path)
     return args
 
 
