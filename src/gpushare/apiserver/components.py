@@ -21,13 +21,12 @@ kubeconfig per identity (``controllers.kubeconfig``, ``tenancy.kubeconfig``);
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpushare.apiserver.auth import MASTERS, RBAC, ROOT_CLUSTER, TokenFile
+from gpushare.apiserver.auth import MASTERS, RBAC, ROOT_CLUSTER, TokenFile, User
 
 if TYPE_CHECKING:
     from gpushare.apiserver.api import Api
@@ -39,17 +38,10 @@ TENANCY_USER = "system:gpushare-tenancy"
 TENANT_CLUSTERS = "!root"
 
 
-@dataclass(frozen=True, slots=True)
-class Component:
-    name: str  # as `gpushare kubeconfig --component` takes it
-    user: str
-    groups: tuple[str, ...]
-    clusters: tuple[str, ...]
-
-
+#: The identity of each component, by the name `gpushare kubeconfig --component` takes.
 COMPONENTS = {
-    "controllers": Component("controllers", CONTROLLERS_USER, (), (ROOT_CLUSTER,)),
-    "tenancy": Component("tenancy", TENANCY_USER, (MASTERS,), (TENANT_CLUSTERS,)),
+    "controllers": User(CONTROLLERS_USER, (), (ROOT_CLUSTER,)),
+    "tenancy": User(TENANCY_USER, (MASTERS,), (TENANT_CLUSTERS,)),
 }
 
 
@@ -86,11 +78,11 @@ def bootstrap_roles(api: Api) -> None:
         api.update(ROOT_CLUSTER, info, "", name, body)
 
 
-def component_token(tokens: TokenFile, component: Component) -> str:
-    """The component's token in `tokens`, issued now if it has none."""
-    existing = tokens.token_of(component.user)
+def component_token(tokens: TokenFile, identity: User) -> str:
+    """The token of `identity` in `tokens`, issued now if it has none."""
+    existing = tokens.token_of(identity.name)
     if existing is not None:
         return existing
     token = secrets.token_urlsafe(32)
-    tokens.add(token, component.user, list(component.groups), list(component.clusters))
+    tokens.add(token, identity.name, list(identity.groups), list(identity.clusters or ()))
     return token

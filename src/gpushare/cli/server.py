@@ -105,7 +105,7 @@ def kubeconfig_cmd(
     name = user or "admin"
     if component is not None:
         identity = components.COMPONENTS[component]
-        name = identity.user
+        name = identity.name
         token = components.component_token(tokens, identity)
     elif user is not None:
         token = token or secrets.token_urlsafe(32)

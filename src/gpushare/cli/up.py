@@ -433,10 +433,10 @@ def _component_kubeconfigs(server: ApiServer, data_dir: Path) -> dict[str, Path]
     from gpushare.apiserver import components
 
     out: dict[str, Path] = {}
-    for name, component in components.COMPONENTS.items():
-        token = components.component_token(server.tokens, component)
+    for name, identity in components.COMPONENTS.items():
+        token = components.component_token(server.tokens, identity)
         out[name] = server.write_kubeconfig(data_dir / f"{name}.kubeconfig", token=token,
-                                            user=component.user)
+                                            user=identity.name)
     return out
 
 
