@@ -272,3 +272,23 @@ def test_a_rollout_without_progress_exceeds_its_deadline():
     moving = plan_deployment(dep, list(sets.values()), now=2001.0)
     progressing = next(c for c in moving.status["conditions"] if c["type"] == "Progressing")
     assert progressing["status"] == "True" and progressing["reason"] == "ReplicaSetUpdated"
+
+
+def test_replica_failure_condition_is_set_kept_and_cleared():
+    from gpushare.controllers.replicas import with_replica_failure
+
+    failed = with_replica_failure({"replicas": 2}, "exceeded quota: q", "2026-01-01T00:00:00Z")
+    condition = failed["conditions"][0]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "ReplicaFailure", "True", "FailedCreate")
+    again = with_replica_failure(failed, "exceeded quota: q", "2026-01-01T00:05:00Z")
+    assert again["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert with_replica_failure(again, None, "2026-01-01T00:06:00Z") == {"replicas": 2}
+
+
+def test_replication_controller_pods_name_their_owner():
+    rc = rs(1, "legacy")
+    plan = plan_replicaset(rc, [], suffixes(), ("v1", "ReplicationController"))
+    owner = plan.create[0]["metadata"]["ownerReferences"][0]
+    assert (owner["apiVersion"], owner["kind"], owner["name"]) == (
+        "v1", "ReplicationController", "legacy")

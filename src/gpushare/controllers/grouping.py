@@ -26,7 +26,7 @@ DEFAULT_QUEUE = "default-queue"
 PREEMPTIBILITY_VALUES = ("preemptible", "non-preemptible")
 
 # Workloads whose pods are each their own gang of one (serving replicas come and go alone).
-PER_POD_KINDS = frozenset({"Deployment", "ReplicaSet"})
+PER_POD_KINDS = frozenset({"Deployment", "ReplicaSet", "ReplicationController"})
 DEFAULT_PRIORITY_BY_KIND = {"Deployment": "inference"}
 DEFAULT_PRIORITY = "train"
 MAX_CHAIN = 8  # owner chains are short; a cycle must not loop forever

@@ -15,7 +15,11 @@ from gpushare.controllers.pod_grouper import SCHEDULER_NAMES, PodGrouper
 from gpushare.controllers.queue_status import QueueStatusController
 from gpushare.controllers.scheduler_loop import SchedulerLoop
 from gpushare.controllers.static_node_pods import StaticNodePods
-from gpushare.controllers.workload_controllers import DeploymentController, ReplicaSetController
+from gpushare.controllers.workload_controllers import (
+    DeploymentController,
+    ReplicaSetController,
+    ReplicationControllerController,
+)
 from gpushare.kube.client import KubeClient, Stopper
 from gpushare.kube.informers import InformerFactory
 from gpushare.kube.metrics_push import MetricsPusher, union_registry
@@ -26,7 +30,7 @@ log = logging.getLogger(__name__)
 # No garbage collector: the embedded API server collects dependents of deleted (or never
 # existing) owners itself, as kube-controller-manager does on a real cluster.
 ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
-       "scheduler", "queue-status", "static-node-pods", "node-lifecycle", "tenancy",
+       "replicationcontroller-controller", "scheduler", "queue-status", "static-node-pods", "node-lifecycle", "tenancy",
        "pod-gc")
 DEFAULT = ALL
 
@@ -92,6 +96,10 @@ def start_controllers(
         out.controllers["job-controller"] = JobController(client, informers, stopper, events)
     if "replicaset-controller" in enabled:
         out.controllers["replicaset-controller"] = ReplicaSetController(
+            client, informers, stopper, events
+        )
+    if "replicationcontroller-controller" in enabled:
+        out.controllers["replicationcontroller-controller"] = ReplicationControllerController(
             client, informers, stopper, events
         )
     if "deployment-controller" in enabled:

@@ -46,15 +46,19 @@ class ReplicaPlan:
     status: Obj | None = None
 
 
-def plan_replicaset(rs: Obj, pods: list[Obj], new_suffix: Any) -> ReplicaPlan:
-    """Pods to create or delete so that ``spec.replicas`` live pods exist, and the status."""
+def plan_replicaset(rs: Obj, pods: list[Obj], new_suffix: Any,
+                    owner: tuple[str, str] = ("apps/v1", "ReplicaSet")) -> ReplicaPlan:
+    """Pods to create or delete so that ``spec.replicas`` live pods exist, and the status.
+    ``owner`` is the (apiVersion, kind) the pods' owner reference names (a
+    ReplicationController keeps pods the same way)."""
     plan = ReplicaPlan()
     meta, spec = _meta(rs), rs.get("spec") or {}
     wanted = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
     live = [p for p in pods if _live(p)]
     if len(live) < wanted:
         for _ in range(wanted - len(live)):
-            plan.create.append(_pod_from_template(rs, f"{meta.get('name')}-{new_suffix()}"))
+            plan.create.append(_pod_from_template(rs, f"{meta.get('name')}-{new_suffix()}",
+                                                  owner))
     elif len(live) > wanted:
         # Unplaced pods go first, then the youngest: they have done the least work.
         order = sorted(live, key=lambda p: (
@@ -78,13 +82,32 @@ def plan_replicaset(rs: Obj, pods: list[Obj], new_suffix: Any) -> ReplicaPlan:
     return plan
 
 
+REPLICA_FAILURE = "ReplicaFailure"
+
+
+def with_replica_failure(status: Obj, message: str | None, now: str) -> Obj:
+    """The status with the ``ReplicaFailure`` condition set (a pod could not be created:
+    ``FailedCreate`` and the API's message, e.g. an exceeded quota) or cleared (None)."""
+    kept = [c for c in status.get("conditions") or [] if c.get("type") != REPLICA_FAILURE]
+    if message is not None:
+        previous = next((c for c in status.get("conditions") or []
+                         if c.get("type") == REPLICA_FAILURE), None)
+        kept.append({"type": REPLICA_FAILURE, "status": "True", "reason": "FailedCreate",
+                     "message": message,
+                     "lastTransitionTime": (previous or {}).get("lastTransitionTime", now)})
+    out = {**status, "conditions": kept}
+    if not kept:
+        out.pop("conditions")
+    return out
+
+
 def _created(pod: Obj) -> float:
     from gpushare.controllers.translate import timestamp
 
     return timestamp(_meta(pod).get("creationTimestamp"))
 
 
-def _pod_from_template(rs: Obj, name: str) -> Obj:
+def _pod_from_template(rs: Obj, name: str, owner: tuple[str, str]) -> Obj:
     meta, spec = _meta(rs), rs.get("spec") or {}
     template = copy.deepcopy(spec.get("template") or {})
     tmeta = template.get("metadata") or {}
@@ -96,7 +119,7 @@ def _pod_from_template(rs: Obj, name: str) -> Obj:
             "namespace": meta.get("namespace", "default"),
             "labels": dict(tmeta.get("labels") or {}),
             "annotations": dict(tmeta.get("annotations") or {}),
-            "ownerReferences": [owner_reference(rs, "apps/v1", "ReplicaSet")],
+            "ownerReferences": [owner_reference(rs, *owner)],
         },
         "spec": template.get("spec") or {},
     }

@@ -1,4 +1,5 @@
-"""ReplicaSet and Deployment controllers (apps/v1), so that serving workloads run.
+"""ReplicaSet, ReplicationController and Deployment controllers, so that serving
+workloads run.
 
 Both follow the Job controller's pattern: objects are matched to their owner by the
 controller ownerReference, and what a controller has just created counts until the watch
@@ -15,11 +16,17 @@ from typing import Any
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.grouping import controller_reference
 from gpushare.controllers.job_controller import random_suffix
-from gpushare.controllers.replicas import plan_deployment, plan_replicaset
+from gpushare.controllers.events import now_rfc3339
+from gpushare.controllers.replicas import (
+    plan_deployment,
+    plan_replicaset,
+    with_replica_failure,
+)
 from gpushare.kube.client import (
     DEPLOYMENTS,
     PODS,
     REPLICASETS,
+    REPLICATIONCONTROLLERS,
     ApiError,
     KubeClient,
     Resource,
@@ -135,13 +142,18 @@ class _OwnerController:
         raise NotImplementedError
 
 
+#: How soon a ReplicaSet whose pods could not be created (quota) tries again.
+RETRY_FAILED_CREATE_SECONDS = 5.0
+
+
 class ReplicaSetController(_OwnerController):
     name = "replicaset-controller"
     owner_kind = "ReplicaSet"
+    owner_api_version = "apps/v1"
 
     def __init__(self, client: KubeClient, informers: InformerFactory, stopper: Stopper,
-                 events: EventRecorder) -> None:
-        super().__init__(client, informers, stopper, events, REPLICASETS, PODS)
+                 events: EventRecorder, resource: Resource = REPLICASETS) -> None:
+        super().__init__(client, informers, stopper, events, resource, PODS)
 
     def _child_changed(self, event: str, obj: Obj, old: Obj | None) -> bool:
         if old is None or event == "DELETED":
@@ -154,22 +166,52 @@ class ReplicaSetController(_OwnerController):
             return
         meta = rs["metadata"]
         uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", "default"))
-        plan = plan_replicaset(rs, self.index.of(uid), random_suffix)
+        plan = plan_replicaset(rs, self.index.of(uid), random_suffix,
+                               (self.owner_api_version, self.owner_kind))
+        failure: str | None = None
+        not_created = 0
         for body in plan.create:
+            if failure is not None:
+                not_created += 1
+                continue
             try:
                 created = self.client.create(PODS.collection(namespace), body)
             except ApiError as error:
                 self.events.emit(rs, "Warning", "FailedCreate", f"Error creating pod: {error}")
-                raise
+                if error.status not in (403, 422):  # not refused by admission: retry
+                    raise
+                failure, not_created = str(error), not_created + 1
+                continue
             self.index.created(uid, created)
             self.events.emit(rs, "Normal", "SuccessfulCreate",
                              f"Created pod: {body['metadata']['name']}")
         for name in plan.delete:
             self.client.delete(PODS.item(name, namespace))
             self.events.emit(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
-        if plan.status is not None:
-            self.client.merge_patch(REPLICASETS.item(str(meta["name"]), namespace, "status"),
-                                    {"status": plan.status})
+        current = rs.get("status") or {}
+        status = dict(plan.status if plan.status is not None else current)
+        for key in ("replicas", "fullyLabeledReplicas"):
+            if key in status:
+                status[key] = max(int(status[key]) - not_created, 0)
+        status = with_replica_failure(status, failure, now_rfc3339())
+        if status != current:
+            self.client.merge_patch(self.resource.item(str(meta["name"]), namespace, "status"),
+                                    {"status": {**status, "conditions": status.get(
+                                        "conditions")}})
+        if failure is not None:
+            self.queue.add_after(key, RETRY_FAILED_CREATE_SECONDS)
+
+
+class ReplicationControllerController(ReplicaSetController):
+    """A ReplicationController (core v1) keeps its pods exactly as a ReplicaSet does."""
+
+    name = "replicationcontroller-controller"
+    owner_kind = "ReplicationController"
+    owner_api_version = "v1"
+
+    def __init__(self, client: KubeClient, informers: InformerFactory, stopper: Stopper,
+                 events: EventRecorder) -> None:
+        super().__init__(client, informers, stopper, events, REPLICATIONCONTROLLERS)
 
 
 class DeploymentController(_OwnerController):

@@ -84,6 +84,7 @@ JOBS = Resource("batch/v1", "jobs", True)
 CRONJOBS = Resource("batch/v1", "cronjobs", True)
 DEPLOYMENTS = Resource("apps/v1", "deployments", True)
 REPLICASETS = Resource("apps/v1", "replicasets", True)
+REPLICATIONCONTROLLERS = Resource("v1", "replicationcontrollers", True)
 STATEFULSETS = Resource("apps/v1", "statefulsets", True)
 QUEUES = Resource("scheduling.run.ai/v2", "queues", False)
 PODGROUPS = Resource("scheduling.run.ai/v2alpha2", "podgroups", True)
@@ -96,6 +97,7 @@ BY_KIND: dict[str, Resource] = {
     "CronJob": CRONJOBS,
     "Deployment": DEPLOYMENTS,
     "ReplicaSet": REPLICASETS,
+    "ReplicationController": REPLICATIONCONTROLLERS,
     "StatefulSet": STATEFULSETS,
     "Queue": QUEUES,
     "PodGroup": PODGROUPS,
