@@ -13,10 +13,9 @@ import threading
 import time
 from typing import Any
 
-from gpushare.controllers.events import EventRecorder
+from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.grouping import controller_reference
 from gpushare.controllers.job_controller import random_suffix
-from gpushare.controllers.events import now_rfc3339
 from gpushare.controllers.replicas import (
     plan_deployment,
     plan_replicaset,
