@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 # No garbage collector: the embedded API server collects dependents of deleted (or never
 # existing) owners itself, as kube-controller-manager does on a real cluster.
 ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
-       "replicationcontroller-controller", "scheduler", "queue-status", "static-node-pods", "node-lifecycle", "tenancy",
-       "pod-gc")
+       "replicationcontroller-controller", "scheduler", "queue-status", "static-node-pods",
+       "node-lifecycle", "tenancy", "pod-gc")
 DEFAULT = ALL
 
 
