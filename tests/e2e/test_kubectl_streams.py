@@ -323,3 +323,38 @@ def test_the_official_clients_port_forward(streams: Streams) -> None:
         assert forward.error(pod_port) is None
     finally:
         api.close()
+
+
+def test_exec_runs_as_the_pods_sandboxed_user(streams: Streams) -> None:
+    node = streams.kube.get(NODES.item(NODE)) or {}
+    mode = node["metadata"]["annotations"]["gpushare.io/sandbox"]
+    uid = int(streams.kubectl("exec", "shell", "--", "id", "-u").stdout)
+    if mode == "none":  # an agent that is not root: pods run as its user, and say so
+        assert uid == os.getuid()
+        return
+    assert uid >= 200000, (mode, uid)
+    # the API server's data directory is not the pod's to read, even through exec
+    peek = streams.kubectl("exec", "shell", "--", "cat",
+                           str(streams.root / "api" / "admin.kubeconfig"))
+    assert peek.returncode != 0 and b"token" not in peek.stdout
+    assert (streams.root / "api" / "admin.kubeconfig").read_text().count("token") >= 1
+
+
+def test_a_pod_cannot_use_the_agents_port_without_credentials(streams: Streams) -> None:
+    port = streams.node_port()
+    pod_port = free_port()
+    streams.run_pod("prober", [sys.executable, "-m", "http.server", str(pod_port), "--bind",
+                               "127.0.0.1"])
+    probe = ("import ssl, urllib.request, urllib.error\n"
+             "context = ssl.create_default_context()\n"
+             "context.check_hostname = False\n"
+             "context.verify_mode = ssl.CERT_NONE\n"
+             f"url = 'https://127.0.0.1:{port}/containerLogs/{NS}/shell/main'\n"
+             "try:\n"
+             "    urllib.request.urlopen(url, context=context, timeout=10)\n"
+             "    print('answered')\n"
+             "except urllib.error.HTTPError as e:\n"
+             "    print(e.code)\n")
+    done = streams.kubectl("exec", "prober", "--", sys.executable, "-c", probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == b"401", done.stdout
