@@ -42,12 +42,15 @@ def node_tls(pki: Path, out: Path, node: str = "n") -> NodeTls:
     return NodeTls(ca, cert, _key_file(out / "node.key", key))
 
 
-def client_cert(out: Path, name: str, pki: Path | None) -> tuple[Path, Path]:
-    """A client certificate named `name`, signed by the CA in `pki` (None: by a CA of its
-    own, which the node must not trust)."""
+def client_cert(out: Path, name: str, pki: Path | None,
+                organizations: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A client certificate named `name` (in `organizations`), signed by the CA in `pki`
+    (None: by a CA of its own, which the node must not trust)."""
     now = datetime.datetime.now(datetime.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    subject = x509.Name([*(x509.NameAttribute(NameOID.ORGANIZATION_NAME, o)
+                           for o in organizations),
+                         x509.NameAttribute(NameOID.COMMON_NAME, name)])
     if pki is not None:
         ca_cert = x509.load_pem_x509_certificate((pki / CA_CERT).read_bytes())
         loaded = serialization.load_pem_private_key((pki / CA_KEY).read_bytes(), None)

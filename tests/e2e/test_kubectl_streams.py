@@ -264,6 +264,14 @@ def test_the_agents_port_needs_the_api_servers_certificate_or_an_allowed_token(
     token = viewer["users"][0]["user"]["token"]
     code, body = _agent_get(port, bare, path, token)
     assert code == 403 and b"tick" not in body
+    # a certificate of the cluster CA is a user too: its name and organizations are asked
+    # about (a kube-apiserver's kubelet client is in system:masters)
+    for name, groups, expected in (("intruder", (), 403),
+                                   ("kube-apiserver-kubelet-client", ("system:masters",), 200)):
+        signed = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        signed.load_cert_chain(*map(str, client_cert(tmp_path / name, name, pki, groups)))
+        code, body = _agent_get(port, signed, path)
+        assert code == expected, (name, code, body)
     # the admin token (allowed everything) and the API server's certificate get in
     assert _agent_get(port, bare, path, streams.server.admin_token) == (200, b"tick\n")
     apiserver = ssl.create_default_context(cafile=str(pki / "ca.crt"))

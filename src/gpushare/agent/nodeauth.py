@@ -1,12 +1,15 @@
 """Who may use the agent's node endpoint, decided as a kubelet's webhook authn/authz does.
 
-Two kinds of caller get in:
+Who gets in:
 
 * the API server, by its client certificate: signed by the cluster CA (the TLS handshake
   checks that) and naming `gpushare:apiserver-node-client`;
-* a bearer token that the API's TokenReview authenticates and whose user a
-  SubjectAccessReview allows `<verb> nodes/proxy` on this node (`get` for reads, `create`
-  for exec, attach and port-forward).
+* another client certificate of the cluster CA (a kube-apiserver's kubelet client, say):
+  its common name is the user and its organizations the groups, and a SubjectAccessReview
+  must allow that user `<verb> nodes/proxy` on this node (`get` for reads, `create` for
+  exec, attach and port-forward);
+* a bearer token that the API's TokenReview authenticates and whose user the same
+  SubjectAccessReview allows.
 
 Anybody else gets 401 (no usable credentials) or 403 (known, not allowed). Answers are kept
 for a short while so a follow or a burst of requests does not ask the API each time.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,36 +41,44 @@ class Verdict:
         return self.code == 200
 
 
+def _subject(peercert: dict[str, Any] | None, key: str) -> list[str]:
+    return [str(value) for rdn in (peercert or {}).get("subject", ()) for k, value in rdn
+            if k == key]
+
+
 def _common_name(peercert: dict[str, Any] | None) -> str | None:
-    for rdn in (peercert or {}).get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                return str(value)
-    return None
+    names = _subject(peercert, "commonName")
+    return names[0] if names else None
 
 
 class CallerCheck:
     def __init__(self, kube: KubeClient, node: str) -> None:
         self._kube = kube
         self._node = node
-        self._cache: dict[tuple[str, str], tuple[float, Verdict]] = {}
+        self._cache: dict[tuple[str, str, str], tuple[float, Verdict]] = {}
         self._lock = threading.Lock()
 
     def check(self, peercert: dict[str, Any] | None, authorization: str, verb: str) -> Verdict:
         """`peercert` as `SSLSocket.getpeercert()` gives it (only for a certificate the CA
         signed), the Authorization header, and the verb the request needs."""
-        if _common_name(peercert) == NODE_CLIENT_NAME:
+        name = _common_name(peercert)
+        if name == NODE_CLIENT_NAME:
             return Verdict(200, "the API server")
+        if name:
+            user = {"username": name, "groups": _subject(peercert, "organizationName")}
+            return self._cached(("x509", name, verb), lambda: self._access(user, verb))
         if authorization[:7].lower() != "bearer " or not authorization[7:].strip():
             return Verdict(401, "Unauthorized")
         token = authorization[7:].strip()
-        key = (token, verb)
+        return self._cached(("token", token, verb), lambda: self._review(token, verb))
+
+    def _cached(self, key: tuple[str, str, str], decide: Callable[[], Verdict]) -> Verdict:
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(key)
             if cached is not None and cached[0] > now:
                 return cached[1]
-        verdict = self._review(token, verb)
+        verdict = decide()
         with self._lock:
             if len(self._cache) > 1024:
                 self._cache.clear()
@@ -83,7 +95,9 @@ class CallerCheck:
         status = review.get("status") or {}
         if not status.get("authenticated"):
             return Verdict(401, "Unauthorized")
-        user = status.get("user") or {}
+        return self._access(status.get("user") or {}, verb)
+
+    def _access(self, user: dict[str, Any], verb: str) -> Verdict:
         try:
             access = self._kube.create(ACCESS_REVIEWS.collection(), {
                 "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
