@@ -488,6 +488,29 @@ class Api:
             obj["data"] = data
             self.update(cluster, info, ns, name, obj)
 
+    def publish_api_endpoints(self, host: str, port: int) -> None:
+        """The `kubernetes` Service's Endpoints and EndpointSlice in `default` (root
+        cluster): the API's own address, as kube-apiserver keeps them."""
+        import ipaddress
+
+        try:
+            ip = str(ipaddress.ip_address(host))
+        except ValueError:
+            ip = "127.0.0.1"  # a host name or a wildcard bind: the loopback answers
+        if ip in ("0.0.0.0", "::"):
+            ip = "127.0.0.1"
+        reg = self.registry(DEFAULT_CLUSTER)
+        for (group, version, resource), body in builtin_kinds.api_endpoints(ip, port).items():
+            info = reg.get(group, version, resource)
+            assert info is not None
+            current = self.store.get(DEFAULT_CLUSTER, info.group_resource, "default",
+                                     "kubernetes")
+            if current is None:
+                self.create(DEFAULT_CLUSTER, info, "default", body)
+            elif any(current.get(k) != body[k] for k in body if k != "metadata"):
+                self.update(DEFAULT_CLUSTER, info, "default", "kubernetes",
+                            {**body, "metadata": current["metadata"]})
+
     def publish_root_ca_everywhere(self) -> None:
         for cluster in list(self.registries):
             for ns in list(self.store.list(cluster, "namespaces")):

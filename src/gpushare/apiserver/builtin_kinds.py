@@ -95,6 +95,26 @@ def kubernetes_service() -> dict[str, Any]:
                                 "targetPort": 6443}]}}
 
 
+def api_endpoints(ip: str, port: int) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The `kubernetes` Service's Endpoints and EndpointSlice: the API at `ip`:`port`."""
+    family = "IPv6" if ":" in ip else "IPv4"
+    return {
+        ("", "v1", "endpoints"): {
+            "metadata": {"name": "kubernetes",
+                         "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": [{"addresses": [{"ip": ip}],
+                         "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
+        },
+        ("discovery.k8s.io", "v1", "endpointslices"): {
+            "metadata": {"name": "kubernetes",
+                         "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": family,
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        },
+    }
+
+
 MONITORING_ROLE = "system:monitoring"
 
 

@@ -133,6 +133,7 @@ class ApiServer:
         root_ca = (self.ca_path or node_ca).read_text()
         self.api = Api(self.store, root_ca_pem=root_ca)
         self.api.publish_root_ca_everywhere()
+        self.api.publish_api_endpoints(host, self.port)
         components.bootstrap_roles(self.api)
         signer = TokenSigner(self.data_dir / "pki" / SA_SIGNING_KEY)
         self.app = App(self.api, self.tokens, f"{host}:{self.port}",

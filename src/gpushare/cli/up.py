@@ -63,7 +63,7 @@ def controllers(
         list[str] | None,
         typer.Option(help="run only these controllers (repeatable): pod-grouper, "
                      "job-controller, replicaset-controller, deployment-controller, "
-                     "replicationcontroller-controller, "
+                     "replicationcontroller-controller, endpoints-controller, "
                      "scheduler, queue-status, static-node-pods, node-lifecycle, pod-gc"),
     ] = None,
     scheduler_name: Annotated[

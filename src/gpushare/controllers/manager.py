@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # existing) owners itself, as kube-controller-manager does on a real cluster.
 ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
        "replicationcontroller-controller", "scheduler", "queue-status", "static-node-pods",
-       "node-lifecycle", "tenancy", "pod-gc")
+       "node-lifecycle", "tenancy", "pod-gc", "endpoints-controller")
 DEFAULT = ALL
 
 
@@ -106,6 +106,10 @@ def start_controllers(
         out.controllers["deployment-controller"] = DeploymentController(
             client, informers, stopper, events
         )
+    if "endpoints-controller" in enabled:
+        from gpushare.controllers.endpoints import EndpointsController
+
+        out.controllers["endpoints-controller"] = EndpointsController(client, informers, stopper)
     if "pod-gc" in enabled:
         from gpushare.controllers.pod_gc import PodGC
 

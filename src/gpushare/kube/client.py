@@ -74,6 +74,9 @@ class Resource:
 
 
 PODS = Resource("v1", "pods", True)
+SERVICES = Resource("v1", "services", True)
+ENDPOINTS = Resource("v1", "endpoints", True)
+ENDPOINTSLICES = Resource("discovery.k8s.io/v1", "endpointslices", True)
 NODES = Resource("v1", "nodes", False)
 EVENTS = Resource("v1", "events", True)
 NAMESPACES = Resource("v1", "namespaces", False)
