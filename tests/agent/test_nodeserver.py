@@ -179,3 +179,27 @@ def test_spdy_dictionary_and_header_blocks() -> None:
     assert (frames[1].stream, frames[1].payload, frames[1].flags) == (3, b"payload", 1)
     # the zlib stream goes on across frames
     assert server.decode(client.encode({"port": "9"})) == {"port": "9"}
+
+
+def test_many_open_follows_do_not_block_new_requests(node) -> None:
+    server, pki, tls, _ = node
+    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+    # once the log has its last line, each follow waits (holding a thread) for more
+    wait_for(lambda: _get(server.port, apiserver, "/containerLogs/t/p/c?tailLines=1")[1]
+             == b"end\n")
+    follows = []
+    for _ in range(12):  # more than a default thread pool holds on a small machine
+        conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=apiserver,
+                                           timeout=15)
+        conn.request("GET", "/containerLogs/t/p/c?follow=true")
+        response = conn.getresponse()
+        assert response.status == 200
+        assert response.read1(64).startswith(b"start")  # the follow is going
+        follows.append(conn)
+    try:
+        assert _get(server.port, apiserver, "/healthz") == (200, b"ok")
+        code, body = _get(server.port, apiserver, "/containerLogs/t/p/c?tailLines=1")
+        assert code == 200 and body
+    finally:
+        for conn in follows:
+            conn.close()

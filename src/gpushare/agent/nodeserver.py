@@ -24,6 +24,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ ExecLocator = Callable[[str, str, str, list[str]], ExecTarget]
 # (peer certificate, Authorization header, verb) -> may the caller in
 CallerCheck = Callable[[dict[str, Any] | None, str, str], Verdict]
 _HEAD_LIMIT = 64 * 1024
+_STREAM_THREADS = 256
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
             404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
 
@@ -187,6 +189,8 @@ class NodeServer:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._run, name="node server", daemon=True)
+        # the reviews of callers have threads of their own: streams cannot starve them
+        self._checks = ThreadPoolExecutor(max_workers=8, thread_name_prefix="node auth")
 
     @property
     def port(self) -> int:
@@ -200,6 +204,11 @@ class NodeServer:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
+        # every follow, attach and exec holds an executor thread while it lasts (a blocking
+        # read of a growing log, a wait for the command): a pool sized for many of them,
+        # so that they never starve the reviews of new requests
+        self._loop.set_default_executor(ThreadPoolExecutor(
+            max_workers=_STREAM_THREADS, thread_name_prefix="node server"))
         self._server = self._loop.run_until_complete(asyncio.start_server(
             self._serve, sock=self._sock, ssl=self._context, limit=_HEAD_LIMIT,
             ssl_handshake_timeout=10))
@@ -219,6 +228,7 @@ class NodeServer:
             self._thread.join(5)
         with contextlib.suppress(OSError):
             self._sock.close()
+        self._checks.shutdown(wait=False, cancel_futures=True)
 
     # --- one connection -----------------------------------------------------------------
 
@@ -248,7 +258,7 @@ class NodeServer:
         verb = "create" if streaming or request.method not in ("GET", "HEAD") else "get"
         loop = asyncio.get_running_loop()
         verdict = await loop.run_in_executor(
-            None, self._check, writer.get_extra_info("peercert"),
+            self._checks, self._check, writer.get_extra_info("peercert"),
             request.header("authorization"), verb)
         if not verdict.allowed:
             await _respond(writer, verdict.code, f"{verdict.message}\n")
