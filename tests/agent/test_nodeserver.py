@@ -9,12 +9,14 @@ import asyncio
 import hashlib
 import http.client
 import json
+import socket
 import ssl
 import struct
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
+from cryptography import x509
 from test_agent_runtime import pod, supervise, wait_for
 from websockets.asyncio.client import connect
 
@@ -203,3 +205,22 @@ def test_many_open_follows_do_not_block_new_requests(node) -> None:
     finally:
         for conn in follows:
             conn.close()
+
+
+def test_a_renewed_certificate_is_served_to_new_connections(node, tmp_path: Path) -> None:
+    server, pki, tls, _ = node
+
+    def served_serial() -> int:
+        context = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname="127.0.0.1") as wrapped:
+            der = wrapped.getpeercert(binary_form=True)
+        assert der is not None
+        return x509.load_der_x509_certificate(der).serial_number
+
+    before = served_serial()
+    renewed = node_tls(pki, tmp_path / "renewed")
+    server.reload(renewed)
+    after = served_serial()
+    assert after != before
+    assert after == x509.load_pem_x509_certificate(renewed.cert.read_bytes()).serial_number

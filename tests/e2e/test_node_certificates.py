@@ -6,6 +6,7 @@ answers from RBAC."""
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import subprocess
 import sys
@@ -167,3 +168,46 @@ def test_only_a_caller_allowed_to_create_reviews_may_ask(server, tmp_path: Path)
             raise AssertionError("a user without the permission asked a review")
     finally:
         asker.close()
+
+
+def _near_expiry(tls: NodeTls, pki: Path) -> None:
+    """Re-sign the node's certificate (same key and names) with a fifth of its life left."""
+    from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+
+    now = datetime.datetime.now(datetime.UTC)
+    cert = x509.load_pem_x509_certificate(tls.cert.read_bytes())
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
+    assert isinstance(ca_key, EllipticCurvePrivateKey)
+    builder = (x509.CertificateBuilder().subject_name(cert.subject).issuer_name(ca.subject)
+               .public_key(cert.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(days=10))
+               .not_valid_after(now + datetime.timedelta(days=1)))
+    for extension in cert.extensions:
+        builder = builder.add_extension(extension.value, extension.critical)
+    tls.cert.write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(
+        serialization.Encoding.PEM))
+
+
+def test_a_certificate_near_its_end_is_renewed_and_a_good_one_kept(server, kubectl,
+                                                                    tmp_path: Path) -> None:
+    kube = KubeClient.from_kubeconfig(str(server.kubeconfig))
+    try:
+        first = ensure_serving_certificate(kube, "renewing", "127.0.0.1", "renewing",
+                                           tmp_path / "pki", 30)
+        kept = ensure_serving_certificate(kube, "renewing", "127.0.0.1", "renewing",
+                                          tmp_path / "pki", 30)
+        assert kept.cert.read_bytes() == first.cert.read_bytes()
+        _near_expiry(first, server.data_dir / "pki")
+        old = first.cert.read_bytes()
+        renewed = ensure_serving_certificate(kube, "renewing", "127.0.0.1", "renewing",
+                                             tmp_path / "pki", 30)
+    finally:
+        kube.close()
+    fresh = x509.load_pem_x509_certificate(renewed.cert.read_bytes())
+    assert renewed.cert.read_bytes() != old
+    life = fresh.not_valid_after_utc - datetime.datetime.now(datetime.UTC)
+    assert life > datetime.timedelta(days=300)
+    requests = [c for c in kubectl.json("get", "csr")["items"]
+                if c["metadata"]["name"].startswith("node-serving-renewing-")]
+    assert len(requests) == 2

@@ -34,7 +34,7 @@ from gpushare.agent.inventory import GpuInventory, HostResources
 from gpushare.agent.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.monitor import GpuMonitor, WatchedPod
 from gpushare.agent.nodeauth import CallerCheck
-from gpushare.agent.nodecert import ensure_serving_certificate
+from gpushare.agent.nodecert import NodeTls, ensure_serving_certificate
 from gpushare.agent.nodeserver import NodeHandlers, NodeServer
 from gpushare.agent.nvml import NvmlBackend
 from gpushare.agent.planning import make_planner
@@ -92,6 +92,9 @@ class AgentConfig:
     telemetry_s: float = 5.0
     #: How long to wait for the serving certificate to be approved and signed.
     certificate_timeout_s: float = 300.0
+    #: Seconds between checks of the serving certificate's remaining life (renewed when a
+    #: fifth of it is left).
+    certificate_check_s: float = 3600.0
     #: The pods' isolation: auto (the strongest that works), bwrap, setuid or none.
     sandbox: str = "auto"
     #: Directories no pod may see besides the data directory (the kubeconfig's).
@@ -206,10 +209,32 @@ class Agent:
         assert self.node_server is not None, "start() the agent first"
         return self.node_server.port
 
-    def _start_node_server(self) -> NodeServer:
-        tls = ensure_serving_certificate(
+    def _serving_certificate(self) -> NodeTls:
+        return ensure_serving_certificate(
             self.kube, self.config.node_name, self.config.address, default_hostname(),
             self.config.data_dir / "pki", self.config.certificate_timeout_s)
+
+    def renew_certificate(self) -> bool:
+        """Ask for a new serving certificate when the one served has a fifth of its life
+        left; the node endpoint serves it from the next connection. Whether it changed."""
+        assert self.node_server is not None
+        before = self.node_server.tls.cert.read_bytes()
+        tls = self._serving_certificate()
+        if tls.cert.read_bytes() == before:
+            return False
+        self.node_server.reload(tls)
+        log.info("serving certificate of node %s renewed", self.config.node_name)
+        return True
+
+    def _certificate_loop(self) -> None:
+        while not self._stop.wait(self.config.certificate_check_s):
+            try:
+                self.renew_certificate()
+            except Exception as exc:  # the API may be away, or nobody approved yet
+                log.warning("serving certificate renewal failed: %s", exc)
+
+    def _start_node_server(self) -> NodeServer:
+        tls = self._serving_certificate()
         server = NodeServer(
             NodeHandlers(self._locate, self._container_running, self._exec_target), tls,
             CallerCheck(self.kube, self.config.node_name).check, self.config.address,
@@ -229,6 +254,7 @@ class Agent:
             (self._heartbeat_loop, "heartbeat"),
             (self._write_loop, "status writer"),
             (self._monitor_loop, "gpu monitor"),
+            (self._certificate_loop, "certificate renewal"),
         ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()

@@ -88,7 +88,10 @@ def _still_usable(cert_path: Path, key_path: Path, ca_pem: bytes,
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
         cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
     except (ValueError, TypeError, x509.ExtensionNotFound, InvalidSignature):
+        return False
+    if key.public_key() != cert.public_key():  # a renewal cut short between the two files
         return False
     life = cert.not_valid_after_utc - cert.not_valid_before_utc
     left = cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC)

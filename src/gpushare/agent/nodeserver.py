@@ -183,6 +183,7 @@ class NodeServer:
                  host: str = "127.0.0.1", port: int = 0) -> None:
         self._handlers = handlers
         self._check = check
+        self.tls = tls
         self._context = server_context(tls)
         self._stopping = threading.Event()
         self._sock = socket.create_server((host, port), reuse_port=False)
@@ -195,6 +196,11 @@ class NodeServer:
     @property
     def port(self) -> int:
         return int(self._sock.getsockname()[1])
+
+    def reload(self, tls: NodeTls) -> None:
+        """Serve a renewed certificate from the next connection on."""
+        self._context.load_cert_chain(str(tls.cert), str(tls.key))
+        self.tls = tls
 
     def start(self) -> None:
         ready = threading.Event()
