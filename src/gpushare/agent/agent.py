@@ -196,8 +196,9 @@ class Agent:
                 config.tolerance_mib,
             )
         self.node_server: NodeServer | None = None
-        self.sandbox = sb.choose_policy(config.sandbox,
-                                        [config.data_dir, *config.sandbox_hidden])
+        self.sandbox = sb.open_for_pods(
+            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden]),
+            config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
 

@@ -178,6 +178,37 @@ def choose_policy(requested: str, hidden: Iterable[Path],
     return SandboxPolicy(SETUID, "--sandbox setuid", hide, ro)
 
 
+def untraversable(path: Path) -> Path | None:
+    """The first directory on the way to `path` that other users cannot cross (no o+x),
+    None when they can reach it (the setuid mode needs it for absolute paths)."""
+    for directory in [*reversed(path.parents), path]:
+        try:
+            if not os.stat(directory).st_mode & 0o001:
+                return directory
+        except OSError:
+            return directory
+    return None
+
+
+def open_for_pods(policy: SandboxPolicy, data_dir: Path, pods_root: Path) -> SandboxPolicy:
+    """In setuid mode the pods reach their directories through the data directory: make it
+    and `pods_root` 0711 (crossable, not listable); when a parent still blocks, the policy's
+    reason says that absolute paths into the pod directory (HOME, the token) fail."""
+    if policy.mode != SETUID:
+        return policy
+    pods_root.mkdir(parents=True, exist_ok=True)
+    for directory in (data_dir, pods_root):
+        os.chmod(directory, 0o711)
+    blocker = untraversable(pods_root)
+    if blocker is None:
+        return policy
+    note = (f"{blocker} cannot be crossed by other users: pods reach their directory by "
+            "relative paths only")
+    log.warning("sandbox: %s", note)
+    return SandboxPolicy(policy.mode, f"{policy.reason}; {note}", policy.hidden,
+                         policy.read_only)
+
+
 # --- ids and the recorded state ----------------------------------------------------------------
 
 def load_state(pod_directory: Path) -> SandboxState | None:

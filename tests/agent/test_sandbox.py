@@ -1,0 +1,290 @@
+"""The pod sandbox, end to end: the real API server, the agent as a `gpushare agent` process
+(once with bubblewrap, once with the per-pod-user fallback), pods whose commands try to read
+what they must not. Every refused read is also done by the test (the agent's user, root)
+and succeeds, so each check can fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_agent_e2e import NODE, NS, Cluster, wait_for
+
+from gpushare.agent import sandbox as sb
+from gpushare.kube.client import NODES, PODS, SECRETS
+
+# Runs in the pod with the system's Python (stdlib only): each target read or listed, the
+# agent's node endpoint asked without credentials, the API asked with the pod's own token.
+PROBE = r"""
+import json, os, ssl, sys, urllib.error, urllib.request
+targets = json.loads(sys.argv[1])
+out = {"uid": os.getuid(), "gid": os.getgid(), "cwd": os.getcwd()}
+for name, path in targets["files"].items():
+    try:
+        if os.path.isdir(path):
+            out[name] = "LISTED " + " ".join(sorted(os.listdir(path)))
+        else:
+            open(path, "rb").read(1)
+            out[name] = "READ"
+    except OSError as exc:
+        out[name] = type(exc).__name__
+insecure = ssl.create_default_context()
+insecure.check_hostname = False
+insecure.verify_mode = ssl.CERT_NONE
+try:
+    urllib.request.urlopen(targets["node_url"], context=insecure, timeout=10)
+    out["node"] = 200
+except urllib.error.HTTPError as exc:
+    out["node"] = exc.code
+except Exception as exc:
+    out["node"] = repr(exc)
+sa = os.environ.get("GPUSHARE_SERVICEACCOUNT_DIR",
+                    "/var/run/secrets/kubernetes.io/serviceaccount")
+out["sa_files"] = sorted(os.listdir(sa)) if os.path.isdir(sa) else None
+if out["sa_files"]:
+    token = open(os.path.join(sa, "token")).read()
+    out["token"] = token
+    out["namespace"] = open(os.path.join(sa, "namespace")).read()
+    verified = ssl.create_default_context(cafile=os.path.join(sa, "ca.crt"))
+    url = ("https://" + os.environ["KUBERNETES_SERVICE_HOST"] + ":"
+           + os.environ["KUBERNETES_SERVICE_PORT"] + "/api/v1/namespaces/default/secrets")
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+    try:
+        urllib.request.urlopen(request, context=verified, timeout=10)
+        out["secrets"] = 200
+    except urllib.error.HTTPError as exc:
+        out["secrets"] = exc.code
+        out["secrets_message"] = json.loads(exc.read()).get("message", "")
+out["env"] = dict(os.environ)
+print("PROBE " + json.dumps(out), flush=True)
+"""
+
+
+class SandboxCluster(Cluster):
+    def __init__(self, root: Path, mode: str) -> None:
+        super().__init__(root)
+        self.mode = mode
+
+    def start_agent(self) -> None:
+        self.agent = subprocess.Popen(
+            [sys.executable, "-m", "gpushare.cli.main", "agent", "--kubeconfig",
+             str(self.kubeconfig), "--node-name", NODE, "--gpus", "1xH100", "--data-dir",
+             str(self.root / "agent"), "--heartbeat", "0.5", "--restart-backoff", "0.2",
+             "--sandbox", self.mode],
+            stdout=open(self.root / "agent.log", "ab"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
+        wait_for(lambda: (n := self.kube.get(NODES.item(NODE))) is not None and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (n.get("status") or {}).get("conditions") or []), 30)
+
+    def pod_dir(self, name: str) -> Path:
+        return self.root / "agent" / "pods" / NS / name
+
+    def admin_token(self) -> str:
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        return str(config["users"][0]["user"]["token"])
+
+    def probe(self, name: str, targets: dict[str, Any]) -> dict[str, Any]:
+        self.create_pod(name, [{"name": "main", "command": [
+            "/usr/bin/python3", "-c", PROBE, json.dumps(targets)]}])
+        return self.probe_result(name)
+
+    def probe_result(self, name: str) -> dict[str, Any]:
+        pod = self.wait_phase(name, "Succeeded", "Failed", timeout=60)
+        logs = self.kubectl("logs", name).stdout
+        assert pod["status"]["phase"] == "Succeeded", logs
+        line = next(ln for ln in logs.splitlines() if ln.startswith("PROBE "))
+        return dict(json.loads(line[len("PROBE "):]))
+
+
+@pytest.fixture(scope="module", params=[sb.BWRAP, sb.SETUID])
+def cluster(request: pytest.FixtureRequest) -> Iterator[SandboxCluster]:
+    # not under pytest's 0700 base directory: in setuid mode the pods' absolute paths
+    # (HOME, the token directory) need crossable parents, as the agent's docs say
+    root = Path(tempfile.mkdtemp(prefix=f"gpushare-sandbox-{request.param}-"))
+    root.chmod(0o711)
+    c = SandboxCluster(root, request.param)
+    try:
+        c.start_agent()
+        yield c
+    finally:
+        if c.agent is not None:
+            c.kill_agent(signal.SIGTERM)
+        c.server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _victim(cluster: SandboxCluster) -> Path:
+    """A pod holding a file and a log line the other pods must not read."""
+    directory = cluster.pod_dir("victim")
+    if cluster.pod("victim") is None:
+        cluster.create_pod("victim", [{"name": "main", "command": [
+            "sh", "-c", "echo private > secret.txt; echo victim-log-line; sleep 600"]}])
+        cluster.wait_phase("victim", "Running")
+        wait_for(lambda: (directory / "secret.txt").exists(), 20)
+    return directory
+
+
+def test_a_pod_reads_nothing_of_the_agent_the_store_or_other_pods(
+        cluster: SandboxCluster) -> None:
+    victim = _victim(cluster)
+    api = cluster.root / "api"
+    node = cluster.kube.get(NODES.item(NODE)) or {}
+    port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+    targets = {
+        "admin_kubeconfig": str(api / "admin.kubeconfig"),
+        "store": str(api / "state.db"),
+        "tokens_file": str(api / "tokens.yaml"),
+        "agent_data_dir": str(cluster.root / "agent"),
+        "namespace_dir": str(cluster.root / "agent" / "pods" / NS),
+        "other_pod_dir": str(victim),
+        "other_pod_file": str(victim / "secret.txt"),
+        "other_pod_log": str(victim / ".gpushare" / "logs" / "main" / "0.log"),
+        "own_logs": str(cluster.pod_dir("intruder") / ".gpushare" / "logs"),
+        "agent_environ": f"/proc/{cluster.agent.pid}/environ",  # type: ignore[union-attr]
+    }
+    # what the pod is refused, the agent's user can read: the refusals are the sandbox's
+    for path in targets.values():
+        if path.endswith("/logs"):
+            continue  # the intruder's own, made when it starts
+        target = Path(path)
+        assert (os.listdir(target) if target.is_dir() else target.read_bytes()[:1]) is not None
+    url = f"https://127.0.0.1:{port}/containerLogs/{NS}/victim/main"
+    result = cluster.probe("intruder", {"files": targets, "node_url": url})
+
+    refused = {name: result[name] for name in targets}
+    # a listing may show the way to the pod's own directory (bwrap makes just that), no more
+    on_the_way = {"agent_data_dir": "LISTED pods", "namespace_dir": "LISTED intruder"}
+    assert all(outcome in ("PermissionError", "FileNotFoundError", on_the_way.get(name))
+               for name, outcome in refused.items()), refused
+    assert "victim" in os.listdir(targets["namespace_dir"])
+    assert (victim / ".gpushare" / "logs" / "main" / "0.log").read_text().startswith(
+        "victim-log-line")
+    # the node endpoint wants credentials (the API server's client certificate or a token)
+    assert result["node"] in (401, 403), result["node"]
+    assert "victim-log-line" in cluster.kubectl("logs", "victim").stdout
+    # an unprivileged user of its own, in its own directory
+    assert result["uid"] >= sb.ID_BASE and result["gid"] >= sb.ID_BASE + sb.GPU_IDS
+    assert Path(result["cwd"]) == cluster.pod_dir("intruder")
+    victim_state = sb.load_state(victim)
+    assert victim_state is not None and victim_state.mode == cluster.mode
+    assert victim_state.uid != result["uid"] and victim_state.gid != result["gid"]
+
+
+def test_a_pod_gets_its_own_token_with_its_service_accounts_rights_only(
+        cluster: SandboxCluster) -> None:
+    result = cluster.probe("token-user", {"files": {}, "node_url": "https://127.0.0.1:1/"})
+    assert result["sa_files"] == ["ca.crt", "namespace", "token"]
+    assert result["namespace"] == NS
+    # the token authenticates (403 names the account, not 401) but grants nothing
+    assert result["secrets"] == 403, result
+    assert "system:serviceaccount:default:default" in result["secrets_message"]
+    assert cluster.kube.list(SECRETS.collection(NS)) is not None  # the admin may
+    admin = cluster.admin_token()
+    assert result["token"] != admin
+    assert admin not in json.dumps(result["env"])
+    assert result["env"]["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
+    assert result["env"]["HOME"] == str(cluster.pod_dir("token-user"))
+    assert all(not path or not path.startswith("/root") for path in
+               result["env"]["PATH"].split(":"))
+
+
+def test_automount_false_gives_no_token(cluster: SandboxCluster) -> None:
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "no-token", "namespace": NS},
+            "spec": {"nodeName": NODE, "restartPolicy": "Never",
+                     "automountServiceAccountToken": False,
+                     "containers": [{"name": "main", "image": "python", "command": [
+                         "/usr/bin/python3", "-c", PROBE,
+                         json.dumps({"files": {}, "node_url": "https://127.0.0.1:1/"})]}]}}
+    cluster.kube.create(PODS.collection(NS), body)
+    result = cluster.probe_result("no-token")
+    assert result["sa_files"] is None
+    assert sb.SA_ENV not in result["env"]
+
+
+def test_the_node_and_the_pod_say_which_isolation_is_in_force(cluster: SandboxCluster) -> None:
+    _victim(cluster)
+    described = cluster.kubectl("describe", "node", NODE)
+    assert described.returncode == 0, described.stderr
+    assert f"gpushare.io/sandbox: {cluster.mode}" in described.stdout
+    row = next(line for line in described.stdout.splitlines() if "PodSandbox" in line)
+    assert "True" in row and ("Bubblewrap" if cluster.mode == sb.BWRAP else "PerPodUser") in row
+    state = sb.load_state(cluster.pod_dir("victim"))
+    assert state is not None
+    pod = wait_for(lambda: (p := cluster.pod("victim")) and "gpushare.io/sandbox" in (
+        p["metadata"].get("annotations") or {}) and p)
+    assert pod["metadata"]["annotations"]["gpushare.io/sandbox"] == (
+        f"{cluster.mode}: uid {state.uid} gid {state.gid}")
+
+
+def test_exec_runs_as_the_pods_user_inside_its_sandbox(cluster: SandboxCluster) -> None:
+    victim = _victim(cluster)
+    done = cluster.kubectl("exec", "victim", "--", "sh", "-c",
+                           f"id -u; cat secret.txt; cat {cluster.kubeconfig} 2>&1 || true")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    state = sb.load_state(victim)
+    assert state is not None and lines[0] == str(state.uid)
+    assert lines[1] == "private"
+    assert cluster.admin_token() not in done.stdout  # hidden (bwrap) or refused (setuid)
+    assert any(word in done.stdout for word in ("Permission denied", "No such file"))
+
+
+# --- the pure parts ---------------------------------------------------------------------------
+
+def test_a_mode_that_is_not_one_is_refused_naming_the_flag() -> None:
+    with pytest.raises(sb.SandboxError, match="--sandbox: 'chroot' is not one of"):
+        sb.choose_policy("chroot", [])
+
+
+def test_recorded_state_round_trips_and_a_bad_mode_is_refused() -> None:
+    state = sb.SandboxState(sb.BWRAP, 200070, 200070, "/d/pods/ns/p", "p", ("/d",),
+                            service_account=True, devices=("/dev/nvidia0",))
+    assert sb.SandboxState.from_json(state.to_json()) == state
+    with pytest.raises(ValueError, match="mode must be one of"):
+        sb.SandboxState.from_json(json.dumps({**json.loads(state.to_json()), "mode": "x"}))
+
+
+def test_ids_are_the_lowest_free_and_mps_clients_share_their_gpus_uid(tmp_path: Path) -> None:
+    policy = sb.SandboxPolicy(sb.SETUID, "test")
+    first = sb.new_state(policy, tmp_path / "ns" / "a", "a", set())
+    assert first.uid == first.gid == sb.ID_BASE + sb.GPU_IDS
+    taken = {sb.ID_BASE + sb.GPU_IDS, sb.ID_BASE + sb.GPU_IDS + 1}
+    third = sb.new_state(policy, tmp_path / "ns" / "c", "c", taken, mps_gpu=3)
+    assert third.gid == sb.ID_BASE + sb.GPU_IDS + 2 and third.uid == sb.ID_BASE + 3
+    sb.save_state(first)
+    assert sb.ids_in_use(tmp_path) == {first.gid}
+    with pytest.raises(sb.SandboxError, match="no free pod id"):
+        sb.allocate_id(set(range(sb.ID_BASE, sb.ID_BASE + sb.ID_COUNT)))
+
+
+def test_image_paths_never_open_a_hidden_directory(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    tool = tmp_path / "venv" / "bin"
+    tool.mkdir(parents=True)
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (data / "pods").mkdir(parents=True)
+    paths = sb.image_paths([str(tool / "python"), str(data / "pods"), str(tmp_path)],
+                           {"PATH": f"{tool}:/usr/bin"}, [], [str(data)])
+    # the venv (found from its bin/ on PATH) is bound; the data dir and its parent are not
+    assert str(tmp_path / "venv") in paths
+    assert not any(p == str(tmp_path) or p.startswith(str(data)) for p in paths)
+
+
+def test_the_pods_path_leaves_out_home_directories() -> None:
+    state = sb.SandboxState(sb.BWRAP, 200070, 200070, "/d/pods/ns/p", "p", ("/d",))
+    env = sb.sandbox_env(state, {"PATH": "/root/.pyenv/shims:/d/bin:/usr/bin", "HOME": "/root"})
+    assert env["PATH"] == "/usr/bin" and env["HOME"] == "/d/pods/ns/p"
+    assert env["USER"] == "pod-200070" and env["TMPDIR"] == "/tmp"
