@@ -73,7 +73,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--watchers", type=int, default=3)
     parser.add_argument("--profile", type=Path, help="write a py-spy flame graph here "
-                                                     "(collapsed stacks if it ends in .txt)")
+                                                     "(collapsed stacks if it ends in .txt); "
+                                                     "wall clock: idle samples included, "
+                                                     "per thread")
     parser.add_argument("--sync", default="full",
                         help="SQLite durability modes to compare, e.g. full,normal")
     parser.add_argument("--commit", default="thread",
@@ -132,7 +134,8 @@ def run(args: argparse.Namespace, sync: str, commit: str) -> tuple[float, float,
     if args.profile:
         fmt = "raw" if args.profile.suffix == ".txt" else "flamegraph"
         spy = subprocess.Popen(["py-spy", "record", "-o", str(args.profile), "-p",
-                                str(proc.pid), "--nonblocking", "--format", fmt],
+                                str(proc.pid), "--nonblocking", "--format", fmt,
+                                "--threads", "--idle"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     token = yaml.safe_load((data / "tokens.yaml").read_text())["tokens"][0]["token"]
     ctx = ssl.create_default_context(cafile=str(data / "pki" / "ca.crt"))

@@ -507,3 +507,25 @@ def test_shutdown_ends_processes_but_keeps_the_pod_for_the_next_agent(tmp_path: 
              and "running" in main_state(rec2)["state"])
     second.stop(0)
     assert second.wait(10)
+
+
+def test_a_pod_that_ended_holds_no_gpu_share_once_its_end_is_published(tmp_path: Path) -> None:
+    """The scheduler frees a pod's GPU share when it sees the pod Succeeded/Failed (or
+    gone); the agent's ledger must not count it from then on, although the supervisor
+    keeps the pod's status and logs until the pod object is deleted."""
+    done, recorder = supervise(pod("done", [{"name": "c", "command": ["true"]}], "Never"),
+                               tmp_path / "done")
+    stopped, stopped_rec = supervise(pod("stopped", [{"name": "c", "command": ["sleep", "30"]}]),
+                                     tmp_path / "stopped")
+    try:
+        wait_for(lambda: recorder.last.get("phase") == "Succeeded")
+        assert not done.holds_gpu and not done.finished
+        wait_for(lambda: stopped_rec.last.get("phase") == "Running")
+        assert stopped.holds_gpu
+        stopped.stop(0)
+        wait_for(lambda: stopped_rec.deleted)
+        assert not stopped.holds_gpu
+    finally:
+        for sup in (done, stopped):
+            sup.stop(0)
+            sup.wait(10)

@@ -508,7 +508,7 @@ class Agent:
                 self._fail_unstartable(pod, "UnexpectedAdmissionError", str(exc))
                 return
             refused = ledger.overcommit(
-                (e.share for e in self._pods.values() if not e.supervisor.finished), share)
+                (e.share for e in self._pods.values() if e.supervisor.holds_gpu), share)
             if refused is not None:
                 self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
                 return

@@ -98,6 +98,9 @@ class PodSupervisor:
         self._shutdown_grace: float | None = None
         self._failed: tuple[str, str] | None = None
         self._finished = threading.Event()
+        # Set when the pod's processes have ended for good, before that is published: from
+        # then on its GPU share is free for the pod the scheduler binds in its place.
+        self._released = threading.Event()
         self._scheduled_at = time.time()
         self._started_at: float | None = None
         self._last_report: dict[str, Any] | None = None
@@ -145,6 +148,14 @@ class PodSupervisor:
     @property
     def finished(self) -> bool:
         return self._finished.is_set()
+
+    @property
+    def holds_gpu(self) -> bool:
+        """Whether the pod may still use its GPU share: not once it has ended for good
+        (a terminal phase, or stopped for its deletion), although its supervisor keeps its
+        status and logs until the pod object is gone. The scheduler frees the share when
+        it sees the end published, so this turns false before that is published."""
+        return not (self._released.is_set() or self._finished.is_set())
 
     def process_groups(self) -> list[int]:
         return [s.process.pgid for s in self._init + self._main if s.process is not None]
@@ -206,9 +217,12 @@ class PodSupervisor:
                     log.exception("pod %s: supervision step failed", self.name)
                     changed = False
                 if changed:
+                    if self._phase() in ("Succeeded", "Failed"):
+                        self._released.set()
                     self._save()
                     self._publish()
                 if self._phase() in ("Succeeded", "Failed"):
+                    self._released.set()
                     self._idle_until_deleted()
                     break
                 time.sleep(self._config.poll_s)
@@ -390,6 +404,7 @@ class PodSupervisor:
             for slot in self._all_slots():
                 slot.record.done = True
                 slot.record.waiting_reason = None
+            self._released.set()
         self._save()
         self._publish()
 
@@ -422,6 +437,7 @@ class PodSupervisor:
             slot.record.done = True
             slot.record.waiting_reason = None
         self._failed = (reason, message)
+        self._released.set()
         self._save()
         self._publish()
         self._idle_until_deleted()
