@@ -131,3 +131,21 @@ def test_failed_reconcile_is_retried_later():
     queue.add("k")
     assert wait(lambda: len(attempts) == 3)
     stopper.stop()
+
+
+def test_a_relist_gives_the_deletions_of_the_gap_before_the_additions(api):
+    """What was deleted while the informer was away comes first: a GPU share freed then
+    is free before the pod bound to it arrives (the node agent's ledger relies on it)."""
+    api.create(PODS.collection("default"), pod("victim"))
+    stopper = Stopper()
+    informer = Informer(api, PODS, stopper)
+    seen = recorder(informer)
+    informer.start()
+    assert informer.wait_synced(10)
+    stopper.stop()
+    informer.stop()
+    api.delete(PODS.item("victim", "default"), grace_period_seconds=0)
+    api.create(PODS.collection("default"), pod("successor"))
+    seen.clear()
+    informer._relist()  # what the informer does after a 410 (the server restarted)
+    assert seen == [("DELETED", "victim"), ("ADDED", "successor")]

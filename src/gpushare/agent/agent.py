@@ -101,6 +101,10 @@ class AgentConfig:
     sandbox_hidden: tuple[Path, ...] = ()
 
 
+# How long forgetting a pod waits for its processes to end (SIGKILL, then the reaping).
+FORGET_WAIT_S = 10.0
+
+
 class _StatusSink:
     def __init__(self, agent: Agent, namespace: str, name: str, uid: str) -> None:
         self._agent, self._ns, self._name, self._uid = agent, namespace, name, uid
@@ -593,12 +597,15 @@ class Agent:
         return None
 
     def _forget(self, uid: str | None) -> None:
-        """The pod object is gone: stop whatever still runs for it."""
+        """The pod object is gone: stop whatever still runs for it, and wait (a little)
+        until it has: the scheduler may have bound another pod to its GPU share already,
+        and the next event may be that pod."""
         with self._lock:
             entry = self._pods.get(uid or "")
         if entry is None:
             return
         entry.supervisor.stop(0)
+        entry.supervisor.wait_released(FORGET_WAIT_S)
 
         def reap() -> None:
             entry.supervisor.wait(60)

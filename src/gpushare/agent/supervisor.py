@@ -149,6 +149,16 @@ class PodSupervisor:
     def finished(self) -> bool:
         return self._finished.is_set()
 
+    def wait_released(self, timeout: float) -> bool:
+        """Wait until the pod no longer holds its GPU share (see `holds_gpu`)."""
+        deadline = time.monotonic() + timeout
+        while self.holds_gpu:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._released.wait(min(left, 0.05))
+        return True
+
     @property
     def holds_gpu(self) -> bool:
         """Whether the pod may still use its GPU share: not once it has ended for good

@@ -152,15 +152,17 @@ class Informer:
             self._store = fresh
         self.resource_version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
         self.relists += 1
+        # Deletions first: what was freed in the gap (a GPU share, a name) is free before
+        # the objects that may have taken it arrive, as the watch would have told it.
+        for key, obj in old.items():
+            if key not in fresh:
+                self._emit("DELETED", obj, None)
         for key, obj in fresh.items():
             before = old.get(key)
             if before is None:
                 self._emit("ADDED", obj, None)
             elif _version(before) != _version(obj):
                 self._emit("MODIFIED", obj, before)
-        for key, obj in old.items():
-            if key not in fresh:
-                self._emit("DELETED", obj, None)
         self._synced.set()
 
     @staticmethod
