@@ -186,3 +186,11 @@ def test_affinity_terms_and_or_and_unsupported_operators():
 def test_bad_affinity_names_the_field(term, field):
     with pytest.raises(TranslateError, match=re.escape(field)):
         node_affinity(affinity_pod(term))
+
+
+def test_the_pods_node_pool_label_selects_the_pools_nodes():
+    body = pod(nodeSelector={"zone": "a"})
+    body["metadata"]["labels"] = {"kai.scheduler/node-pool": "serve"}
+    core = pod_from_api(body, "default/j", 0, 0.0)
+    assert core.node_selector == {"zone": "a", "kai.scheduler/node-pool": "serve"}
+    assert pod_from_api(pod(), "default/j", 0, 0.0).node_selector == {}

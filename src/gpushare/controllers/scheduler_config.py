@@ -5,6 +5,7 @@
     config:
       compat: kai
       placement: {gpu: spread, cpu: binpack}
+      nodePools: {inference: {placement: {gpu: fgd}}}   # per node pool (kai.scheduler/node-pool)
       stalenessGracePeriodSeconds: 120
 """
 

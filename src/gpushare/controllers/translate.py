@@ -26,6 +26,7 @@ from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.gpu_products import PRODUCTS
 from gpushare.model.pod import GpuRequest
 from gpushare.model.quantities import CPU, MEMORY, to_fraction
+from gpushare.scheduler.config import NODE_POOL_LABEL
 
 Obj = dict[str, Any]
 
@@ -433,10 +434,20 @@ def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float,
         gpu_indices=indices,
         portion=portion,
         started_at=started_at,
-        node_selector=dict(spec.get("nodeSelector") or {}),
+        node_selector=_node_selector(meta, spec),
         node_affinity=node_affinity(pod) + _taint_term(pod, taint_sets),
         subgroup=(meta.get("labels") or {}).get(SUBGROUP_LABEL),
     )
+
+
+def _node_selector(meta: Obj, spec: Obj) -> dict[str, str]:
+    """The pod's ``nodeSelector``, plus its node pool (the ``kai.scheduler/node-pool``
+    label): a pod of a pool runs on that pool's nodes, placed by the pool's rules."""
+    selector = dict(spec.get("nodeSelector") or {})
+    pool = (meta.get("labels") or {}).get(NODE_POOL_LABEL)
+    if pool:
+        selector[NODE_POOL_LABEL] = str(pool)
+    return selector
 
 
 def _taint_term(pod: Obj, taint_sets: Iterable[tuple[node_taints.Taint, ...]]

@@ -31,7 +31,7 @@ from gpushare.scheduler.nodeplacement import placement_strategy_names
 
 CONFIG_KEYS = frozenset({
     "placement", "stalenessGracePeriodSeconds", "maxConsolidationPreemptees",
-    "allowConsolidatingReclaim", "kValue", "compat",
+    "allowConsolidatingReclaim", "kValue", "compat", "nodePools",
 }) | VICTIM_CONFIG_KEYS
 ACTION_NAMES = action_names()
 
@@ -49,13 +49,8 @@ def parse_actions(top: Mapping[str, Any]) -> tuple[str, ...]:
 def parse_config(raw: Any, actions: tuple[str, ...] = DEFAULT_ACTIONS) -> Config:
     """The ``config`` block (``None``: every default), for the given ``actions``."""
     c = check_keys(raw, "config", CONFIG_KEYS)
-    gpu_placement = cpu_placement = "binpack"
-    if "placement" in c:
-        p = check_keys(c["placement"], "config.placement", frozenset({"gpu", "cpu"}))
-        gpu_placement = get(p, "gpu", "config.placement", as_str, default="binpack",
-                            choices=placement_strategy_names())
-        cpu_placement = get(p, "cpu", "config.placement", as_str, default="binpack",
-                            choices=placement_strategy_names())
+    gpu_placement, cpu_placement = _placement(c.get("placement"), "config.placement",
+                                              ("binpack", "binpack"))
     compat = c.get("compat")
     if compat is not None:
         compat = as_str(compat, "config.compat", ("kai",))
@@ -75,7 +70,38 @@ def parse_config(raw: Any, actions: tuple[str, ...] = DEFAULT_ACTIONS) -> Config
         k_value=float(get(c, "kValue", "config", as_number, default=Fraction(1), minimum=0)),
         compat=compat,
         extra=_victim_config(c),
+        pool_placement=_pool_placement(c.get("nodePools"), (gpu_placement, cpu_placement)),
     )
+
+
+def _placement(raw: Any, path: str, default: tuple[str, str]) -> tuple[str, str]:
+    """A ``placement: {gpu, cpu}`` block; what it leaves out is ``default``'s."""
+    if raw is None:
+        return default
+    p = check_keys(raw, path, frozenset({"gpu", "cpu"}))
+    names = placement_strategy_names()
+    return (get(p, "gpu", path, as_str, default=default[0], choices=names),
+            get(p, "cpu", path, as_str, default=default[1], choices=names))
+
+
+def _pool_placement(raw: Any, cluster: tuple[str, str]) -> tuple[tuple[str, str, str], ...]:
+    """``nodePools: {<pool>: {placement: {gpu, cpu}}}``: each pool's rules, by pool name;
+    what a pool leaves out is the cluster's ``placement``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        got = type(raw).__name__
+        raise ScenarioError("config.nodePools",
+                            f"expected a mapping of pool name to settings, got {got}")
+    out = []
+    for name in sorted(raw, key=str):
+        path = join("config.nodePools", str(name))
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(path, "a node pool is named by a non-empty string")
+        pool = check_keys(raw[name], path, frozenset({"placement"}))
+        gpu, cpu = _placement(pool.get("placement"), join(path, "placement"), cluster)
+        out.append((name, gpu, cpu))
+    return tuple(out)
 
 
 def _victim_config(c: dict[str, Any]) -> dict[str, object]:

@@ -205,13 +205,10 @@ class FragIndex:
 
     @classmethod
     def of(cls, state: ClusterState, policy: str, mix: TaskMix) -> FragIndex:
-        index = state.kept.frag_index
-        if (
-            index is None or index.policy != policy or index.mix is not mix
-            or index.node_version != state.node_version
-        ):
-            index = cls(state, policy, mix)
-            state.kept.frag_index = index
+        indexes = state.kept.frag_indexes
+        index = indexes.get(policy)
+        if index is None or index.mix is not mix or index.node_version != state.node_version:
+            index = indexes[policy] = cls(state, policy, mix)
         return index
 
 
@@ -230,7 +227,7 @@ def best_choice(session: Any, pod: Pod, pipeline_only: bool,
                 fit_on_node: Any) -> _Choice | None:
     """The best node for the pod over the whole cluster, through the index."""
     state = session.state
-    policy = session.config.gpu_placement
+    policy = session.config.placement_for(pod)[0]
     mix = _mix_for(state, pod)
     index = FragIndex.of(state, policy, mix)
     skey = pod_shape_key(pod, pipeline_only)
@@ -272,7 +269,7 @@ def ordered_choices(
 ) -> list[_Choice]:
     """Every node of ``names`` the pod fits on, best first (scores each)."""
     state = session.state
-    policy = session.config.gpu_placement
+    policy = session.config.placement_for(pod)[0]
     mix = _mix_for(state, pod)
     fm = FragIndex.of(state, policy, mix).model
     out = []

@@ -38,26 +38,27 @@ class NodeIndex:
         self.cpu_gpu: list[Key] = []
         self._entries: dict[str, list[tuple[list[Key], Key]]] = {}
         self.node_version = state.node_version
+        #: Nodes changed since this index last looked (the state's dirty set, handed on).
+        self.pending: set[str] = set()
         for name in sorted(state.usage):
             self._add(name)
-        state.dirty_nodes.clear()
 
     @classmethod
     def of(cls, state: ClusterState, gpu_strategy: str, cpu_strategy: str) -> NodeIndex:
-        index = state.kept.node_index
-        if (
-            index is None
-            or index.gpu_strategy != gpu_strategy
-            or index.cpu_strategy != cpu_strategy
-        ):
-            index = cls(state, gpu_strategy, cpu_strategy)
-            state.kept.node_index = index
+        """The state's index for this pair of strategies, up to date. One index per pair
+        in use (node pools may place by different rules); each hears of every change."""
+        indexes = state.kept.node_indexes
+        _hand_on(state, indexes)
+        index = indexes.get((gpu_strategy, cpu_strategy))
+        if index is None:
+            index = indexes[(gpu_strategy, cpu_strategy)] = cls(state, gpu_strategy,
+                                                                cpu_strategy)
         else:
             index.refresh()
         return index
 
     def refresh(self) -> None:
-        dirty = self.state.dirty_nodes
+        dirty = self.pending
         if not dirty:
             return
         for name in sorted(dirty):
@@ -130,6 +131,15 @@ class NodeIndex:
         bound = self.cpu_rule.index_start(cpu)
         start = 0 if bound is None else bisect.bisect_left(keys, bound)
         return (keys[i][-1] for i in range(start, len(keys)))
+
+
+def _hand_on(state: ClusterState, indexes: dict[tuple[str, str], NodeIndex]) -> None:
+    """Move the state's dirty nodes into every index's own pending set."""
+    dirty = state.dirty_nodes
+    if dirty:
+        for index in indexes.values():
+            index.pending |= dirty
+        dirty.clear()
 
 
 def _merge(lists: list[list[Key]]) -> Iterable[Key]:

@@ -83,7 +83,7 @@ def fit_on_node(
         portion = g.portion_on(node.gpu_memory_mib)
         if portion > MILLI:
             return None
-        candidates = _shared_gpu_candidates(session, usage, portion)
+        candidates = _shared_gpu_candidates(session, pod, usage, portion)
         if len(candidates) < g.devices:
             return None
         candidates.sort()
@@ -115,7 +115,8 @@ class _GpuCandidate:
     shared: bool  # a GPU already shared by fractions (not a whole free one)
 
 
-def _shared_gpu_candidates(session: Session, usage: NodeUsage, portion: int) -> list[_GpuCandidate]:
+def _shared_gpu_candidates(session: Session, pod: Pod, usage: NodeUsage, portion: int
+                           ) -> list[_GpuCandidate]:
     """The node's GPUs a fraction of ``portion`` milli-GPUs fits on once releases finish.
 
     gpushare puts GPUs where the fraction fits now first, then by the fill of what stays.
@@ -124,7 +125,7 @@ def _shared_gpu_candidates(session: Session, usage: NodeUsage, portion: int) -> 
     the pipelined ones; a GPU whose fractions are all being released counts as a whole
     GPU, and one that holds only pipelined fractions takes a new fraction pipelined too.
     """
-    gpu_order = placement_strategy(session.config.gpu_placement).gpu_order
+    gpu_order = placement_strategy(session.config.placement_for(pod)[0]).gpu_order
     kai_fill = session.behaviour.shared_fill_counts_releasing
     out: list[_GpuCandidate] = []
     for i in range(usage.node.gpus):
@@ -151,8 +152,8 @@ def _shared_gpu_candidates(session: Session, usage: NodeUsage, portion: int) -> 
 
 def _placement_scores(session: Session, pod: Pod, fits: list[tuple[Fit, NodeUsage]]) -> list[float]:
     wants_gpu = pod.gpu.wants_gpu
-    config = session.config
-    strategy = placement_strategy(config.gpu_placement if wants_gpu else config.cpu_placement)
+    gpu_placement, cpu_placement = session.config.placement_for(pod)
+    strategy = placement_strategy(gpu_placement if wants_gpu else cpu_placement)
 
     def free_and_total(usage: NodeUsage) -> tuple[int, int]:
         if wants_gpu:
@@ -168,7 +169,7 @@ def ordered_fits(
     """Every node the pod fits on, best first."""
     state = session.state
     names = nodes if nodes is not None else list(state.usage)
-    if _chooses_nodes(session):
+    if _chooses_nodes(session, pod):
         return [
             _fit_of(c)
             for c in frag_placement.ordered_choices(session, pod, names, pipeline_only, fit_on_node)
@@ -185,7 +186,7 @@ def ordered_fits(
         return []
     placement = _placement_scores(session, pod, fits)
     gpu_sharing = (pod.gpu.is_shared
-                   and placement_strategy(session.config.gpu_placement).shared_gpus_first)
+                   and placement_strategy(session.config.placement_for(pod)[0]).shared_gpus_first)
     by_availability = session.behaviour.availability_orders_pipelined
     scored = []
     for (fit, usage), p in zip(fits, placement, strict=True):
@@ -207,14 +208,14 @@ def best_fit(
     """The node ``ordered_fits`` would put first, found through the node index when the
     whole cluster is the choice (same order, far fewer nodes looked at)."""
     g = pod.gpu
-    config = session.config
-    if nodes is None and _chooses_nodes(session):
+    gpu_placement, cpu_placement = session.config.placement_for(pod)
+    if nodes is None and _chooses_nodes(session, pod):
         choice = frag_placement.best_choice(session, pod, pipeline_only, fit_on_node)
         return None if choice is None else _fit_of(choice)
     if nodes is not None or (g.is_shared and g.devices > 1):
         fits = ordered_fits(session, pod, nodes, pipeline_only)
         return fits[0] if fits else None
-    index = NodeIndex.of(session.state, config.gpu_placement, config.cpu_placement)
+    index = NodeIndex.of(session.state, gpu_placement, cpu_placement)
     usage = session.state.usage
     by_availability = session.behaviour.availability_orders_pipelined
     want_now = not pipeline_only or by_availability
@@ -242,7 +243,7 @@ def best_fit(
         if g.is_memory:
             # Portions differ with each node's GPU memory: look at every shared node.
             portion = 1
-        if placement_strategy(config.gpu_placement).shared_gpus_first:
+        if placement_strategy(gpu_placement).shared_gpus_first:
             now, later = first(
                 n for n in index.shared_candidates(portion)
                 if _has_shared_fit(session, pod, usage[n])
@@ -276,9 +277,10 @@ def _unique_names(keys: Iterable[tuple[object, ...]]) -> Iterator[str]:
             yield name
 
 
-def _chooses_nodes(session: Session) -> bool:
-    """The GPU strategy makes its own node and GPU choice (the fragmentation rules)."""
-    return getattr(placement_strategy(session.config.gpu_placement), "chooses_nodes", False)
+def _chooses_nodes(session: Session, pod: Pod) -> bool:
+    """The pod's GPU strategy makes its own node and GPU choice (the fragmentation rules)."""
+    return getattr(placement_strategy(session.config.placement_for(pod)[0]), "chooses_nodes",
+                   False)
 
 
 def _fit_of(c: frag_placement._Choice) -> Fit:
@@ -362,8 +364,7 @@ def unschedulable_reason(session: Session, pod: Pod) -> str:
     state = session.state
     if not state.usage:
         return "no nodes"
-    config = session.config
-    index = NodeIndex.of(state, config.gpu_placement, config.cpu_placement)
+    index = NodeIndex.of(state, *session.config.placement_for(pod))
     counts: dict[str, int] = {}
     ready = [u for u in state.usage.values() if u.node.ready]
     not_ready = len(state.usage) - len(ready)

@@ -142,10 +142,11 @@ class Kept:
     """Figures derived from the state that later cycles may reuse. Each user keeps its own
     check that they still hold (a version, a policy, the inputs they were made from)."""
 
-    #: Candidate nodes per placement key (``node_index``).
-    node_index: NodeIndex | None = None
-    #: Per pod shape, the fitting nodes under the fragmentation rules (``frag_placement``).
-    frag_index: FragIndex | None = None
+    #: Candidate nodes per placement key (``node_index``), one index per pair of
+    #: (GPU, CPU) placement rules in use.
+    node_indexes: dict[tuple[str, str], NodeIndex] = field(default_factory=dict)
+    #: Per pod shape, the fitting nodes under each fragmentation rule (``frag_placement``).
+    frag_indexes: dict[str, FragIndex] = field(default_factory=dict)
     #: The task mix the fragmentation rules use, when fixed (None: learnt from pods).
     task_mix: TaskMix | None = None
     recent_shapes: RecentShapes | None = None

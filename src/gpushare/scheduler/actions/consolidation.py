@@ -46,8 +46,10 @@ def _enough_gpus(session: Session, step: list[Pod], free: int) -> bool:
 def consolidation(session: Session) -> None:
     config = session.config
     limit = config.max_consolidation_preemptees
-    if limit == 0 or not (placement_strategy(config.gpu_placement).allows_consolidation
-                          and placement_strategy(config.cpu_placement).allows_consolidation):
+    if limit == 0 or not all(
+            placement_strategy(gpu).allows_consolidation
+            and placement_strategy(cpu).allows_consolidation
+            for gpu, cpu in config.placements()):
         return
     options = VictimOptions.of(session.config)
 
