@@ -46,7 +46,8 @@ def main() -> None:
     ap.add_argument("--spread-seeds", type=int, default=None,
                     help="fewer seeds for spread (its core index path is slow here)")
     ap.add_argument("--demand", type=float, default=1.3)
-    ap.add_argument("--out", type=Path, default=None, help="append run results (JSON lines)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="append run results (JSON lines); runs it holds are skipped")
     ap.add_argument("--plot-dir", type=Path, default=None)
     ap.add_argument("--from-results", type=Path, default=None,
                     help="only report (and plot) from a results file of earlier runs")
@@ -64,13 +65,18 @@ def main() -> None:
         nodes_path = args.trace_dir / "openb_node_list_gpu_node.csv"
         nodes = read_nodes(nodes_path)
         print(f"nodes: {len(nodes)} with {sum(n.gpus for n in nodes)} GPUs ({nodes_path})")
-        for name in lists:
-            pods = read_pods(args.trace_dir / f"openb_pod_list_{name}.csv")
-            # Seed by seed, all policies each time: a run cut short still compares them.
-            for seed in range(42, 42 + args.seeds):
+        pod_lists = {name: read_pods(args.trace_dir / f"openb_pod_list_{name}.csv")
+                     for name in lists}
+        done = _done(args.out) if args.out is not None else set()
+        # Seed by seed, every list and policy each time: a run cut short still compares
+        # them all; runs already in --out are not repeated (a stopped matrix resumes).
+        for seed in range(42, 42 + args.seeds):
+            for name, pods in pod_lists.items():
                 for policy in policies:
                     if (policy == "spread" and args.spread_seeds is not None
                             and seed >= 42 + args.spread_seeds):
+                        continue
+                    if (name, policy, seed) in done:
                         continue
                     r = run_fill(nodes, pods, policy, seed, args.demand)
                     a = r.allocation(1, round(args.demand * 100))
@@ -88,6 +94,14 @@ def main() -> None:
     if args.plot_dir is not None:
         plot(runs, args.plot_dir, args.demand)
     print(f"load average {os.getloadavg()}", flush=True)
+
+
+def _done(path: Path) -> set[tuple[str, str, int]]:
+    """(list, policy, seed) of the runs a results file already holds."""
+    if not path.exists():
+        return set()
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line]
+    return {(r["list"], r["policy"], r["seed"]) for r in runs}
 
 
 def _stats(values: list[float]) -> str:
