@@ -104,10 +104,19 @@ def _timeline(nodes, pods, policies, queue_by, json: bool, plot: Path | None) ->
             typer.echo(orjson.dumps(r.summary()).decode())
         else:
             typer.echo(f"policy {p}: {r.placed}/{r.total} pods placed, "
-                       f"GPU allocation mean {r.mean_allocation:.2f}%")
+                       f"GPU allocation mean {r.mean_allocation:.2f}%, "
+                       f"Jain index over queues {r.jain_index():.3f}")
+            fair = r.fair_shares()
             for q, w in sorted(r.waits().items()):
                 typer.echo(f"  queue {q:<12} pods {w['pods']:>6}  wait p50 {w['p50']:>10.0f}s  "
-                           f"p95 {w['p95']:>10.0f}s  never placed {w['unplaced']}")
+                           f"p95 {w['p95']:>10.0f}s  never placed {w['unplaced']}  "
+                           f"evicted {w['evicted']}")
+                if q in fair:
+                    f = fair[q]
+                    short = 100 * f["shortOfFairShare"]
+                    typer.echo(f"  {'':<18} GPUs running {f['allocatedGpus']:.2f} / fair share "
+                               f"{f['fairShare']:.2f} (ratio {f['ratio']:.2f}), deficit "
+                               f"{f['deficitGpus']:.2f}, short of it {short:.0f}% of the time")
         series[p] = r.allocation_series()
     if plot is not None:
         _plot(plot, series, "GPU allocation over the trace", "time (s)", "GPU allocated (%)")

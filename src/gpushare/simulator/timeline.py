@@ -2,8 +2,9 @@
 time; a scheduling cycle of the real core (every configured action, queues and fair
 shares included) runs at each moment something happens. Queues come from a mapping of the
 trace's pods (``--queue-by qos``: one queue per QoS class, equal weights; ``none``: one
-queue). Reported: GPU allocation over time, per-queue waits (creation to bind) and pods
-never placed.
+queue). Reported: GPU allocation over time, per-queue waits (creation to first bind), pods
+never placed, evictions, and fairness: each queue's running GPUs against the fair share
+the core computed in each cycle, integrated over time, and Jain's index over queues.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpushare.model.pod import PodStatus
-from gpushare.model.quantities import MILLI
+from gpushare.model.quantities import GPU, MILLI
 from gpushare.model.queue import Queue
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.cycle import run_cycle
@@ -32,7 +33,9 @@ class TimelineResult:
     placed: int = 0
     points: list[tuple[float, float]] = field(default_factory=list)  # (time, allocated %)
     wait: dict[str, list[float]] = field(default_factory=dict)  # queue -> waits (s)
-    unplaced: dict[str, int] = field(default_factory=dict)
+    unplaced: dict[str, int] = field(default_factory=dict)  # never ran before leaving / the end
+    evicted: dict[str, int] = field(default_factory=dict)  # evictions (a pod may run again)
+    fairness: dict[str, QueueFairness] = field(default_factory=dict)  # leaf queue -> figures
 
     @property
     def mean_allocation(self) -> float:
@@ -49,8 +52,26 @@ class TimelineResult:
         for q in sorted(set(self.wait) | set(self.unplaced)):
             w = sorted(self.wait.get(q, []))
             out[q] = {"pods": len(w) + self.unplaced.get(q, 0), "p50": _pct(w, 50),
-                      "p95": _pct(w, 95), "unplaced": self.unplaced.get(q, 0)}
+                      "p95": _pct(w, 95), "unplaced": self.unplaced.get(q, 0),
+                      "evicted": self.evicted.get(q, 0)}
         return out
+
+    def fair_shares(self) -> dict[str, dict[str, float]]:
+        """Per queue, time-weighted over the trace: GPUs allocated, the fair share the core
+        computed, the deficit ``max(0, fair share − allocated)``, the share of the time the
+        queue was short of its fair share by more than ``SHORT_GPUS``, and
+        allocated / fair share."""
+        span = self.points[-1][0] - self.points[0][0] if len(self.points) > 1 else 0.0
+        return {q: f.report(span) for q, f in sorted(self.fairness.items())}
+
+    def jain_index(self) -> float:
+        """Jain's fairness index over the queues' allocated / fair share (time-weighted
+        means; queues with no fair share left out): 1 when every queue got the same share
+        of its fair share, down to 1/n."""
+        ratios = [f["ratio"] for f in self.fair_shares().values() if f["fairShare"] > 0]
+        if not ratios or not any(ratios):
+            return 1.0
+        return sum(ratios) ** 2 / (len(ratios) * sum(r * r for r in ratios))
 
     def allocation_series(self) -> list[tuple[float, float]]:
         return self.points
@@ -58,7 +79,49 @@ class TimelineResult:
     def summary(self) -> dict:
         return {"kind": "summary", "mode": "timeline", "policy": self.policy,
                 "gpus": self.capacity / MILLI, "pods": self.total, "placed": self.placed,
-                "meanAllocation": round(self.mean_allocation, 4), "queues": self.waits()}
+                "meanAllocation": round(self.mean_allocation, 4), "queues": self.waits(),
+                "fairShare": self.fair_shares(), "jainIndex": round(self.jain_index(), 4)}
+
+
+#: A queue counts as short of its fair share when more than this many GPUs below it.
+SHORT_GPUS = 0.01
+
+
+@dataclass(slots=True)
+class QueueFairness:
+    """A queue's GPUs allocated and fair share over time, integrated between events."""
+
+    allocated: float = 0.0  # GPU-seconds
+    fair_share: float = 0.0
+    deficit: float = 0.0
+    short: float = 0.0  # seconds short of the fair share
+    last: tuple[float, float] = (0.0, 0.0)  # (allocated, fair share) since the last event
+
+    def advance(self, seconds: float) -> None:
+        allocated, fair = self.last
+        self.allocated += seconds * allocated
+        self.fair_share += seconds * fair
+        gap = max(0.0, fair - allocated)
+        self.deficit += seconds * gap
+        if gap > SHORT_GPUS:
+            self.short += seconds
+
+    def report(self, span: float) -> dict[str, float]:
+        if span <= 0:
+            allocated, fair = self.last
+            gap = max(0.0, fair - allocated)
+            means = (allocated, fair, gap, 1.0 if gap > SHORT_GPUS else 0.0)
+        else:
+            means = (self.allocated / span, self.fair_share / span, self.deficit / span,
+                     self.short / span)
+        ratio = means[0] / means[1] if means[1] > 0 else 0.0
+        return {"allocatedGpus": round(means[0], 4), "fairShare": round(means[1], 4),
+                "deficitGpus": round(means[2], 4), "shortOfFairShare": round(means[3], 4),
+                "ratio": round(ratio, 4)}
+
+
+def _gpus(figures: dict[str, float]) -> float:
+    return float(figures.get(GPU, 0.0))
 
 
 def _pct(values: list[float], p: int) -> float:
@@ -98,11 +161,19 @@ def run_timeline(
             events.append((p.deleted, 0, i))
     events.sort()
     allocated = 0
+    running = dict.fromkeys(queues, 0)  # milli-GPUs of each queue's running pods
     created_at: dict[str, float] = {}
     by_key = {}
+    started: set[str] = set()  # pods that have been bound once
+    result.fairness = {q: QueueFairness() for q in queues}
     j = 0
+    last_time: float | None = None
     while j < len(events):
         now = events[j][0]
+        if last_time is not None:
+            for f in result.fairness.values():
+                f.advance(now - last_time)
+        last_time = now
         while j < len(events) and events[j][0] == now:
             _, kind, i = events[j]
             tp = pods[i]
@@ -115,10 +186,11 @@ def run_timeline(
                 by_key[key] = tp
             elif key in state.pods:
                 pod = state.pods[key]
+                q = queue_of(tp, queue_by)
                 if pod.status is PodStatus.RUNNING:
                     allocated -= tp.gpu_total
-                else:
-                    q = queue_of(tp, queue_by)
+                    running[q] -= tp.gpu_total
+                elif key not in started:
                     result.unplaced[q] = result.unplaced.get(q, 0) + 1
                 state.remove_pod(key)
                 state.remove_job(key)
@@ -128,23 +200,33 @@ def run_timeline(
             pod = state.pods[b.pod]
             state.set_pod(pod, PodStatus.RUNNING, pod.node, pod.gpu_indices, pod.portion)
             tp = by_key[b.pod]
-            allocated += tp.gpu_total
-            result.placed += 1
             q = queue_of(tp, queue_by)
-            result.wait.setdefault(q, []).append(now - created_at[b.pod])
+            allocated += tp.gpu_total
+            running[q] += tp.gpu_total
+            if b.pod not in started:
+                started.add(b.pod)
+                result.placed += 1
+                result.wait.setdefault(q, []).append(now - created_at[b.pod])
         for e in cycle.evictions:
             victim = state.pods.get(e.pod)
             if victim is not None:
+                q = queue_of(by_key[e.pod], queue_by)
                 if victim.status is PodStatus.RELEASING:
                     allocated -= by_key[e.pod].gpu_total
+                    running[q] -= by_key[e.pod].gpu_total
+                    result.evicted[q] = result.evicted.get(q, 0) + 1
                 state.set_pod(victim, PodStatus.PENDING)
         for pipelined in cycle.pipelines:
             waiting = state.pods.get(pipelined.pod)
             if waiting is not None and waiting.status is PodStatus.PIPELINED:
                 state.set_pod(waiting, PodStatus.PENDING)
         result.points.append((now, 100 * allocated / capacity))
+        for q, f in result.fairness.items():
+            report = cycle.queues.get(q)
+            fair = _gpus(report.fair_share) if report is not None else 0.0
+            f.last = (running[q] / MILLI, fair)
     for key, pod in state.pods.items():
-        if pod.status is PodStatus.PENDING:
+        if pod.status is PodStatus.PENDING and key not in started:
             q = queue_of(by_key[key], queue_by)
             result.unplaced[q] = result.unplaced.get(q, 0) + 1
     return result
