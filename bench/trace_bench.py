@@ -82,7 +82,10 @@ def main() -> None:
                     a = r.allocation(1, round(args.demand * 100))
                     run = {"list": name, "policy": policy, "seed": seed, "gpus": r.gpus,
                            "pods": len(r.steps), "seconds": round(r.seconds, 3),
-                           "allocation": a, "fragmentation": r.fragmentation()}
+                           "allocation": a, "fragmentation": r.fragmentation(),
+                           "load": round(os.getloadavg()[0], 1),
+                           "left": {k: v.as_dict() for k, v in r.left.items()},
+                           "failed": _top_failed(r.failed)}
                     runs.append(run)
                     print(f"  {name:<12} {policy:<14} seed {seed}  alloc@100 {a['100']:6.2f}  "
                           f"alloc@130 {a['130']:6.2f}  {len(r.steps) / r.seconds:7.0f} pods/s  "
@@ -91,9 +94,39 @@ def main() -> None:
                         with args.out.open("a") as fh:
                             fh.write(json.dumps(run) + "\n")
     report(runs, args.demand)
+    leftover_report(runs)
     if args.plot_dir is not None:
         plot(runs, args.plot_dir, args.demand)
     print(f"load average {os.getloadavg()}", flush=True)
+
+
+def _top_failed(failed: dict, top: int = 12) -> list[list]:
+    """The pod shapes that found no room, most milli-GPUs first:
+    ``[GPUs, milli-GPU each, cores, GPU models, count]``."""
+    ranked = sorted(failed.items(), key=lambda kv: (-kv[0][0] * kv[0][1] * kv[1], kv[0]))
+    return [[g, m, c, "|".join(spec), n] for (g, m, c, spec), n in ranked[:top]]
+
+
+def leftover_report(runs: list[dict]) -> None:
+    """Where the unallocated GPUs are at the end (mean over seeds), per list and policy."""
+    print()
+    print("| list | policy | node type | nodes | GPUs free (% of its GPUs) | on partly used GPUs "
+          "| on nodes < 1 core free |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name in dict.fromkeys(r["list"] for r in runs):
+        for policy in dict.fromkeys(r["policy"] for r in runs):
+            rs = [r for r in runs if r["list"] == name and r["policy"] == policy and "left" in r]
+            if not rs:
+                continue
+            kinds = sorted(rs[0]["left"], key=lambda k: -rs[0]["left"][k]["free"])[:6]
+            for kind in kinds:
+                cells = [r["left"][kind] for r in rs if kind in r["left"]]
+                free = statistics.mean(c["free"] for c in cells) / 1000
+                cap = cells[0]["capacity"] / 1000
+                part = statistics.mean(c["partial"] for c in cells) / 1000
+                strand = statistics.mean(c["stranded"] for c in cells) / 1000
+                print(f"| {name} | {policy} | {kind} | {cells[0]['nodes']} | {free:.1f} "
+                      f"({100 * free / cap:.1f} %) | {part:.1f} | {strand:.1f} |")
 
 
 def _done(path: Path) -> set[tuple[str, str, int]]:

@@ -209,3 +209,24 @@ def test_timeline_mode_reports_queues_and_waits():
     assert set(summary["queues"]) == {"be", "burstable", "ls"}
     assert sum(q["pods"] for q in summary["queues"].values()) == 12
     assert summary["placed"] == 12 and 0 < summary["meanAllocation"] <= 100
+
+
+def test_leftover_by_node_type_and_failed_shapes_are_counted_by_hand():
+    # A T4 node (2 GPUs, 4 cores) and an A10 node (1 GPU, 16 cores). Pods, in order (the
+    # demand is the list's own, so none is added or dropped; binpack, no shuffle effect
+    # on what fits): a 0.6 fraction with 3.5 cores, a whole A10-only GPU, an 8-GPU pod.
+    nodes = [TraceNode("t", 4000, 65536, 2, "T4"), TraceNode("a", 16000, 65536, 1, "A10")]
+    pods = [TracePod("frac", 3500, 1024, 1, 600, ("T4",)),
+            TracePod("whole", 2000, 1024, 1, 1000, ("A10",)),
+            TracePod("big", 1000, 1024, 8, 1000)]
+    demand = sum(p.gpu_total for p in pods) / capacity_of(nodes)
+    r = run_fill(nodes, pods, "binpack", 3, demand)
+    assert {s.pod for s in r.steps} == {"frac", "whole", "big"}
+    left = {k: v.as_dict() for k, v in r.left.items()}
+    # T4: 0.4 left on the shared GPU and a whole free one, half a core free: stranded.
+    assert left["T4x2/4c"] == {"nodes": 1, "capacity": 2000, "free": 1400, "partial": 400,
+                               "stranded": 1400, "cpuFree": 500}
+    assert left["A10x1/16c"] == {"nodes": 1, "capacity": 1000, "free": 0, "partial": 0,
+                                 "stranded": 0, "cpuFree": 14000}
+    assert list(left) == ["T4x2/4c", "A10x1/16c"]  # most free first
+    assert r.failed == {(8, 1000, 1, ()): 1}

@@ -73,12 +73,55 @@ class FillStep:
 
 
 @dataclass(slots=True)
+class NodeTypeLeft:
+    """What a node type (GPU model, GPUs per node, cores per node) has left at the end of a
+    fill run: where the unallocated capacity is, and why it went unused."""
+
+    nodes: int = 0
+    capacity: int = 0  # milli-GPUs
+    free: int = 0  # milli-GPUs free in all
+    partial: int = 0  # of which on GPUs partly used (fragments of shared GPUs)
+    stranded: int = 0  # of which on nodes with less than one core free
+    cpu_free: int = 0  # millicores free
+
+    def as_dict(self) -> dict[str, int]:
+        return {"nodes": self.nodes, "capacity": self.capacity, "free": self.free,
+                "partial": self.partial, "stranded": self.stranded, "cpuFree": self.cpu_free}
+
+
+def leftover_by_node_type(state: ClusterState) -> dict[str, NodeTypeLeft]:
+    """Per node type (``<model>x<GPUs>/<cores>c``), the GPU capacity left unallocated."""
+    out: dict[str, NodeTypeLeft] = {}
+    for usage in state.usage.values():
+        node = usage.node
+        if not node.gpus:
+            continue
+        kind = (f"{node.labels.get(GPU_PRODUCT_LABEL, '?')}x{node.gpus}/"
+                f"{node.cpu_millis // 1000}c")
+        left = out.setdefault(kind, NodeTypeLeft())
+        frees = [usage.gpu_free_future(i) for i in range(node.gpus)]
+        free = sum(frees)
+        left.nodes += 1
+        left.capacity += node.gpus * MILLI
+        left.free += free
+        left.partial += sum(f for f in frees if f < MILLI)
+        cpu = usage.cpu_free_future()
+        left.cpu_free += cpu
+        if cpu < MILLI:
+            left.stranded += free
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1].free, kv[0])))
+
+
+@dataclass(slots=True)
 class FillResult:
     policy: str
     seed: int
     capacity: int  # milli-GPUs
     steps: list[FillStep] = field(default_factory=list)
     seconds: float = 0.0
+    left: dict[str, NodeTypeLeft] = field(default_factory=dict)  # at the end, by node type
+    #: Pods that found no room: ``(GPUs, milli-GPU each, cores, GPU models)`` -> count.
+    failed: dict[tuple[int, int, int, tuple[str, ...]], int] = field(default_factory=dict)
 
     @property
     def gpus(self) -> float:
@@ -197,12 +240,15 @@ def run_fill(
         if node is None:
             state.remove_pod(pod.key)
             state.remove_job(job.key)
+            shape = (tp.num_gpu, tp.gpu_milli, tp.cpu_millis // 1000, tp.gpu_spec)
+            result.failed[shape] = result.failed.get(shape, 0) + 1
         else:
             state.set_pod(pod, PodStatus.RUNNING, pod.node, pod.gpu_indices, pod.portion)
             allocated += tp.gpu_total
             meter.update(node)
         result.steps.append(FillStep(tp.name, node, arrived, allocated, meter.total))
     result.seconds = time.perf_counter() - started
+    result.left = leftover_by_node_type(state)
     return result
 
 
