@@ -3,7 +3,8 @@
 Runs a few cycles (all five actions, settling in between as the bench does) on clusters
 built by ``scheduler_bench.build`` and prints, per size and per configuration (gpushare's
 defaults and ``compat: kai``), a sha256 over the sorted binds, pipelines and evictions of
-every cycle, plus the cycle times. Two commits that hash the same on these clusters made the
+every cycle, plus the cycle times (wall clock, and the process's CPU time, which a loaded
+machine disturbs less). Two commits that hash the same on these clusters made the
 same decisions on them: a refactoring proves itself unchanged this way.
 
     python bench/decision_hash.py                    # the default sizes
@@ -43,23 +44,25 @@ def decisions_of(result) -> list[str]:
 
 
 def run(nodes: int, queues: int, pending: int, free: float, cycles: int,
-        compat: str | None) -> tuple[str, list[float], int]:
+        compat: str | None) -> tuple[str, list[float], list[float], int]:
     state = build(nodes, queues, pending, free)
     config = Config(compat=compat)
     digest = hashlib.sha256()
     times: list[float] = []
+    cpu: list[float] = []
     count = 0
     for c in range(cycles):
         if c:
             next_cycle(state, c, pending)
-        t = time.perf_counter()
+        t, c0 = time.perf_counter(), time.process_time()
         result = run_cycle(state, config, 0.0)
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c0)
         lines = decisions_of(result)
         count += len(lines)
         digest.update(f"cycle {c}\n".encode())
         digest.update("\n".join(lines).encode())
-    return digest.hexdigest()[:16], times, count
+    return digest.hexdigest()[:16], times, cpu, count
 
 
 def main() -> None:
@@ -77,11 +80,12 @@ def main() -> None:
         for compat in args.compat:
             if compat == "kai" and size not in args.kai_sizes:
                 continue
-            digest, times, count = run(int(n), int(q), int(p), float(f), args.cycles,
+            digest, times, cpu, count = run(int(n), int(q), int(p), float(f), args.cycles,
                                        None if compat == "default" else compat)
             print(f"nodes={n} queues={q} pending={p} free={f} compat={compat} "
                   f"decisions={count} hash={digest} cycle min={min(times):.3f}s "
-                  f"median={statistics.median(times):.3f}s")
+                  f"median={statistics.median(times):.3f}s cpu min={min(cpu):.3f}s "
+                  f"median={statistics.median(cpu):.3f}s")
 
 
 if __name__ == "__main__":
