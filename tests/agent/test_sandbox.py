@@ -288,3 +288,22 @@ def test_the_pods_path_leaves_out_home_directories() -> None:
     env = sb.sandbox_env(state, {"PATH": "/root/.pyenv/shims:/d/bin:/usr/bin", "HOME": "/root"})
     assert env["PATH"] == "/usr/bin" and env["HOME"] == "/d/pods/ns/p"
     assert env["USER"] == "pod-200070" and env["TMPDIR"] == "/tmp"
+
+
+def test_mps_pipes_leave_a_data_dir_other_users_cannot_reach(tmp_path: Path) -> None:
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    hidden_data = closed / "agent"
+    base = sb.mps_base(hidden_data)
+    try:
+        assert base.parent.parent == Path("/run/gpushare") and base.name == "mps"
+        assert sb.untraversable(base.parent) is None  # every user can cross to it
+        assert sb.mps_base(hidden_data) == base  # the same data dir, the same place
+    finally:
+        shutil.rmtree(base.parent, ignore_errors=True)
+    opened = Path(tempfile.mkdtemp(prefix="gpushare-open-"))
+    try:
+        opened.chmod(0o711)
+        assert sb.mps_base(opened / "agent") == opened / "agent" / "mps"
+    finally:
+        shutil.rmtree(opened)

@@ -42,8 +42,9 @@ def data_dir() -> Iterator[Path]:
         pytest.skip("NVML finds no GPU here")
     if os.geteuid() != 0:
         pytest.skip("the sandbox needs the agent's root")
+    # a 0700 parent, as pytest's temporary directories have: the pods reach their own
+    # directory relatively and the MPS pipes outside the data dir (sandbox.mps_base)
     root = Path(tempfile.mkdtemp(prefix="gpushare-gpu-sandbox-"))
-    root.chmod(0o711)
     yield root / "agent"
     shutil.rmtree(root, ignore_errors=True)
 
@@ -66,7 +67,7 @@ def test_two_sandboxed_mps_clients_share_the_gpu_at_once(data_dir: Path) -> None
         pytest.skip("no MPS control daemon on this machine")
     pods_root = data_dir / "pods"
     policy = sb.open_for_pods(sb.choose_policy("auto", [data_dir]), data_dir, pods_root)
-    mps = MpsManager(inventory.devices[:1], data_dir / "mps")
+    mps = MpsManager(inventory.devices[:1], sb.mps_base(data_dir))
     assert mps.start_all() == []
     pipe = mps.pipe_directory(inventory.devices[0].index)
     assert pipe is not None
@@ -105,3 +106,6 @@ def test_two_sandboxed_mps_clients_share_the_gpu_at_once(data_dir: Path) -> None
         for _, process in started:
             proc.kill_group(process.pgid)
         mps.stop_all()
+        base = sb.mps_base(data_dir).parent
+        if base.parent == Path("/run/gpushare"):
+            shutil.rmtree(base, ignore_errors=True)

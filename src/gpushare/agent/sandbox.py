@@ -43,6 +43,7 @@ recorded ``SandboxState`` and that process group.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -188,6 +189,22 @@ def untraversable(path: Path) -> Path | None:
         except OSError:
             return directory
     return None
+
+
+def mps_base(data_dir: Path) -> Path:
+    """Where the MPS daemons' pipe and log directories go: ``<data dir>/mps``, unless a
+    parent of the data directory cannot be crossed by other users (a 0700 temporary or home
+    directory) while pods run as users of their own: then ``/run/gpushare/<digest of the
+    data dir>/mps``, for the pods' users to reach the pipes by their absolute path."""
+    default = data_dir / "mps"
+    if os.geteuid() != 0 or untraversable(data_dir.parent) is None:
+        return default
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:12]
+    base = Path("/run/gpushare") / digest
+    base.mkdir(parents=True, exist_ok=True)
+    for directory in (base.parent, base):
+        os.chmod(directory, 0o711)
+    return base / "mps"
 
 
 def open_for_pods(policy: SandboxPolicy, data_dir: Path, pods_root: Path) -> SandboxPolicy:

@@ -64,6 +64,7 @@ def agent(
     from gpushare.agent.inventory import declared_gpus, host_resources
     from gpushare.agent.mps import MpsManager
     from gpushare.agent.nvml import NvmlUnavailable, PynvmlBackend, probe_inventory
+    from gpushare.agent.sandbox import mps_base
     from gpushare.agent.supervisor import SupervisorConfig
     from gpushare.kube.client import KubeClient
     from gpushare.model.gpu_products import GpuSpecError
@@ -93,7 +94,7 @@ def agent(
             enforcement,
             inventory,
             nvml is not None,
-            lambda: MpsManager(inventory.devices, data_dir / "mps"),
+            lambda: MpsManager(inventory.devices, mps_base(data_dir)),
         )
     except EnforcementError as exc:
         typer.echo(f"error: {exc}", err=True)
