@@ -48,3 +48,44 @@ def test_stored_kinds_still_answer_tables(cluster):
     assert response.status == 200
     assert b'"kind":"Table"' in response.data
     assert client.CoreV1Api(api).list_namespace().items
+
+
+def _pod(name: str, *, cpu: str | None = None, deadline: int | None = None) -> dict:
+    container: dict = {"name": "c", "image": "busybox"}
+    if cpu:
+        container["resources"] = {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}
+    spec: dict = {"containers": [container]}
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def _used(core, ns: str, name: str) -> dict:
+    return core.read_namespaced_resource_quota(name, ns).status.used
+
+
+def test_quota_scopes_count_only_their_pods(cluster):
+    # [sig-api-machinery] ResourceQuota should verify ResourceQuota with best effort scope
+    # / with terminating scopes
+    core = client.CoreV1Api(cluster.api_client())
+    ns = "quota-scopes"
+    core.create_namespace({"metadata": {"name": ns}})
+    for name, scope, pods in (("best-effort", "BestEffort", "2"),
+                              ("not-best-effort", "NotBestEffort", "2"),
+                              ("terminating", "Terminating", "5"),
+                              ("not-terminating", "NotTerminating", "5")):
+        core.create_namespaced_resource_quota(ns, {"metadata": {"name": name}, "spec": {
+            "hard": {"pods": pods}, "scopes": [scope]}})
+    core.create_namespaced_pod(ns, _pod("plain"))                    # best effort, long-running
+    core.create_namespaced_pod(ns, _pod("sized", cpu="100m"))         # burstable
+    core.create_namespaced_pod(ns, _pod("batch", cpu="100m", deadline=60))  # terminating
+    assert _used(core, ns, "best-effort") == {"pods": "1"}
+    assert _used(core, ns, "not-best-effort") == {"pods": "2"}
+    assert _used(core, ns, "terminating") == {"pods": "1"}
+    assert _used(core, ns, "not-terminating") == {"pods": "2"}
+    # A third not-best-effort pod is over that quota; a best-effort one is not.
+    with pytest.raises(ApiException) as raised:
+        core.create_namespaced_pod(ns, _pod("sized-2", cpu="100m"))
+    assert raised.value.status == 403 and "not-best-effort" in raised.value.body
+    core.create_namespaced_pod(ns, _pod("plain-2"))
+    assert _used(core, ns, "best-effort") == {"pods": "2"}

@@ -114,10 +114,83 @@ def _object_usage(gr: str, obj: dict[str, Any], hard: Iterable[str]) -> dict[str
     return out
 
 
-def usage(hard: dict[str, Any], objects: Lister) -> dict[str, Decimal]:
+_COMPUTE_NAMES = ("cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu",
+                  "limits.memory")
+
+
+def _best_effort(pod: dict[str, Any]) -> bool:
+    """QoS class BestEffort: no container asks for or limits cpu or memory."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    for key in ("containers", "initContainers"):
+        for part in ("requests", "limits"):
+            if any(name in ("cpu", "memory") for name, _ in _amounts(spec.get(key), part)):
+                return False
+    return True
+
+
+def _terminating(pod: dict[str, Any]) -> bool:
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    return spec.get("activeDeadlineSeconds") is not None
+
+
+_SCOPES = {
+    "Terminating": _terminating,
+    "NotTerminating": lambda pod: not _terminating(pod),
+    "BestEffort": _best_effort,
+    "NotBestEffort": lambda pod: not _best_effort(pod),
+}
+
+
+def _scope_terms(quota: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+    """(scopeName, operator, values) of `spec.scopes` and `spec.scopeSelector`."""
+    spec = quota.get("spec") if isinstance(quota.get("spec"), dict) else {}
+    terms = [(str(name), "Exists", []) for name in spec.get("scopes") or []]
+    selector = spec.get("scopeSelector") if isinstance(spec.get("scopeSelector"), dict) else {}
+    for expr in selector.get("matchExpressions") or []:
+        if isinstance(expr, dict):
+            terms.append((str(expr.get("scopeName")), str(expr.get("operator") or "Exists"),
+                          [str(v) for v in expr.get("values") or []]))
+    return terms
+
+
+def in_scope(quota: dict[str, Any], gr: str, obj: dict[str, Any]) -> bool:
+    """Whether a scoped quota tracks the object: scopes select pods only (Terminating:
+    `activeDeadlineSeconds` set; BestEffort: no cpu/memory requests or limits; and their
+    negations; PriorityClass by `spec.priorityClassName`), every term must hold."""
+    terms = _scope_terms(quota)
+    if not terms:
+        return True
+    if gr != "pods":
+        return False
+    for name, operator, values in terms:
+        if name == "PriorityClass":
+            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+            cls = spec.get("priorityClassName")
+            ok = {"In": cls in values, "NotIn": cls not in values, "Exists": cls is not None,
+                  "DoesNotExist": cls is None}.get(operator, False)
+        else:
+            check = _SCOPES.get(name)
+            ok = check is not None and (check(obj) if operator != "DoesNotExist"
+                                        else not check(obj))
+        if not ok:
+            return False
+    return True
+
+
+def _tracked(quota: dict[str, Any], hard: dict[str, Any]) -> dict[str, Any]:
+    """The names a quota tracks: a BestEffort quota tracks only the pod count."""
+    if any(name == "BestEffort" for name, _, _ in _scope_terms(quota)):
+        return {k: v for k, v in hard.items() if k not in _COMPUTE_NAMES}
+    return hard
+
+
+def usage(quota: dict[str, Any], objects: Lister) -> dict[str, Decimal]:
+    hard = _tracked(quota, hard_of(quota))
     used = {name: Decimal(0) for name in hard}
     for gr in counted_grs(hard):
         for obj in objects(gr):
+            if not in_scope(quota, gr, obj):
+                continue
             for name, v in _object_usage(gr, obj, hard).items():
                 if name in used:
                     used[name] += v
@@ -139,7 +212,7 @@ def hard_of(quota: dict[str, Any]) -> dict[str, Any]:
 
 def status(quota: dict[str, Any], objects: Lister) -> dict[str, Any]:
     hard = hard_of(quota)
-    used = usage(hard, objects)
+    used = usage(quota, objects)
     return {"hard": hard, "used": {k: render(v) for k, v in used.items()}}
 
 
@@ -147,8 +220,8 @@ def admit(gr: str, obj: dict[str, Any], quotas: list[dict[str, Any]],
           objects: Lister) -> None:
     """Refuse (403) a new object that would take a namespace past one of its quotas."""
     for quota in quotas:
-        hard = hard_of(quota)
-        if gr not in counted_grs(hard):
+        hard = _tracked(quota, hard_of(quota))
+        if gr not in counted_grs(hard) or not in_scope(quota, gr, obj):
             continue
         wanted = _object_usage(gr, obj, hard)
         if gr == "pods" and _active(obj):
@@ -160,7 +233,7 @@ def admit(gr: str, obj: dict[str, Any], quotas: list[dict[str, Any]],
                 raise ApiError(403, f'pods "{obj["metadata"]["name"]}" is forbidden: failed '
                                     f"quota: {quota['metadata']['name']}: must specify {names}",
                                "Forbidden", {"name": obj["metadata"]["name"], "kind": "pods"})
-        used = usage(hard, objects)
+        used = usage(quota, objects)
         over = []
         for name, v in wanted.items():
             limit = quantity_value(hard.get(name)) if name in hard else None
