@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 from test_agent_e2e import NODE, NS, Cluster, wait_for
@@ -240,6 +241,32 @@ def test_exec_runs_as_the_pods_user_inside_its_sandbox(cluster: SandboxCluster) 
     assert lines[1] == "private"
     assert cluster.admin_token() not in done.stdout  # hidden (bwrap) or refused (setuid)
     assert any(word in done.stdout for word in ("Permission denied", "No such file"))
+
+
+def test_a_restarted_agent_keeps_the_ids_of_the_pods_it_adopts(cluster: SandboxCluster) -> None:
+    victim = _victim(cluster)
+    before = sb.load_state(victim)
+    assert before is not None
+    pgid = json.loads((victim / ".gpushare" / "state.json").read_text())[
+        "containers"]["main"]["process"]["pgid"]
+    cluster.kill_agent(signal.SIGKILL)
+    cluster.start_agent()
+    # adopted, not restarted: the same process group, the same ids, and a new pod gets another
+    wait_for(lambda: cluster.kubectl("logs", "victim").returncode == 0, 30)
+    assert sb.load_state(victim) == before
+    assert json.loads((victim / ".gpushare" / "state.json").read_text())[
+        "containers"]["main"]["process"]["pgid"] == pgid
+    owners = {p.uids().real for p in psutil.process_iter() if _in_group(p, pgid)}
+    assert before.uid in owners
+    result = cluster.probe("after-restart", {"files": {}, "node_url": "https://127.0.0.1:1/"})
+    assert result["gid"] != before.gid
+
+
+def _in_group(process: psutil.Process, pgid: int) -> bool:
+    try:
+        return os.getpgid(process.pid) == pgid
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 # --- the pure parts ---------------------------------------------------------------------------
