@@ -23,7 +23,8 @@ from websockets.asyncio.client import connect
 from gpushare.agent.logstore import log_path
 from gpushare.agent.nodeauth import CallerCheck
 from gpushare.agent.nodeserver import NodeHandlers, NodeServer
-from gpushare.agent.portforward import (
+from gpushare.agent.spdy import (
+    FLAG_FIN,
     SPDY_DICTIONARY,
     SYN_STREAM,
     HeaderCodec,
@@ -224,3 +225,101 @@ def test_a_renewed_certificate_is_served_to_new_connections(node, tmp_path: Path
     after = served_serial()
     assert after != before
     assert after == x509.load_pem_x509_certificate(renewed.cert.read_bytes()).serial_number
+
+
+async def _spdy_exec(port: int, context: ssl.SSLContext, query: str,
+                     stdin: bytes) -> dict[str, bytes]:
+    """What a kube-apiserver does for exec: a SPDY/3.1 upgrade and one stream per channel."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context,
+                                                   server_hostname="127.0.0.1")
+    writer.write(f"POST /exec/t/p/c?{query} HTTP/1.1\r\nHost: node\r\n"
+                 "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+                 "X-Stream-Protocol-Version: v4.channel.k8s.io\r\n"
+                 "Content-Length: 0\r\n\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101") and b"v4.channel.k8s.io" in head, head
+    codec = HeaderCodec()
+    streams = {1: "error", 3: "stdin", 5: "stdout", 7: "stderr"}
+    for stream, kind in streams.items():
+        writer.write(control_frame(SYN_STREAM, 0, struct.pack(">IIH", stream, 0, 0) +
+                                   codec.encode({"streamtype": kind})))
+    writer.write(data_frame(3, stdin, fin=True))
+    await writer.drain()
+    got: dict[str, bytes] = {kind: b"" for kind in streams.values()}
+    ended: set[str] = set()
+    buffer = bytearray()
+    while not {"error", "stdout", "stderr"} <= ended:
+        data = await asyncio.wait_for(reader.read(65536), 15)
+        if not data:
+            break
+        buffer += data
+        for frame in parse_frames(buffer):
+            if not frame.control:
+                got[streams[frame.stream]] += frame.payload
+                if frame.flags & FLAG_FIN:
+                    ended.add(streams[frame.stream])
+    writer.close()
+    return got
+
+
+def test_exec_over_a_spdy_upgrade_as_a_kube_apiserver_asks(node) -> None:
+    server, pki, tls, _ = node
+    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+    # input/output/error: the parameter names a kube-apiserver gives a kubelet
+    query = urlencode([("command", "sh"), ("command", "-c"),
+                       ("command", "cat; echo to-stderr >&2; exit 4"),
+                       ("input", "1"), ("output", "1"), ("error", "1")])
+    got = asyncio.run(_spdy_exec(server.port, apiserver, query, b"piped in\n"))
+    assert got["stdout"] == b"piped in\n"
+    assert got["stderr"] == b"to-stderr\n"
+    status = json.loads(got["error"])
+    assert status["reason"] == "NonZeroExitCode"
+    assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "4"}]
+
+
+def test_port_forward_over_a_spdy_upgrade(node) -> None:
+    server, pki, tls, _ = node
+    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+
+    async def scenario() -> tuple[bytes, bytes]:
+        async def shout(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            w.write((await r.readline()).upper())
+            await w.drain()
+            w.close()
+
+        listener = await asyncio.start_server(shout, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=apiserver,
+                                                       server_hostname="127.0.0.1")
+        writer.write(b"POST /portForward/t/p HTTP/1.1\r\nHost: node\r\nConnection: Upgrade\r\n"
+                     b"Upgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: portforward.k8s.io\r\n"
+                     b"Content-Length: 0\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101") and b"portforward.k8s.io" in head, head
+        codec = HeaderCodec()
+        for stream, kind in ((1, "error"), (3, "data")):
+            writer.write(control_frame(SYN_STREAM, 0, struct.pack(">IIH", stream, 0, 0) +
+                                       codec.encode({"streamtype": kind, "port": str(port),
+                                                     "requestid": "0"})))
+        writer.write(data_frame(3, b"through the pod\n", fin=True))
+        await writer.drain()
+        data, errors, buffer = b"", b"", bytearray()
+        while True:
+            chunk = await asyncio.wait_for(reader.read(65536), 15)
+            if not chunk:
+                break
+            buffer += chunk
+            frames = parse_frames(buffer)
+            for frame in frames:
+                if not frame.control and frame.stream == 3:
+                    data += frame.payload
+                elif not frame.control and frame.stream == 1:
+                    errors += frame.payload
+            if any(not f.control and f.stream == 1 and f.flags & FLAG_FIN for f in frames):
+                break
+        writer.close()
+        listener.close()
+        return data, errors
+
+    data, errors = asyncio.run(scenario())
+    assert (data, errors) == (b"THROUGH THE POD\n", b"")

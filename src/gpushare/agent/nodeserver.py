@@ -39,11 +39,21 @@ from gpushare.agent.logstore import (
 )
 from gpushare.agent.nodeauth import Verdict
 from gpushare.agent.nodecert import NodeTls
-from gpushare.agent.portforward import PORT_FORWARD_PROTOCOLS, run_port_forward
+from gpushare.agent.portforward import (
+    PORT_FORWARD_PROTOCOLS,
+    SPDY_PORT_FORWARD,
+    SpdySession,
+    run_port_forward,
+)
+from gpushare.agent.spdy import UPGRADE as SPDY_UPGRADE
+from gpushare.agent.spdy import RawChannel
+from gpushare.agent.spdyexec import SPDY_CHANNEL_PROTOCOLS, SpdyChannels, StreamsMissing
 from gpushare.agent.streams import (
     CHANNEL_PROTOCOLS,
+    Channels,
     ExecTarget,
     StreamOptions,
+    WsChannels,
     run_attach,
     run_exec,
 )
@@ -141,6 +151,7 @@ class _Request:
     target: str
     headers: list[tuple[str, str]]
     raw: bytes
+    reader: asyncio.StreamReader | None = None
 
     def header(self, name: str) -> str:
         found = [v for k, v in self.headers if k.lower() == name]
@@ -149,6 +160,10 @@ class _Request:
     @property
     def upgrade(self) -> bool:
         return self.header("upgrade").lower() == "websocket"
+
+    @property
+    def spdy(self) -> bool:
+        return self.header("upgrade").lower() == SPDY_UPGRADE.lower()
 
 
 def _parse_head(raw: bytes) -> _Request:
@@ -258,6 +273,7 @@ class NodeServer:
         except ValueError as exc:
             await _respond(writer, 400, f"{exc}\n")
             return
+        request.reader = reader
         path = urlsplit(request.target).path
         first = next((s for s in path.split("/") if s), "")
         streaming = first in ("exec", "attach", "portForward")
@@ -269,7 +285,7 @@ class NodeServer:
         if not verdict.allowed:
             await _respond(writer, verdict.code, f"{verdict.message}\n")
             return
-        if request.method != "GET":
+        if request.method != "GET" and not (streaming and request.method == "POST"):
             await _respond(writer, 405, f"method {request.method} is not allowed\n")
             return
         if path in ("/healthz", "/healthz/"):
@@ -322,7 +338,7 @@ class NodeServer:
 
     async def _stream(self, kind: str, request: _Request, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
-        if not request.upgrade:
+        if not (request.upgrade or request.spdy):
             await _respond(writer, 400, "Upgrade request required\n")
             return
         query = parse_qs(urlsplit(request.target).query)
@@ -336,6 +352,11 @@ class NodeServer:
             await _respond(writer, 404, f'pods "{pod}" not found on this node\n')
             return
         if kind == "portForward":
+            if request.spdy:
+                raw = await _spdy_upgrade(request, writer, (SPDY_PORT_FORWARD,))
+                if raw is not None:
+                    await SpdySession(raw).run()
+                return
             ws = await WsConn.accept(reader, writer, request.raw, PORT_FORWARD_PROTOCOLS)
             if ws is not None:
                 await run_port_forward(ws, query)
@@ -358,14 +379,33 @@ class NodeServer:
             await _respond(writer, 404, f'container "{container}" in pod "{pod}" is not '
                                         "running\n")
             return
+        if request.spdy:
+            raw = await _spdy_upgrade(request, writer, SPDY_CHANNEL_PROTOCOLS)
+            if raw is None:
+                return
+            channels = SpdyChannels(raw, opts)
+            try:
+                await self._run_stream(channels, target, command, opts, namespace, pod,
+                                       container)
+            except StreamsMissing:
+                pass
+            finally:
+                await channels.finish()
+            return
         ws = await WsConn.accept(reader, writer, request.raw, CHANNEL_PROTOCOLS)
         if ws is None:
             return
-        if target is not None:
-            await run_exec(ws, target, command, opts)
-        else:
-            await run_attach(ws, self._attach_source(namespace, pod, container), opts)
+        await self._run_stream(WsChannels(ws), target, command, opts, namespace, pod,
+                               container)
         await ws.close()
+
+    async def _run_stream(self, channels: Channels, target: ExecTarget | None,
+                          command: list[str], opts: StreamOptions, namespace: str, pod: str,
+                          container: str) -> None:
+        if target is not None:
+            await run_exec(channels, target, command, opts)
+        else:
+            await run_attach(channels, self._attach_source(namespace, pod, container), opts)
 
     def _attach_source(self, namespace: str, pod: str, container: str
                        ) -> Callable[[Callable[[], bool]], Iterator[bytes]]:
@@ -384,6 +424,24 @@ class NodeServer:
                 self._stopping.is_set())
 
         return follow
+
+
+async def _spdy_upgrade(request: _Request, writer: asyncio.StreamWriter,
+                        protocols: tuple[str, ...]) -> RawChannel | None:
+    """Answer a SPDY/3.1 upgrade with the first of `protocols` the client offers in its
+    X-Stream-Protocol-Version headers; None (after a 403 answer, as a kubelet's) if none."""
+    offered = [p.strip() for p in request.header("x-stream-protocol-version").split(",")]
+    chosen = next((p for p in protocols if p in offered), None)
+    if chosen is None:
+        await _respond(writer, 403, f"none of the offered stream protocols {offered} is "
+                                    f"supported; this node speaks {list(protocols)}\n")
+        return None
+    writer.write(f"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+                 f"Upgrade: {SPDY_UPGRADE}\r\nX-Stream-Protocol-Version: {chosen}\r\n\r\n"
+                 .encode())
+    await writer.drain()
+    assert request.reader is not None
+    return RawChannel(request.reader, writer)
 
 
 async def _respond(writer: asyncio.StreamWriter, code: int, body: bytes | str) -> None:

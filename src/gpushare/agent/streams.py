@@ -23,9 +23,10 @@ import struct
 import subprocess
 import termios
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from gpushare.agent.wsconn import WsConn
 
@@ -52,8 +53,11 @@ class StreamOptions:
             return values[-1].lower() in ("1", "true", "yes")
 
         tty = flag("tty", False)
-        return cls(stdin=flag("stdin", False), stdout=flag("stdout", False),
-                   stderr=flag("stderr", False) and not tty, tty=tty)
+        # a kube-apiserver asks a kubelet with input/output/error; clients of the API with
+        # stdin/stdout/stderr
+        return cls(stdin=flag("stdin", flag("input", False)),
+                   stdout=flag("stdout", flag("output", False)),
+                   stderr=flag("stderr", flag("error", False)) and not tty, tty=tty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +90,43 @@ def exit_status(command: list[str], code: int) -> bytes:
                    f"{command}, exit code {code}", "NonZeroExitCode", 500, code)
 
 
-async def _announce(ws: WsConn, opts: StreamOptions) -> None:
-    # as the kubelet does: an empty message on the first output channel tells the client
-    # the streams are ready
-    first = STDOUT if opts.stdout else STDERR if opts.stderr else ERROR
-    await ws.send(bytes([first]))
+class Channels(Protocol):
+    """The streams of one exec or attach, whatever carries them."""
+
+    async def announce(self, opts: StreamOptions) -> None:
+        """Tell the client the streams are ready."""
+
+    async def write(self, channel: int, data: bytes) -> None:
+        """Output on STDOUT or STDERR, or the final Status on ERROR."""
+
+    def events(self) -> AsyncIterator[tuple[int, bytes]]:
+        """(STDIN, data), (CLOSE, b"\\x00") when stdin ends, (RESIZE, json); ends when
+        the client goes away."""
+
+
+class WsChannels:
+    """The channel protocol over a WebSocket: one channel byte, then the data."""
+
+    def __init__(self, ws: WsConn) -> None:
+        self._ws = ws
+        self._v5 = ws.subprotocol == V5
+
+    async def announce(self, opts: StreamOptions) -> None:
+        # as the kubelet does: an empty message on the first output channel
+        first = STDOUT if opts.stdout else STDERR if opts.stderr else ERROR
+        await self._ws.send(bytes([first]))
+
+    async def write(self, channel: int, data: bytes) -> None:
+        await self._ws.send(bytes([channel]) + data)
+
+    async def events(self) -> AsyncIterator[tuple[int, bytes]]:
+        while (message := await self._ws.recv()) is not None:
+            if not message:
+                continue
+            channel, data = message[0], message[1:]
+            if channel == CLOSE and not self._v5:
+                continue
+            yield channel, data
 
 
 def _resize(fd: int, data: bytes) -> None:
@@ -178,7 +214,7 @@ class _Process:
                     stream.close()
 
 
-async def _pump(ws: WsConn, channel: int, fd: int) -> None:
+async def _pump(ws: Channels, channel: int, fd: int) -> None:
     """Forward what `fd` gives on `channel` until it ends (EOF, or EIO on a terminal)."""
     loop = asyncio.get_running_loop()
     readable = asyncio.Event()
@@ -195,44 +231,38 @@ async def _pump(ws: WsConn, channel: int, fd: int) -> None:
                 return
             if not data:
                 return
-            await ws.send(bytes([channel]) + data)
+            await ws.write(channel, data)
     finally:
         loop.remove_reader(fd)
 
 
-async def _read_client(ws: WsConn, process: _Process, v5: bool) -> None:
-    """Stdin, resizes and v5 close signals from the client; returns when it goes away."""
-    while True:
-        message = await ws.recv()
-        if message is None:
-            return
-        if not message:
-            continue
-        channel, data = message[0], message[1:]
+async def _read_client(ws: Channels, process: _Process) -> None:
+    """Stdin, resizes and close signals from the client; returns when it goes away."""
+    async for channel, data in ws.events():
         if channel == STDIN:
             if data:
                 process.write_stdin(data)
         elif channel == RESIZE and process.master is not None:
             _resize(process.master, data)
-        elif channel == CLOSE and v5 and data[:1] == bytes([STDIN]):
+        elif channel == CLOSE and data[:1] == bytes([STDIN]):
             process.close_stdin()
 
 
-async def run_exec(ws: WsConn, target: ExecTarget, command: list[str],
+async def run_exec(ws: Channels, target: ExecTarget, command: list[str],
                    opts: StreamOptions) -> None:
     """Run the command and stream it; the error channel carries how it ended."""
     loop = asyncio.get_running_loop()
     try:
         process = _Process(target, opts)
     except OSError as exc:
-        await ws.send(bytes([ERROR]) + failure(
+        await ws.write(ERROR, failure(
             f"error executing command in container: failed to exec in container: "
             f"exec: {command[0]!r}: {exc.strerror or exc}"))
         return
     try:
-        await _announce(ws, opts)
+        await ws.announce(opts)
         pumps = [asyncio.ensure_future(_pump(ws, ch, fd)) for ch, fd in process.outputs()]
-        client = asyncio.ensure_future(_read_client(ws, process, ws.subprotocol == V5))
+        client = asyncio.ensure_future(_read_client(ws, process))
         waiter: asyncio.Future[int] = loop.run_in_executor(None, process.popen.wait)
         done, _ = await asyncio.wait([waiter, client],  # type: ignore[type-var]
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -248,23 +278,23 @@ async def run_exec(ws: WsConn, target: ExecTarget, command: list[str],
             for pump in late:
                 pump.cancel()
         client.cancel()
-        await ws.send(bytes([ERROR]) + exit_status(command, 128 - code if code < 0 else code))
+        await ws.write(ERROR, exit_status(command, 128 - code if code < 0 else code))
     finally:
         process.kill()
         process.close()
 
 
-async def run_attach(ws: WsConn, follow: Callable[[Callable[[], bool]], Iterator[bytes]],
+async def run_attach(ws: Channels, follow: Callable[[Callable[[], bool]], Iterator[bytes]],
                      opts: StreamOptions) -> None:
     """Stream the running container's output (its log as it grows) until the run ends or
     the client leaves; `follow(should_stop)` gives the new output. A container's stdin is
     not connected, so input is refused."""
     if opts.stdin:
-        await ws.send(bytes([ERROR]) + failure(
+        await ws.write(ERROR, failure(
             "this node does not connect a container's stdin; attach without -i",
             "BadRequest", 400))
         return
-    await _announce(ws, opts)
+    await ws.announce(opts)
     loop = asyncio.get_running_loop()
     leaving = threading.Event()
     chunks = follow(leaving.is_set)
@@ -280,13 +310,13 @@ async def run_attach(ws: WsConn, follow: Callable[[Callable[[], bool]], Iterator
             if chunk is None:
                 break
             if opts.stdout:
-                await ws.send(bytes([STDOUT]) + chunk)
-        await ws.send(bytes([ERROR]) + success())
+                await ws.write(STDOUT, chunk)
+        await ws.write(ERROR, success())
     finally:
         leaving.set()
         client.cancel()
 
 
-async def _drain_client(ws: WsConn) -> None:
-    while await ws.recv() is not None:
+async def _drain_client(ws: Channels) -> None:
+    async for _ in ws.events():
         pass
