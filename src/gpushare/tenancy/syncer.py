@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare.apiserver import shapes
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.grouping import (
     PODGROUP_ANNOTATION,
@@ -91,11 +92,13 @@ def _meta(obj: Obj | None) -> Obj:
 
 
 def _annotations(obj: Obj | None) -> dict[str, str]:
-    return _meta(obj).get("annotations") or {}
+    value = _meta(obj).get("annotations")
+    return value if isinstance(value, dict) else {}
 
 
 def _labels(obj: Obj | None) -> dict[str, str]:
-    return _meta(obj).get("labels") or {}
+    value = _meta(obj).get("labels")
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass
@@ -144,6 +147,7 @@ class TenantSyncer:
         self._view_lock = threading.Lock()
         self._bind_seen: dict[str, float] = {}  # host pod name -> when its binding was seen
         self._create_seen: dict[str, float] = {}  # tenant "ns/name" -> when it was first seen
+        self._malformed: set[str] = set()  # uids of tenant pods refused as malformed (told)
         self._last_sweep = 0.0
         self.ready = threading.Event()
         self.pods.add_handler(self._on_tenant_pod)
@@ -353,6 +357,19 @@ class TenantSyncer:
     def _create_host(self, t: Obj, hname: str) -> None:
         tm = _meta(t)
         ns, name = str(tm.get("namespace")), str(tm.get("name"))
+        causes = shapes.pod_causes(t)
+        if causes:
+            # Stored before validation: never synced (a translation would drop what it
+            # cannot read); said once, naming the field.
+            why = "; ".join(f"{c.field}: {c.message}" for c in causes[:5])
+            uid = str(tm.get("uid") or "")
+            if uid not in self._malformed:
+                self._malformed.add(uid)
+                log.warning("%s: tenant pod %s/%s is malformed, not synced: %s", self.name,
+                            ns, name, why)
+                self.events.emit(t, "Warning", "FailedSync",
+                                 f"not synced to the host: the pod is malformed: {why}")
+            return
         self._sync_references(t)
         queue, pg_name, pg_body = self._plan_podgroup(t)
         body = translate.host_pod(self.name, t, queue, pg_name)
