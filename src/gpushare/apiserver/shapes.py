@@ -17,9 +17,11 @@ _QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
                         r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _QUANTITY = re.compile(r"^([+-]?(\d+\.?\d*|\.\d+))(([eE][+-]?\d+)|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G"
                        r"|T|P|E)?$")
-_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-           "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3,
-           "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_SUFFIX: dict[str, Decimal] = {
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50), "Ei": Decimal(2**60), "n": Decimal("1e-9"), "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
+    "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
 # Kubernetes keeps quantities in an int64 of milli-units at most: larger values are refused.
 MAX_QUANTITY = Decimal(2**63 - 1) / 1000
 _POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -49,7 +51,7 @@ def quantity_value(value: Any) -> Decimal | None:
                     return None
                 number = number.scaleb(exponent)
             elif suffix:
-                number = number * Decimal(_SUFFIX[suffix])
+                number = number * _SUFFIX[suffix]
         except (InvalidOperation, ValueError):
             return None
     else:

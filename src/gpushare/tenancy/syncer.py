@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.apiserver import shapes
+from gpushare.apiserver.shapes import pod_causes
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.grouping import (
     PODGROUP_ANNOTATION,
@@ -357,7 +357,7 @@ class TenantSyncer:
     def _create_host(self, t: Obj, hname: str) -> None:
         tm = _meta(t)
         ns, name = str(tm.get("namespace")), str(tm.get("name"))
-        causes = shapes.pod_causes(t)
+        causes = pod_causes(t)
         if causes:
             # Stored before validation: never synced (a translation would drop what it
             # cannot read); said once, naming the field.
