@@ -5,6 +5,7 @@ and succeeds, so each check can fail."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -334,3 +335,45 @@ def test_mps_pipes_leave_a_data_dir_other_users_cannot_reach(tmp_path: Path) -> 
         assert sb.mps_base(opened / "agent") == opened / "agent" / "mps"
     finally:
         shutil.rmtree(opened)
+
+
+# --- the token, against the real API server -------------------------------------------------
+
+def test_the_token_is_written_for_the_pods_gid_and_renewed_late_in_its_life(
+        tmp_path: Path) -> None:
+    from gpushare.agent.serviceaccount import ServiceAccountTokens
+    from gpushare.apiserver.server import ApiServer
+    from gpushare.kube.client import KubeClient
+
+    server = ApiServer(tmp_path / "api").start()
+    try:
+        kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
+        pod = kube.create(PODS.collection(NS), {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "holder"},
+            "spec": {"containers": [{"name": "c", "image": "x", "command": ["true"]}]}})
+        events: list[tuple[str, str]] = []
+        tokens = ServiceAccountTokens(kube, lambda _pod, reason, msg: events.append(
+            (reason, msg)))
+        assert tokens.wanted(pod)
+        policy = sb.SandboxPolicy(sb.SETUID, "test")
+        state = sb.new_state(policy, tmp_path / "pods" / NS / "holder", "holder", set())
+        sb.prepare(state, tmp_path / "pods")
+        assert tokens.write(pod, state) and events == []
+        token = state.meta / sb.SA_DIR / "token"
+        copy = Path(state.root) / sb.SA_COPY / "token"
+        first = token.read_text()
+        assert copy.read_text() == first and first.count(".") == 2  # a JWT
+        assert (copy.stat().st_gid, copy.stat().st_mode & 0o777) == (state.gid, 0o640)
+        claims = json.loads(base64.urlsafe_b64decode(first.split(".")[1] + "=="))
+        assert claims["kubernetes.io"]["pod"]["uid"] == pod["metadata"]["uid"]
+        assert not tokens.refresh(pod, state)  # young: kept
+        old = token.stat().st_mtime - 3607 * 0.81
+        os.utime(token, (old, old))
+        assert tokens.refresh(pod, state)
+        assert token.read_text() != first
+        # a ServiceAccount that is gone: a Warning Event, no token
+        gone = {**pod, "spec": {**pod["spec"], "serviceAccountName": "missing"}}
+        assert not tokens.write(gone, state)
+        assert events and events[0][0] == "FailedMount" and "missing" in events[0][1]
+    finally:
+        server.stop()
