@@ -207,7 +207,8 @@ async def _forward_channels(ws: WsConn, ports: list[int]) -> None:
     client = asyncio.ensure_future(from_client())
     try:
         if pumps:
-            await asyncio.wait([client, asyncio.gather(*pumps)],
+            all_ended: asyncio.Future[list[None]] = asyncio.gather(*pumps)
+            await asyncio.wait([client, all_ended],  # type: ignore[type-var]
                                return_when=asyncio.FIRST_COMPLETED)
     finally:
         client.cancel()
