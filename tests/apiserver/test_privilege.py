@@ -153,3 +153,31 @@ def test_only_the_scheduler_binds_pods(cluster: Cluster, alice: Path) -> None:
                                      "json").stdout)
     assert not pod["spec"].get("nodeName")
     assert "gpushare.io/gpu-portion" not in pod["metadata"].get("annotations", {})
+
+
+def test_no_other_write_path_lets_a_user_bind(cluster: Cluster, alice: Path) -> None:
+    """Server-side apply, a JSON patch, a replace and a Binding of her own are refused."""
+    cluster.kubectl("create", "-f", "-", stdin=_pod("paths"), kubeconfig=alice)
+    applied = _refused(cluster, alice, "apply", "--server-side", "--force-conflicts", "-f",
+                       "-", stdin=_pod("paths", annotations={
+                           "gpushare.io/gpu-indices": "0", "gpushare.io/gpu-portion": "1"}))
+    assert "gpushare.io/gpu-indices" in applied
+    assert "spec.nodeName" in _refused(
+        cluster, alice, "patch", "pod", "paths", "-n", "team-a", "--type=json", "-p",
+        '[{"op": "add", "path": "/spec/nodeName", "value": "box"}]')
+    current = json.loads(cluster.kubectl("get", "pod", "paths", "-n", "team-a", "-o",
+                                         "json", kubeconfig=alice).stdout)
+    current["metadata"].setdefault("annotations", {})["gpushare.io/gpu-memory-mib"] = "100"
+    replaced = _refused(cluster, alice, "replace", "-f", "-", stdin=json.dumps(current))
+    assert "gpushare.io/gpu-memory-mib" in replaced
+    binding = json.dumps({"apiVersion": "v1", "kind": "Binding",
+                          "metadata": {"name": "paths", "namespace": "team-a"},
+                          "target": {"apiVersion": "v1", "kind": "Node", "name": "box"}})
+    assert "pods/binding" in _refused(cluster, alice, "create", "--raw",
+                                      "/api/v1/namespaces/team-a/pods/paths/binding",
+                                      "-f", "-", stdin=binding)
+    pod = json.loads(cluster.kubectl("get", "pod", "paths", "-n", "team-a", "-o",
+                                     "json").stdout)
+    assert not pod["spec"].get("nodeName")
+    assert not {"gpushare.io/gpu-indices", "gpushare.io/gpu-memory-mib"} & set(
+        pod["metadata"].get("annotations") or {})
