@@ -27,7 +27,9 @@ def agent(
     data_dir: Annotated[
         Path, typer.Option(help="pod directories, logs and MPS pipes live here")
     ] = Path("gpushare-agent"),
-    port: Annotated[int, typer.Option(help="port of the log server (0: any free port)")] = 0,
+    port: Annotated[int, typer.Option(
+        help="port of the HTTPS node endpoint: logs, exec, attach, port-forward (0: any free "
+             "port)")] = 0,
     address: Annotated[str, typer.Option(help="InternalIP written on the Node")] = "127.0.0.1",
     enforcement: Annotated[
         str, typer.Option(help="auto|mps|watchdog|none: how GPU shares are enforced")
