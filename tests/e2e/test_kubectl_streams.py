@@ -115,6 +115,8 @@ def test_exec_exit_code_becomes_kubectls(streams: Streams) -> None:
     done = streams.kubectl("exec", "shell", "--", "sh", "-c", "exit 3")
     assert done.returncode == 3
     assert b"command terminated with exit code 3" in done.stderr
+    scraped = streams.kubectl("get", "--raw", "/metrics").stdout.decode()
+    assert 'apiserver_request_total{code="101",resource="pods/exec",verb="create"}' in scraped
     missing = streams.kubectl("exec", "shell", "--", "no-such-command-here")
     assert missing.returncode != 0 and b"no-such-command-here" in missing.stderr
 

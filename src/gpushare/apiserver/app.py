@@ -862,8 +862,10 @@ class App:
         if message["type"] != "websocket.connect":
             return
         connection = HTTPConnection(scope)
+        start, resource = time.perf_counter(), "pods/stream"
         try:
             cluster, ns, name, sub = _stream_request(scope["path"])
+            resource = f"pods/{sub}"
             user = self._authenticate(connection, cluster)
             attrs = Attributes("create", "", "pods", sub, ns, name)
             if not self.authorizer.allowed(cluster, user, attrs):
@@ -877,10 +879,13 @@ class App:
             context = self._node_tls()
         except ApiError as e:
             await nodeproxy.reject(send, e)
+            self.metrics.observe("create", resource, e.code, time.perf_counter() - start)
             return
         offered = [str(p) for p in scope.get("subprotocols") or ()] or [
             p.strip() for p in connection.headers.get("sec-websocket-protocol", "").split(",")
             if p.strip()]
+        # counted when the stream opens; its length is the command's, not the server's
+        self.metrics.observe("create", resource, 101, time.perf_counter() - start)
         await nodeproxy.relay(context, host, port, path, offered, receive, send)
 
     def _after_approval(self, cluster: str, info: ResourceInfo,
