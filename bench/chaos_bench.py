@@ -52,6 +52,8 @@ def main() -> int:
             print(result.summary(), f"(load {os.getloadavg()[0]:.1f})", flush=True)
             for violation in result.violations:
                 print("   violation:", violation, flush=True)
+            for refusal in result.ledger_refusals:
+                print("   refused by the agent's ledger:", refusal, flush=True)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -63,7 +65,9 @@ def main() -> int:
           f"{sum(r.writes for r in results)} acknowledged writes, "
           f"{sum(kills.values())} kills ({', '.join(f'{k} {v}' for k, v in sorted(kills.items()))})"
           f", {sum(r.evictions for r in results)} evictions, "
-          f"{sum(r.samples for r in results)} process samples, {violations} violations; "
+          f"{sum(r.samples for r in results)} process samples, "
+          f"{sum(len(r.ledger_refusals) for r in results)} pods refused by the agent's ledger, "
+          f"{violations} violations; "
           f"{time.monotonic() - started:.0f}s wall, load {os.getloadavg()} "
           f"on {os.cpu_count()} CPUs")
     if args.json:

@@ -18,7 +18,9 @@ What is checked, while it runs and at the end:
 * **every pod running once or pending with a reason**: once the faults stop and the
   system settles, each pod is either Running with exactly one live process of its uid
   (no duplicate after an agent restart, no process left of a deleted pod), or not bound
-  with a `PodScheduled=False` condition that says why.
+  with a `PodScheduled=False` condition that says why. A pod the agent refused as
+  over-committing a GPU (`Failed`, `GPUOvercommitted`) is counted apart
+  (`ledger_refusals`): the agent's safety net caught a binding it should never get.
 
     run = ChaosRun(root, seed=1, seconds=25)
     result = run.run()
@@ -47,6 +49,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from gpushare.agent.ledger import OVERCOMMITTED
 from gpushare.kube.client import CONFIGMAPS, JOBS, PODS, QUEUES, ApiError, KubeClient
 
 NODE = "chaos-node"
@@ -297,6 +300,10 @@ class Result:
     running: int = 0
     pending: int = 0
     violations: list[str] = field(default_factory=list)
+    # Pods the agent refused to start because its ledger of GPU slots said the binding
+    # would over-commit a GPU (Failed, GPUOvercommitted): the agent's safety net caught a
+    # binding the scheduler should not have made. Reported apart from the violations.
+    ledger_refusals: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         kills = ", ".join(f"{k} {v}" for k, v in sorted(self.kills.items()))
@@ -306,7 +313,8 @@ class Result:
                 f"{kills or 'none'}, restarts after an exit: {exits or 'none'}, "
                 f"{self.evictions} evictions, {self.samples} process "
                 f"samples, {self.booking_checks} booking checks, end: {self.running} running,"
-                f" {self.pending} pending, {len(self.violations)} violations")
+                f" {self.pending} pending, {len(self.ledger_refusals)} refused by the agent's"
+                f" ledger, {len(self.violations)} violations")
 
 
 class ChaosRun:
@@ -676,6 +684,7 @@ class ChaosRun:
         for p in processes:
             by_uid[p.uid].append(p)
         problems: list[str] = []
+        refused: list[str] = []
         running = pending = 0
         uids = set()
         for pod in pods:
@@ -686,7 +695,10 @@ class ChaosRun:
             if pod["metadata"].get("deletionTimestamp"):
                 problems.append(f"pod {name} is still being deleted")
             elif pod["spec"].get("nodeName"):
-                if status.get("phase") != "Running" or count != 1:
+                if status.get("phase") == "Failed" and status.get("reason") == OVERCOMMITTED \
+                        and count == 0:
+                    refused.append(f"pod {name}: {status.get('message')}")
+                elif status.get("phase") != "Running" or count != 1:
                     problems.append(f"pod {name} bound: phase {status.get('phase')}, "
                                     f"{count} processes (want Running, 1)")
                 else:
@@ -701,6 +713,7 @@ class ChaosRun:
                 problems.append(f"process {procs[0].pid} of pod {procs[0].pod} (uid {uid}) "
                                 "runs but the pod does not exist")
         self.result.running, self.result.pending = running, pending
+        self.result.ledger_refusals = refused
         return problems
 
     def _lost_writes(self) -> list[str]:
