@@ -4,6 +4,7 @@ once, pinned with the official client (CI has no e2e.test; docs/apiserver.md,
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -89,3 +90,74 @@ def test_quota_scopes_count_only_their_pods(cluster):
     assert raised.value.status == 403 and "not-best-effort" in raised.value.body
     core.create_namespaced_pod(ns, _pod("plain-2"))
     assert _used(core, ns, "best-effort") == {"pods": "2"}
+
+
+def _crd(plural: str, schema: dict) -> dict:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.pins.example.com"},
+            "spec": {"group": "pins.example.com", "scope": "Namespaced",
+                     "names": {"plural": plural, "singular": plural[:-1],
+                               "kind": plural[:-1].capitalize(),
+                               "listKind": plural[:-1].capitalize() + "List"},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": schema}}]}}
+
+
+def test_crd_status_update_keeps_the_writers_conditions(cluster):
+    # [sig-api-machinery] CustomResourceDefinition resources ... getting/updating/patching
+    # custom resource definition status sub-resource works
+    ext = client.ApiextensionsV1Api(cluster.api_client())
+    ext.create_custom_resource_definition(_crd("statuses", {"type": "object"}))
+    crd = ext.read_custom_resource_definition_status("statuses.pins.example.com")
+    crd.status.conditions.append(client.V1CustomResourceDefinitionCondition(
+        type="StatusUpdated", status="True", reason="E2E", message="updated"))
+    ext.replace_custom_resource_definition_status("statuses.pins.example.com", crd)
+    patch = {"status": {"conditions": [
+        *[c.to_dict() for c in crd.status.conditions],
+        {"type": "StatusPatched", "status": "True", "reason": "E2E", "message": "patched"}]}}
+    ext.patch_custom_resource_definition_status("statuses.pins.example.com", patch)
+    got = ext.read_custom_resource_definition("statuses.pins.example.com")
+    kinds = {c.type: c for c in got.status.conditions}
+    assert kinds["StatusUpdated"].message == "updated"
+    assert kinds["StatusPatched"].message == "patched"
+    assert kinds["Established"].status == "True"  # the server's own condition stays
+
+
+def test_custom_resources_are_defaulted_on_requests_and_on_read(cluster):
+    # [sig-api-machinery] CustomResourceDefinition resources ... custom resource defaulting
+    # for requests and from storage works
+    ext = client.ApiextensionsV1Api(cluster.api_client())
+    custom = client.CustomObjectsApi(cluster.api_client())
+    schema = {"type": "object", "properties": {
+        "a": {"type": "string"}, "b": {"type": "string"},
+        "spec": {"type": "object", "properties": {"c": {"type": "integer", "default": 3}}}}}
+    ext.create_custom_resource_definition(_crd("defaults", schema))
+    args = ("pins.example.com", "v1", "default", "defaults")
+    made = custom.create_namespaced_custom_object(
+        *args, {"apiVersion": "pins.example.com/v1", "kind": "Default",
+                "metadata": {"name": "before"}, "spec": {}})
+    assert made["spec"] == {"c": 3} and "a" not in made  # defaulted on the request
+    patch = [{"op": "add", "path": "/spec/versions/0/schema/openAPIV3Schema/properties/a/"
+              "default", "value": "A"}]
+    ext.patch_custom_resource_definition("defaults.pins.example.com", patch)
+    # Stored before the default existed: defaulted when read (get, list).
+    assert custom.get_namespaced_custom_object(*args, "before")["a"] == "A"
+    listed = custom.list_namespaced_custom_object(*args)["items"]
+    assert [o.get("a") for o in listed] == ["A"]
+    created = custom.create_namespaced_custom_object(
+        *args, {"apiVersion": "pins.example.com/v1", "kind": "Default",
+                "metadata": {"name": "after"}})
+    assert created["a"] == "A" and "b" not in created
+
+
+def test_openapi_v2_publishes_a_preserving_root_as_a_bare_object(cluster):
+    # [sig-api-machinery] CustomResourcePublishOpenAPI ... works for CRD without validation
+    # schema: kubectl must not validate fields of such a kind
+    ext = client.ApiextensionsV1Api(cluster.api_client())
+    ext.create_custom_resource_definition(_crd("loosers", {
+        "type": "object", "x-kubernetes-preserve-unknown-fields": True}))
+    api = cluster.api_client()
+    doc = orjson.loads(_call(api, "GET", "/openapi/v2", {"Accept": "application/json"}).data)
+    definition = doc["definitions"]["com.example.pins.v1.Looser"]
+    assert definition["type"] == "object" and "properties" not in definition
+    assert "x-kubernetes-preserve-unknown-fields" not in definition

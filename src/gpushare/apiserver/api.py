@@ -201,9 +201,12 @@ class Api:
 
     @staticmethod
     def served(info: ResourceInfo, obj: dict[str, Any]) -> dict[str, Any]:
-        """The object as seen through `info`'s version (CRD versions convert with None)."""
+        """The object as seen through `info`'s version (CRD versions convert with None;
+        a custom resource stored before its schema declared a default gets it on read)."""
         if info.storage_group_resource:
             return conversions.from_storage(info, obj)
+        if info.crd and info.schema:
+            obj = crds.defaulted(obj, info.schema)
         if obj.get("apiVersion") != info.api_version:
             obj = dict(obj)
             obj["apiVersion"] = info.api_version
@@ -283,6 +286,7 @@ class Api:
 
     @staticmethod
     def _prune(info: ResourceInfo, obj: dict[str, Any], field_validation: str) -> None:
+        """Prune a custom resource's unknown fields, then apply its schema's defaults."""
         if not (info.crd and info.schema):
             return
         removed = crds.prune_unknown(obj, info.schema)
@@ -290,6 +294,7 @@ class Api:
             fields = ", ".join(f'unknown field "{r}"' for r in removed)
             raise bad_request(f'{info.kind} in version "{info.version}" cannot be handled as a '
                               f"{info.kind}: strict decoding error: {fields}")
+        crds.apply_defaults(obj, info.schema)
 
     def _check_type(self, info: ResourceInfo, obj: dict[str, Any]) -> None:
         kind = obj.get("kind")
@@ -417,7 +422,35 @@ class Api:
                 raise invalid("apiextensions.k8s.io", "CustomResourceDefinition",
                               crd["metadata"]["name"], [Cause("spec.names.kind",
                                                               "already in use")])
-        crd["status"] = crds.established_status(crd, now_rfc3339())
+        established = crds.established_status(crd, now_rfc3339())
+        written = crd.get("status")
+        if not isinstance(written, dict) or not written:
+            crd["status"] = established
+            return
+        # An update keeps what the writer put in the status (other conditions, stored
+        # versions a migration removed) and sets the server's own parts, as Kubernetes'
+        # CRD controllers do: the accepted names, NamesAccepted and Established (their
+        # transition times kept), and the current storage version among storedVersions.
+        ours = {c["type"]: c for c in established["conditions"]}
+        conditions = []
+        for condition in written.get("conditions") or []:
+            if not isinstance(condition, dict):
+                continue
+            mine = ours.pop(str(condition.get("type")), None)
+            if mine is None:
+                conditions.append(condition)
+            elif condition.get("status") == mine["status"]:
+                conditions.append({**mine, "lastTransitionTime": condition.get(
+                    "lastTransitionTime", mine["lastTransitionTime"])})
+            else:
+                conditions.append(mine)
+        conditions.extend(ours.values())
+        stored = [v for v in written.get("storedVersions") or [] if isinstance(v, str)]
+        for version in established["storedVersions"]:
+            if version not in stored:
+                stored.append(version)
+        crd["status"] = {**written, "acceptedNames": established["acceptedNames"],
+                         "storedVersions": stored, "conditions": conditions}
 
     # -- hooks -----------------------------------------------------------------------------
 

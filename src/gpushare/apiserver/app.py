@@ -19,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from gpushare import __version__
 from gpushare.apiserver import (
+    crds,
     discovery,
     limits,
     nodeproxy,
@@ -650,7 +651,8 @@ class App:
 
     def _list_body(self, info: ResourceInfo, items: list[dict[str, Any]],
                    list_meta: dict[str, Any]) -> dict[str, Any]:
-        if any(o.get("apiVersion") != info.api_version for o in items):
+        if (info.crd and crds.has_defaults(info.schema)) or any(
+                o.get("apiVersion") != info.api_version for o in items):
             items = [self.api.served(info, o) for o in items]
         return {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": list_meta,
                 "items": items}
@@ -751,7 +753,11 @@ class App:
     def _encoder(self, info: ResourceInfo) -> Any:
         api_version = info.api_version
 
+        read_defaults = info.crd and crds.has_defaults(info.schema)
+
         def encode(typ: str, obj: dict[str, Any], data: bytes | None) -> bytes:
+            if read_defaults and typ in ("ADDED", "MODIFIED", "DELETED"):
+                return encode_event(typ, self.api.served(info, obj))
             if obj.get("apiVersion") != api_version and typ != "ERROR" and "kind" in obj:
                 if typ != "BOOKMARK" and info.storage_group_resource:
                     return encode_event(typ, self.api.served(info, obj))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
 from typing import Any
@@ -621,3 +622,66 @@ def _prune(value: Any, schema: Any, path: str, removed: list[str]) -> None:
 def _p(path: str) -> str:
     """A path as messages show it (`spec.owner`, without the leading dot)."""
     return path.lstrip(".")
+
+
+# -- defaulting (structural schemas) -----------------------------------------------------------
+
+_HAS_DEFAULTS: dict[int, tuple[Any, bool]] = {}
+
+
+def has_defaults(schema: Any) -> bool:
+    """Whether a schema declares any `default` (memoized per schema object)."""
+    if not isinstance(schema, dict):
+        return False
+    hit = _HAS_DEFAULTS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    found = _declares_default(schema)
+    if len(_HAS_DEFAULTS) < 10_000:
+        _HAS_DEFAULTS[id(schema)] = (schema, found)
+    return found
+
+
+def _declares_default(node: Any) -> bool:
+    if isinstance(node, dict):
+        return "default" in node or any(_declares_default(v) for k, v in node.items()
+                                        if k in ("properties", "items", "additionalProperties")
+                                        or (isinstance(v, dict) and k not in ("default",
+                                                                             "example")))
+    if isinstance(node, list):
+        return any(_declares_default(v) for v in node)
+    return False
+
+
+def apply_defaults(value: Any, schema: Any, root: bool = True) -> bool:
+    """Fill in missing fields that declare a `default`, as Kubernetes defaults custom
+    resources (on requests and when reading from storage); the object's metadata is never
+    defaulted. Returns whether anything was added."""
+    if not isinstance(schema, dict):
+        return False
+    changed = False
+    if isinstance(value, dict):
+        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        for key, sub in props.items():
+            if key not in value and not (root and key == "metadata") \
+                    and isinstance(sub, dict) and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+                changed = True
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            if root and key == "metadata":
+                continue
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            changed = apply_defaults(item, sub, False) or changed
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            changed = apply_defaults(item, schema["items"], False) or changed
+    return changed
+
+
+def defaulted(obj: dict[str, Any], schema: Any) -> dict[str, Any]:
+    """`obj` with the schema's defaults (a copy when any was missing, else `obj`)."""
+    if not has_defaults(schema):
+        return obj
+    out = copy.deepcopy(obj)
+    return out if apply_defaults(out, schema) else obj

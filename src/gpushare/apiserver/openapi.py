@@ -8,6 +8,7 @@ their CRD schema (so `kubectl explain queue.spec` works) and say they take merge
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import logging
@@ -186,14 +187,66 @@ class OpenApiCache:
             definitions[name] = _v2_definition(name)
         for info in reg.by_gvr.values():
             if info.crd:
-                schema = _crd_schema(info)
-                schema["properties"]["metadata"] = {"$ref": f"#/definitions/{OBJECT_META}"}
-                definitions[schema_name(info)] = schema
+                definitions[schema_name(info)] = _v2_crd_schema(info)
         doc = {"swagger": "2.0", "info": {"title": "gpushare", "version": "v1.32.0"},
                "paths": {}, "definitions": definitions}
         data = orjson.dumps(doc)
         self._v2[cluster] = (reg.revision, data)
         return data
+
+
+def _v2_crd_schema(info: ResourceInfo) -> dict[str, Any]:
+    """A CRD's OpenAPI v2 definition as Kubernetes publishes it for kubectl: a root that
+    preserves unknown fields is a bare object (kubectl would otherwise refuse every field
+    it does not know); otherwise the schema without what v2 cannot say (`_v2_node`)."""
+    stored = info.schema if isinstance(info.schema, dict) else None
+    if stored is None or stored.get("x-kubernetes-preserve-unknown-fields") is True:
+        return {"type": "object", "x-kubernetes-group-version-kind": [_gvk(info)]}
+    try:
+        schema = _crd_schema_of(info, _v2_node(copy.deepcopy(stored)))
+    except Exception:  # a schema stored before validation: publish the kind schemaless
+        log.exception("OpenAPI v2: the schema of %s cannot be published", info.kind)
+        return {"type": "object", "x-kubernetes-group-version-kind": [_gvk(info)]}
+    schema["properties"]["metadata"] = {"$ref": f"#/definitions/{OBJECT_META}"}
+    return schema
+
+
+def _v2_node(node: Any) -> Any:
+    """Kubernetes' v2 reduction of a structural schema, recursively: no allOf/oneOf/anyOf/
+    not; a nullable node loses its type, items and properties; a node preserving unknown
+    fields loses items and properties (and an object type); an array without items loses
+    its type; nullable properties are not required."""
+    if not isinstance(node, dict):
+        return node
+    for key in ("allOf", "oneOf", "anyOf", "not"):
+        node.pop(key, None)
+    if node.pop("nullable", False):
+        for key in ("type", "items", "properties"):
+            node.pop(key, None)
+    if node.get("x-kubernetes-preserve-unknown-fields") is True:
+        node.pop("items", None)
+        node.pop("properties", None)
+        if node.get("type") == "object":
+            node.pop("type")
+    if node.get("type") == "array" and "items" not in node:
+        node.pop("type")
+    props = node.get("properties")
+    if isinstance(props, dict):
+        nullable = {k for k, v in props.items() if isinstance(v, dict) and v.get("nullable")}
+        for key in list(props):
+            props[key] = _v2_node(props[key])
+        if nullable and isinstance(node.get("required"), list):
+            node["required"] = [r for r in node["required"] if r not in nullable]
+            if not node["required"]:
+                node.pop("required")
+    if isinstance(node.get("items"), dict):
+        node["items"] = _v2_node(node["items"])
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        if extra.get("nullable"):
+            node.pop("required", None)
+        node["additionalProperties"] = _v2_node(extra)
+    return node
 
 
 @functools.cache
