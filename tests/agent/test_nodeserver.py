@@ -323,3 +323,19 @@ def test_port_forward_over_a_spdy_upgrade(node) -> None:
 
     data, errors = asyncio.run(scenario())
     assert (data, errors) == (b"THROUGH THE POD\n", b"")
+
+
+def test_a_command_not_reading_its_input_holds_up_only_its_own_stream(node) -> None:
+    server, pki, tls, _ = node
+    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+
+    async def scenario() -> tuple[int, bytes]:
+        url = f"wss://127.0.0.1:{server.port}/exec/t/p/c?command=sleep&command=20&stdin=1"
+        async with connect(url, ssl=apiserver, subprotocols=["v5.channel.k8s.io"],  # type: ignore[list-item]
+                           proxy=None, max_size=None, close_timeout=1) as ws:
+            for _ in range(8):  # 2 MiB: far more than a pipe holds
+                await ws.send(b"\x00" + b"x" * (256 << 10))
+            # the server's loop still answers others
+            return await asyncio.to_thread(_get, server.port, apiserver, "/healthz")
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 30)) == (200, b"ok")

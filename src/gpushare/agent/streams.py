@@ -165,7 +165,7 @@ class _Process:
             target.argv, stdin=pipe if opts.stdin else null,
             stdout=pipe if opts.stdout else null, stderr=pipe if opts.stderr else null,
             env=target.env, cwd=target.cwd, start_new_session=True, close_fds=True)
-        for stream in (self.popen.stdout, self.popen.stderr):
+        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
             if stream is not None:
                 os.set_blocking(stream.fileno(), False)
 
@@ -179,23 +179,35 @@ class _Process:
         if self.popen.stderr is not None:
             yield STDERR, self.popen.stderr.fileno()
 
-    def write_stdin(self, data: bytes) -> None:
-        fd = self.master if self.master is not None else (
-            self.popen.stdin.fileno() if self.popen.stdin is not None else None)
+    def _stdin_fd(self) -> int | None:
+        if self.master is not None:
+            return self.master
+        return self.popen.stdin.fileno() if self.popen.stdin is not None else None
+
+    async def write_stdin(self, data: bytes) -> None:
+        """Write without blocking the server's loop: a command that does not read its
+        input only holds up its own stream."""
+        fd = self._stdin_fd()
         if fd is None:
             return
+        loop = asyncio.get_running_loop()
         view = memoryview(data)
         while view:
             try:
                 view = view[os.write(fd, view):]
             except BlockingIOError:
-                continue
+                writable = asyncio.Event()
+                loop.add_writer(fd, writable.set)
+                try:
+                    await writable.wait()
+                finally:
+                    loop.remove_writer(fd)
             except OSError:
                 return
 
-    def close_stdin(self) -> None:
+    async def close_stdin(self) -> None:
         if self.master is not None:
-            self.write_stdin(b"\x04")  # end of input on a terminal: ^D
+            await self.write_stdin(b"\x04")  # end of input on a terminal: ^D
         elif self.popen.stdin is not None:
             with contextlib.suppress(OSError):
                 self.popen.stdin.close()
@@ -241,11 +253,11 @@ async def _read_client(ws: Channels, process: _Process) -> None:
     async for channel, data in ws.events():
         if channel == STDIN:
             if data:
-                process.write_stdin(data)
+                await process.write_stdin(data)
         elif channel == RESIZE and process.master is not None:
             _resize(process.master, data)
         elif channel == CLOSE and data[:1] == bytes([STDIN]):
-            process.close_stdin()
+            await process.close_stdin()
 
 
 async def run_exec(ws: Channels, target: ExecTarget, command: list[str],
