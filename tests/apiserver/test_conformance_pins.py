@@ -161,3 +161,30 @@ def test_openapi_v2_publishes_a_preserving_root_as_a_bare_object(cluster):
     definition = doc["definitions"]["com.example.pins.v1.Looser"]
     assert definition["type"] == "object" and "properties" not in definition
     assert "x-kubernetes-preserve-unknown-fields" not in definition
+
+
+def test_status_writes_of_built_in_kinds_carry_metadata(cluster):
+    # [sig-apps] CronJob should support CronJob API operations: patching /status with an
+    # annotation keeps the annotation (Kubernetes' status strategies apply metadata)
+    batch = client.BatchV1Api(cluster.api_client())
+    batch.create_namespaced_cron_job("default", {
+        "metadata": {"name": "nightly"},
+        "spec": {"schedule": "0 0 * * *", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}})
+    patched = batch.patch_namespaced_cron_job_status("nightly", "default", {
+        "metadata": {"annotations": {"patchedstatus": "true"}},
+        "status": {"lastScheduleTime": "2026-01-01T00:00:00Z"}})
+    assert patched.metadata.annotations["patchedstatus"] == "true"
+    assert patched.status.last_schedule_time is not None
+    # A Deployment's status write keeps its labels (Kubernetes resets them there).
+    apps = client.AppsV1Api(cluster.api_client())
+    apps.create_namespaced_deployment("default", {
+        "metadata": {"name": "web", "labels": {"tier": "front"}},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+    written = apps.patch_namespaced_deployment_status("web", "default", {
+        "metadata": {"labels": {"tier": "back"}, "annotations": {"seen": "yes"}},
+        "status": {"observedGeneration": 1}})
+    assert written.metadata.labels == {"tier": "front"}
+    assert written.metadata.annotations["seen"] == "yes"

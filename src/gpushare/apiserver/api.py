@@ -646,6 +646,7 @@ class Api:
             obj["status"] = new.get("status")
             if obj["status"] is None:
                 obj.pop("status")
+            _status_write_metadata(info, obj, new)
         else:
             obj = new
             m = meta(obj)
@@ -947,6 +948,31 @@ def scale_of(obj: dict[str, Any]) -> dict[str, Any]:
         "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
                    "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items()))},
     }
+
+
+#: Metadata a status write changes on built-in kinds, as Kubernetes' status strategies
+#: let it (custom resources' status writes change only the status; pods' keep their
+#: metadata here, so that the GPU slot annotations stay the binder's).
+_STATUS_METADATA = ("labels", "annotations")
+_STATUS_KEEPS_LABELS = frozenset({"apps/deployments"})
+
+
+def _status_write_metadata(info: ResourceInfo, obj: dict[str, Any],
+                           new: dict[str, Any]) -> None:
+    if info.crd or info.group_resource == "pods":
+        return
+    written = new.get("metadata")
+    if not isinstance(written, dict):
+        return
+    m = obj["metadata"]
+    for key in _STATUS_METADATA:
+        if key == "labels" and info.group_resource in _STATUS_KEEPS_LABELS:
+            continue
+        if key in written:
+            if written[key] is None:
+                m.pop(key, None)
+            else:
+                m[key] = written[key]
 
 
 def _schema(info: ResourceInfo) -> dict[str, Any] | None:
