@@ -339,3 +339,24 @@ def test_a_command_not_reading_its_input_holds_up_only_its_own_stream(node) -> N
             return await asyncio.to_thread(_get, server.port, apiserver, "/healthz")
 
     assert asyncio.run(asyncio.wait_for(scenario(), 30)) == (200, b"ok")
+
+
+class _UnreachableApi:
+    """Stands in for an API server that cannot be reached (the real one is used end to end
+    in tests/e2e/test_kubectl_streams.py): every call fails as a dead connection does."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def create(self, path: str, body: dict) -> dict:
+        self.calls += 1
+        raise ConnectionRefusedError("connection refused")
+
+
+def test_a_review_the_api_could_not_answer_refuses_and_is_asked_again() -> None:
+    api = _UnreachableApi()
+    check = CallerCheck(api, "n")  # type: ignore[arg-type]
+    for _ in range(2):
+        verdict = check.check(None, "Bearer some-token", "get")
+        assert verdict.code == 401 and "could not be reviewed" in verdict.message
+    assert api.calls == 2  # not kept: the next request asks again

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushare.contracts import NODE_CLIENT_NAME
-from gpushare.kube.client import ApiError, KubeClient, Resource
+from gpushare.kube.client import KubeClient, Resource
 
 TOKEN_REVIEWS = Resource("authentication.k8s.io/v1", "tokenreviews", False)
 ACCESS_REVIEWS = Resource("authorization.k8s.io/v1", "subjectaccessreviews", False)
@@ -35,6 +35,7 @@ _CACHE_S = 30.0
 class Verdict:
     code: int  # 200 allowed, 401, 403
     message: str
+    kept: bool = True  # False: the API could not answer; ask again next time
 
     @property
     def allowed(self) -> bool:
@@ -82,7 +83,8 @@ class CallerCheck:
         with self._lock:
             if len(self._cache) > 1024:
                 self._cache.clear()
-            self._cache[key] = (now + _CACHE_S, verdict)
+            if verdict.kept:
+                self._cache[key] = (now + _CACHE_S, verdict)
         return verdict
 
     def _review(self, token: str, verb: str) -> Verdict:
@@ -90,8 +92,8 @@ class CallerCheck:
             review = self._kube.create(TOKEN_REVIEWS.collection(), {
                 "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                 "spec": {"token": token}})
-        except ApiError as exc:
-            return Verdict(401, f"the token could not be reviewed: {exc}")
+        except Exception as exc:  # the API could not answer (away, TLS, a bad reply)
+            return Verdict(401, f"the token could not be reviewed: {exc}", kept=False)
         status = review.get("status") or {}
         if not status.get("authenticated"):
             return Verdict(401, "Unauthorized")
@@ -105,8 +107,8 @@ class CallerCheck:
                          "uid": user.get("uid", ""), "extra": user.get("extra") or {},
                          "resourceAttributes": {"verb": verb, "resource": "nodes",
                                                 "subresource": "proxy", "name": self._node}}})
-        except ApiError as exc:
-            return Verdict(403, f"the access could not be reviewed: {exc}")
+        except Exception as exc:  # as above: refused, and asked again next time
+            return Verdict(403, f"the access could not be reviewed: {exc}", kept=False)
         if (access.get("status") or {}).get("allowed"):
             return Verdict(200, str(user.get("username", "")))
         return Verdict(403, f'Forbidden (user={user.get("username", "")}, verb={verb}, '
