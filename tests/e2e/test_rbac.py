@@ -67,5 +67,49 @@ spec:
         wait_for(lambda: kubectl.json("get", "queue", "team").get("status", {})
                  .get("allocated", {}).get("nvidia.com/gpu") == "500m",
                  what="queue status written by restricted controllers")
+        # The workload controllers too: a Deployment's revision and status, an RC's pods,
+        # a Service's Endpoints.
+        kubectl.run("apply", "-f", "-", stdin=WORKLOADS)
+        wait_for(lambda: (kubectl.json("get", "deployment", "web").get("metadata", {})
+                          .get("annotations") or {}).get("deployment.kubernetes.io/revision")
+                 == "1" and kubectl.json("get", "deployment", "web").get("status"),
+                 what="the Deployment's revision and status")
+        wait_for(lambda: kubectl.json("get", "pods", "-l", "app=legacy")["items"],
+                 what="the RC's pod")
+        wait_for(lambda: kubectl.run("get", "endpointslices", "-l",
+                                     "kubernetes.io/service-name=web", "-o", "name")
+                 .stdout.strip(), what="the Service's EndpointSlice")
     finally:
         running.stop()
+
+
+WORKLOADS = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web, kai.scheduler/queue: team}}
+    spec:
+      containers: [{name: main, image: busybox}]
+---
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: legacy, namespace: default}
+spec:
+  replicas: 1
+  selector: {app: legacy}
+  template:
+    metadata: {labels: {app: legacy, kai.scheduler/queue: team}}
+    spec:
+      containers: [{name: main, image: busybox}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{port: 80}]
+"""
