@@ -64,6 +64,7 @@ def controllers(
         typer.Option(help="run only these controllers (repeatable): pod-grouper, "
                      "job-controller, replicaset-controller, deployment-controller, "
                      "replicationcontroller-controller, endpoints-controller, "
+                     "disruption-controller, "
                      "scheduler, queue-status, static-node-pods, node-lifecycle, pod-gc"),
     ] = None,
     scheduler_name: Annotated[

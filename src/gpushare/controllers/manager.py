@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 # existing) owners itself, as kube-controller-manager does on a real cluster.
 ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
        "replicationcontroller-controller", "scheduler", "queue-status", "static-node-pods",
-       "node-lifecycle", "tenancy", "pod-gc", "endpoints-controller")
+       "node-lifecycle", "tenancy", "pod-gc", "endpoints-controller",
+       "disruption-controller")
 DEFAULT = ALL
 
 
@@ -110,6 +111,11 @@ def start_controllers(
         from gpushare.controllers.endpoints import EndpointsController
 
         out.controllers["endpoints-controller"] = EndpointsController(client, informers, stopper)
+    if "disruption-controller" in enabled:
+        from gpushare.controllers.disruption import DisruptionController
+
+        out.controllers["disruption-controller"] = DisruptionController(client, informers,
+                                                                        stopper)
     if "pod-gc" in enabled:
         from gpushare.controllers.pod_gc import PodGC
 
