@@ -19,7 +19,7 @@ What is checked, while it runs and at the end:
   system settles, each pod is either Running with exactly one live process of its uid
   (no duplicate after an agent restart, no process left of a deleted pod), or not bound
   with a `PodScheduled=False` condition that says why. A pod the agent refused as
-  over-committing a GPU (`Failed`, `GPUOvercommitted`) is counted apart
+  over-committing a GPU (`Failed`, `GPUOvercommitted`) is a violation, also listed apart
   (`ledger_refusals`): the agent's safety net caught a binding it should never get.
 
     run = ChaosRun(root, seed=1, seconds=25)
@@ -302,7 +302,7 @@ class Result:
     violations: list[str] = field(default_factory=list)
     # Pods the agent refused to start because its ledger of GPU slots said the binding
     # would over-commit a GPU (Failed, GPUOvercommitted): the agent's safety net caught a
-    # binding the scheduler should not have made. Reported apart from the violations.
+    # binding the scheduler should not have made. Listed apart, and violations too.
     ledger_refusals: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -621,6 +621,7 @@ class ChaosRun:
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             return
         name = obj["metadata"]["name"]
+        self._trace(kind, obj)
         with self.pods_lock:
             if kind == "DELETED":
                 self.pods.pop(name, None)
@@ -628,6 +629,18 @@ class ChaosRun:
             else:
                 self.pods[name] = obj
             self._check_bookings()
+
+    def _trace(self, kind: str, obj: dict[str, Any]) -> None:
+        """One line per pod event in `pods.jsonl`: to read after a failed run."""
+        meta, ann = obj["metadata"], obj["metadata"].get("annotations") or {}
+        line = {"t": round(time.time(), 3), "type": kind, "name": meta["name"],
+                "rv": meta.get("resourceVersion"), "node": (obj.get("spec") or {}).get(
+                    "nodeName"), "gpus": ann.get("gpushare.io/gpu-indices"),
+                "portion": ann.get("gpushare.io/gpu-portion"),
+                "deleting": bool(meta.get("deletionTimestamp")),
+                "phase": (obj.get("status") or {}).get("phase")}
+        with (self.root / "pods.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
 
     def _note_deleted(self, obj: dict[str, Any]) -> None:
         """Count the pods the controllers deleted (evictions), not those the workload did."""
@@ -698,6 +711,8 @@ class ChaosRun:
                 if status.get("phase") == "Failed" and status.get("reason") == OVERCOMMITTED \
                         and count == 0:
                     refused.append(f"pod {name}: {status.get('message')}")
+                    problems.append(f"pod {name} bound but refused by the agent's ledger: "
+                                    f"{status.get('message')}")
                 elif status.get("phase") != "Running" or count != 1:
                     problems.append(f"pod {name} bound: phase {status.get('phase')}, "
                                     f"{count} processes (want Running, 1)")

@@ -187,3 +187,35 @@ def test_pods_of_other_schedulers_take_cpu_and_memory_off_their_node():
     mirror.on_pod("MODIFIED", {**daemon, "status": {"phase": "Running"}})
     mirror.on_pod("DELETED", daemon)
     assert mirror.state.nodes["n1"].cpu_millis == 8000
+
+
+def test_a_deleted_podgroups_pods_hold_their_gpus_until_they_are_gone():
+    """A Job deleted with its pods: the PodGroup may go first while the pods still stop
+    on their node. What they hold is not handed out before they are gone (else the pod
+    bound there is refused by the agent as over-committing the GPU); found by the fault
+    run (tests/chaos)."""
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "1xH100", "64", "512Gi", {}, NOW, taint=False))
+    mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
+    mirror.on_podgroup("ADDED", podgroup("pg-old", "q"))
+    stopping = pod("old", "pg-old", gpus=1, node="n1",
+                   annotations={"gpushare.io/gpu-indices": "0", "gpushare.io/gpu-portion": "1"})
+    stopping["metadata"]["deletionTimestamp"] = NOW
+    mirror.on_pod("ADDED", stopping)
+    mirror.on_podgroup("ADDED", podgroup("pg-new", "q"))
+    mirror.on_pod("ADDED", pod("new", "pg-new", gpus=1))
+    mirror.on_podgroup("DELETED", podgroup("pg-old", "q"))
+    assert mirror.state.usage["n1"].gpu_used == [1000]
+    first = run_cycle(mirror.state, Config(), 1.0)
+    assert first.binds == [] and [p.pod for p in first.pipelines] == ["ns/new"]
+    mirror.on_pod("DELETED", stopping)
+    assert "ns/pg-old" not in mirror.state.jobs
+    assert mirror.state.usage["n1"].gpu_used == [0]
+    mirror.on_pod("MODIFIED", pod("new", "pg-new", gpus=1))  # decided again, as the loop does
+    assert [b.pod for b in run_cycle(mirror.state, Config(), 2.0).binds] == ["ns/new"]
+
+
+def test_a_deleted_podgroup_without_pods_on_nodes_goes_at_once():
+    mirror = seeded(["node", "queue", "podgroup", "pod"])
+    mirror.on_podgroup("DELETED", podgroup("pg-a", "nlp"))  # its pod "a" is pending
+    assert "ns/pg-a" not in mirror.state.jobs and "ns/a" not in mirror.state.pods

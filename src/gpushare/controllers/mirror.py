@@ -32,6 +32,7 @@ from gpushare.controllers.translate import (
     timestamp,
 )
 from gpushare.model import Job, PodStatus, Queue
+from gpushare.model.pod import ON_NODE
 from gpushare.model.quantities import RESOURCES
 from gpushare.model.queue import ResourceSpec
 from gpushare.scheduler.state import ClusterState, StateError
@@ -106,6 +107,8 @@ class Mirror:
     _counter: itertools.count = field(default_factory=itertools.count)
     _removed_queues: set[str] = field(default_factory=set)
     _orphans: set[str] = field(default_factory=set)  # jobs kept in ORPHAN_QUEUE
+    # Jobs whose PodGroup was deleted while pods of theirs were still on nodes.
+    _deleted_jobs: set[str] = field(default_factory=set)
 
     # -- priority classes ---------------------------------------------------------------
 
@@ -219,14 +222,35 @@ class Mirror:
                 for uid in _owner_uids(old):
                     if self._pg_by_owner.get(uid) == key:
                         del self._pg_by_owner[uid]
-            self.state.remove_job(key)
-            self._orphans.discard(key)
-            self.job_memory.pop(key, None)
-            self.invalid.pop(f"podgroup/{key}", None)
-            for pending in list(self._removed_queues):
-                self._try_remove_queue(pending)
-            self._drop_orphan_queue()
+            if self._on_nodes(key):
+                # Deleted with its Job while its pods still stop on their nodes: the job
+                # stays until the last of them is gone, so that what they hold is not
+                # handed to another pod before (nothing of it is placed meanwhile).
+                self._deleted_jobs.add(key)
+                return
+            self._remove_job(key)
             return
+        self._deleted_jobs.discard(key)
+        self._on_podgroup_change(key, obj, meta)
+
+    def _on_nodes(self, job_key: str) -> bool:
+        """Whether a pod of the job holds resources on a node (bound, not finished)."""
+        job = self.state.jobs.get(job_key)
+        return job is not None and any(
+            self.state.pods[p].status in ON_NODE for p in job.pods if p in self.state.pods)
+
+    def _remove_job(self, key: str) -> None:
+        """The job leaves the core's state, with its pods."""
+        self._deleted_jobs.discard(key)
+        self.state.remove_job(key)
+        self._orphans.discard(key)
+        self.job_memory.pop(key, None)
+        self.invalid.pop(f"podgroup/{key}", None)
+        for pending in list(self._removed_queues):
+            self._try_remove_queue(pending)
+        self._drop_orphan_queue()
+
+    def _on_podgroup_change(self, key: str, obj: Obj, meta: Obj) -> None:
         old = self.raw_podgroups.get(key)
         if old is not None:
             if (old.get("spec") or {}) == (obj.get("spec") or {}) and (
@@ -401,6 +425,8 @@ class Mirror:
         self._pod_index.pop(key, None)
         self.invalid.pop(f"pod/{key}", None)
         self.state.remove_pod(key)
+        if job_key in self._deleted_jobs and not self._on_nodes(job_key):
+            self._remove_job(job_key)
 
     def _unindex_pod(self, key: str, pod: Obj) -> None:
         job_key = self._job_of_pod.pop(key, None)
@@ -462,8 +488,8 @@ class Mirror:
         if pod.node is not None and pod.node not in self.state.nodes:
             self.state.remove_pod(key)  # its node is not registered (yet)
             return
-        if orphan and pod.status is PodStatus.PENDING:
-            self.state.remove_pod(key)  # its queue is gone: it waits for it
+        if (orphan or job_key in self._deleted_jobs) and pod.status is PodStatus.PENDING:
+            self.state.remove_pod(key)  # its queue is gone: it waits for it; or its group is
             return
         existing = self.state.pods.get(key)
         if existing is not None and _same_pod(existing, pod):
