@@ -188,3 +188,36 @@ def test_status_writes_of_built_in_kinds_carry_metadata(cluster):
         "status": {"observedGeneration": 1}})
     assert written.metadata.labels == {"tier": "front"}
     assert written.metadata.annotations["seen"] == "yes"
+
+
+def test_foreground_deletion_keeps_dependents_with_another_owner(cluster):
+    # [sig-api-machinery] Garbage collector should not delete dependents that have both
+    # valid owner and owner that's waiting for dependents to be deleted
+    import time
+
+    core = client.CoreV1Api(cluster.api_client())
+    ns = "gc-owners"
+    core.create_namespace({"metadata": {"name": ns}})
+    owners = {n: core.create_namespaced_config_map(ns, {"metadata": {"name": n}})
+              for n in ("going", "staying")}
+
+    def ref(name):
+        return {"apiVersion": "v1", "kind": "ConfigMap", "name": name,
+                "uid": owners[name].metadata.uid}
+
+    core.create_namespaced_config_map(ns, {"metadata": {
+        "name": "only-going", "ownerReferences": [ref("going")]}})
+    core.create_namespaced_config_map(ns, {"metadata": {
+        "name": "both", "ownerReferences": [ref("going"), ref("staying")]}})
+    core.delete_namespaced_config_map("going", ns, propagation_policy="Foreground")
+    deadline = time.monotonic() + 20
+    names: set[str] = set()
+    while time.monotonic() < deadline:
+        names = {c.metadata.name for c in core.list_namespaced_config_map(ns).items}
+        if "going" not in names and "only-going" not in names:
+            break
+        time.sleep(0.2)
+    assert "going" not in names and "only-going" not in names
+    assert "both" in names
+    kept = core.read_namespaced_config_map("both", ns)
+    assert [r.name for r in kept.metadata.owner_references] == ["staying"]

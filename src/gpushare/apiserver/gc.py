@@ -155,8 +155,16 @@ class GarbageCollector:
                     if dinfo is None or dep is None or dep["metadata"].get("deletionTimestamp"):
                         continue
                     try:
-                        api.delete(cluster, dinfo, dns, dname,
-                                   DeleteOptions(propagation="Foreground"))
+                        if self._has_solid_owner(cluster, dns, dep, uid):
+                            # Another owner stays: the dependent only stops naming this one.
+                            kept = deep_copy(dep)
+                            kept["metadata"]["ownerReferences"] = [
+                                r for r in kept["metadata"].get("ownerReferences") or ()
+                                if r.get("uid") != uid]
+                            api.update(cluster, dinfo, dns, dname, kept)
+                        else:
+                            api.delete(cluster, dinfo, dns, dname,
+                                       DeleteOptions(propagation="Foreground"))
                     except ApiError as e:
                         log.debug("foreground delete of %s: %s", dname, e.message)
                 return
@@ -170,6 +178,29 @@ class GarbageCollector:
             del copy["metadata"]["finalizers"]
             api.finalizing.discard((cluster, gr, ns, name))
         api.update(cluster, info, ns, name, copy)
+
+    def _has_solid_owner(self, cluster: str, ns: str, dep: dict[str, Any], uid: str) -> bool:
+        """Whether the dependent has an owner other than `uid` that exists and is not
+        itself waiting for its dependents (foreground deletion), as Kubernetes' collector
+        decides whether a dependent of a foreground deletion is deleted or kept."""
+        for ref in dep["metadata"].get("ownerReferences") or ():
+            if ref.get("uid") == uid or not self.api.owner_exists(cluster, ns, ref):
+                continue
+            owner = self._owner(cluster, ns, ref)
+            meta = (owner or {}).get("metadata") or {}
+            if not (meta.get("deletionTimestamp") and FOREGROUND in (meta.get("finalizers")
+                                                                      or ())):
+                return True
+        return False
+
+    def _owner(self, cluster: str, ns: str, ref: dict[str, Any]) -> dict[str, Any] | None:
+        api_version = ref.get("apiVersion") or ""
+        group = api_version.split("/", 1)[0] if "/" in api_version else ""
+        info = self.api.registry(cluster).by_kind(group, ref.get("kind") or "")
+        if info is None:
+            return None
+        return self.api.store.get(cluster, info.group_resource, ns if info.namespaced else "",
+                                  ref.get("name") or "")
 
     def _drain_namespace(self, cluster: str, ns: str) -> None:
         api = self.api
