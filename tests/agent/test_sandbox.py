@@ -377,3 +377,21 @@ def test_the_token_is_written_for_the_pods_gid_and_renewed_late_in_its_life(
         assert events and events[0][0] == "FailedMount" and "missing" in events[0][1]
     finally:
         server.stop()
+
+
+def test_only_an_mps_client_keeps_the_hosts_ipc_and_shared_memory(tmp_path: Path) -> None:
+    pipe = tmp_path / "mps" / "gpu0" / "pipe"
+    pipe.mkdir(parents=True)
+    root = tmp_path / "pods" / NS / "p"
+    client = sb.SandboxState(sb.BWRAP, sb.ID_BASE, sb.ID_BASE + 70, str(root), "p",
+                             (str(tmp_path),), writable=(str(pipe),))
+    argv = sb.launch_argv(client, ["/bin/true"], {"PATH": "/usr/bin"}, root)
+    assert "--unshare-ipc" not in argv and "/dev/shm" in argv
+    at = argv.index(str(pipe))  # bound read-write at its own path
+    assert argv[at - 1:at + 2] == ["--bind", str(pipe), str(pipe)]
+    plain = sb.SandboxState(sb.BWRAP, sb.ID_BASE + 71, sb.ID_BASE + 71, str(root), "p",
+                            (str(tmp_path),))
+    argv = sb.launch_argv(plain, ["/bin/true"], {"PATH": "/usr/bin"}, root)
+    assert "--unshare-ipc" in argv and "/dev/shm" not in argv
+    # the data directory is emptied before the pod's own directory is bound back
+    assert argv.index(str(tmp_path)) < argv.index(str(root))

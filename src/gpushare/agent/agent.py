@@ -582,20 +582,6 @@ class Agent:
             with contextlib.suppress(Exception):
                 self.tokens.refresh(entry.supervisor.pod, entry.sandbox)  # type: ignore[arg-type]
 
-    def exec_target(self, namespace: str, name: str,
-                    container: str) -> tuple[sb.SandboxState, int] | None:
-        """For exec: the pod's sandbox and the process group of the container's current run
-        (None when the container is not running); hand both to `sandbox.enter_argv`."""
-        with self._lock:
-            entry = next((e for e in self._pods.values()
-                          if e.namespace == namespace and e.name == name), None)
-        if entry is None or entry.sandbox is None:
-            return None
-        for group_name, pgid in entry.supervisor.container_groups():
-            if group_name == container:
-                return entry.sandbox, pgid
-        return None
-
     def _forget(self, uid: str | None) -> None:
         """The pod object is gone: stop whatever still runs for it, and wait (a little)
         until it has: the scheduler may have bound another pod to its GPU share already,

@@ -36,8 +36,8 @@ For exec (the node server, through ``agent.exec_in_pod``): ``enter_argv(state, p
 env, cwd)`` returns ``(argv, env, cwd)`` to hand to ``subprocess``: with ``bwrap`` it
 ``nsenter``s the mount/PID/IPC/UTS namespaces of the container's run (process group
 `pgid`), with ``setuid`` it only drops privileges; both as the pod's user, with the
-container's environment. ``Agent.exec_target(namespace, pod, container)`` gives the pod's
-recorded ``SandboxState`` and that process group.
+container's environment. The agent keeps each running pod's ``SandboxState`` beside its
+supervisor (and in ``.gpushare/sandbox.json``: `load_state`).
 """
 
 from __future__ import annotations
@@ -348,6 +348,8 @@ def sandbox_env(state: SandboxState, env: Mapping[str, str]) -> dict[str, str]:
     """The container's environment adjusted to its user: HOME in the pod directory, USER."""
     out = dict(env)
     if state.mode == NONE:
+        if state.service_account:
+            out[SA_ENV] = str(state.meta / SA_DIR)
         return out
     user = f"pod-{state.gid}"
     out.update({"HOME": state.root, "USER": user, "LOGNAME": user})
@@ -370,8 +372,10 @@ def launch_argv(state: SandboxState, argv: Sequence[str], env: Mapping[str, str]
     """The command line that runs `argv` (argv[0] resolved) inside the pod's sandbox."""
     if state.mode != BWRAP:
         return [*drop_privileges(state), *argv]
+    # an MPS client talks to its daemon through the host's IPC namespace and /dev/shm too
+    ipc = [] if state.writable else ["--unshare-ipc"]
     return [_tool("bwrap"), *_bwrap_mounts(state, argv, env), "--chdir", str(cwd),
-            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", state.hostname,
+            "--unshare-pid", *ipc, "--unshare-uts", "--hostname", state.hostname,
             "--", *drop_privileges(state), *argv]
 
 
@@ -414,6 +418,8 @@ def _bwrap_mounts(state: SandboxState, argv: Sequence[str], env: Mapping[str, st
     for path in state.writable:
         if os.path.isdir(path):
             on_fresh("--bind", path, path)
+    if state.writable and os.path.isdir("/dev/shm"):
+        args += ["--dev-bind", "/dev/shm", "/dev/shm"]
     return args
 
 
