@@ -12,12 +12,12 @@ from typing import Any
 
 import orjson
 import pytest
-from store_edit import store_put
 from test_agent_e2e import NODE, NS, Cluster, wait_for
 
 from gpushare.apiserver.server import ApiServer
 from gpushare.apiserver.store import Store
 from gpushare.kube.client import EVENTS
+from store_edit import store_put
 
 SKIPPED = "FailedCreatePodSandBox"
 

@@ -292,6 +292,7 @@ def test_ids_are_the_lowest_free_and_mps_clients_share_their_gpus_uid(tmp_path: 
     taken = {sb.ID_BASE + sb.GPU_IDS, sb.ID_BASE + sb.GPU_IDS + 1}
     third = sb.new_state(policy, tmp_path / "ns" / "c", "c", taken, mps_gpu=3)
     assert third.gid == sb.ID_BASE + sb.GPU_IDS + 2 and third.uid == sb.ID_BASE + 3
+    assert third.host_pid and not first.host_pid
     sb.save_state(first)
     assert sb.ids_in_use(tmp_path) == {first.gid}
     with pytest.raises(sb.SandboxError, match="no free pod id"):
@@ -395,3 +396,17 @@ def test_only_an_mps_client_keeps_the_hosts_ipc_and_shared_memory(tmp_path: Path
     assert "--unshare-ipc" in argv and "/dev/shm" not in argv
     # the data directory is emptied before the pod's own directory is bound back
     assert argv.index(str(tmp_path)) < argv.index(str(root))
+
+
+def test_mps_clients_stay_in_the_host_pid_namespace_and_others_get_their_own(
+        tmp_path: Path) -> None:
+    """The MPS server keys its clients by pid: a client in a PID namespace of its own would
+    share small pids with other pods' clients."""
+    policy = sb.SandboxPolicy(sb.BWRAP, "test")
+    plain = sb.new_state(policy, tmp_path / "ns" / "a", "a", set())
+    client = sb.new_state(policy, tmp_path / "ns" / "b", "b", {plain.gid}, mps_gpu=0)
+    argv = ("/bin/true",)
+    assert "--unshare-pid" in sb.launch_argv(plain, argv, {"PATH": "/bin"}, tmp_path)
+    launched = sb.launch_argv(client, argv, {"PATH": "/bin"}, tmp_path)
+    assert "--unshare-pid" not in launched
+    assert sb.SandboxState.from_json(client.to_json()) == client

@@ -31,8 +31,10 @@ print("ready", os.getuid(), os.getgid(), float(x.sum()), flush=True)
 deadline = time.time() + 60
 while not os.path.exists("release") and time.time() < deadline:
     time.sleep(0.2)
+# after the other client has ended, this one's context must still work
+y = torch.ones(2048, device="cuda") * 2
 torch.cuda.synchronize()
-print("done", flush=True)
+print("done", float(y.sum()), flush=True)
 """
 
 
@@ -97,10 +99,16 @@ def test_two_sandboxed_mps_clients_share_the_gpu_at_once(data_dir: Path) -> None
             assert (uid, gid) == (state.uid, state.gid)
             assert uid == sb.ID_BASE + 0 and gid >= sb.ID_BASE + sb.GPU_IDS
             assert words[3] == "1024.0"
-            (Path(state.root) / "release").write_text("")
-        _wait(lambda: all(p.poll() is not None for _, p in started), 60)
+        # The first ends; the second then computes again (a client in a PID namespace of its
+        # own had its context torn down by another client's exit: the MPS server keys
+        # clients by pid).
+        (Path(started[0][0].root) / "release").write_text("")
+        _wait(lambda: started[0][1].poll() is not None, 60)
+        (Path(started[1][0].root) / "release").write_text("")
+        _wait(lambda: started[1][1].poll() is not None, 60)
         codes = [p.poll() for _, p in started]
         assert codes == [0, 0], [log(s) for s, _ in started]
+        assert "done 4096.0" in log(started[1][0]), log(started[1][0])
         assert started[0][0].gid != started[1][0].gid
     finally:
         for _, process in started:

@@ -23,7 +23,11 @@ Ids: pod ids come from ``ID_BASE + GPU_IDS`` upwards (200064...), the lowest fre
 recorded in the pod's ``.gpushare/sandbox.json`` (so an agent restart or adoption keeps it)
 and freed with the pod directory. The gid is always the pod's own; the uid too, except for
 pods that are MPS clients: an MPS control daemon serves one uid at a time, so the clients
-of GPU *i* share uid ``ID_BASE + i`` (their gids, directories and namespaces stay their own).
+of GPU *i* share uid ``ID_BASE + i`` (their gids, directories and other namespaces stay their
+own). MPS clients also stay in the host's PID namespace (``host_pid``): the MPS server tells
+its clients apart by process id, and in PID namespaces of their own two pods' processes have
+the same small ids, so one client's exit tore down the other's context (seen on an H200:
+``cudaErrorIllegalAddress`` in the pods that kept running when another ended).
 
 The ServiceAccount token: when the pod has the projected ``kube-api-access-*`` volume the
 agent asks the API for a TokenRequest (the pod's ServiceAccount, bound to the pod) and writes
@@ -115,6 +119,7 @@ class SandboxState:
     service_account: bool = False  # a token was written for the pod
     devices: tuple[str, ...] = field(default=())  # device nodes bound in (GPU pods)
     writable: tuple[str, ...] = field(default=())  # extra rw binds (the MPS pipe directory)
+    host_pid: bool = False  # stays in the host's PID namespace (MPS clients: see above)
 
     @property
     def meta(self) -> Path:
@@ -269,7 +274,8 @@ def new_state(policy: SandboxPolicy, pod_directory: Path, hostname: str, used: s
     gid = allocate_id(used)
     uid = ID_BASE + mps_gpu if mps_gpu is not None and 0 <= mps_gpu < GPU_IDS else gid
     return SandboxState(policy.mode, uid, gid, str(pod_directory), hostname, policy.hidden,
-                        policy.read_only, devices=tuple(devices), writable=tuple(writable))
+                        policy.read_only, devices=tuple(devices), writable=tuple(writable),
+                        host_pid=mps_gpu is not None)
 
 
 def prepare(state: SandboxState, pods_root: Path) -> None:
@@ -372,10 +378,12 @@ def launch_argv(state: SandboxState, argv: Sequence[str], env: Mapping[str, str]
     """The command line that runs `argv` (argv[0] resolved) inside the pod's sandbox."""
     if state.mode != BWRAP:
         return [*drop_privileges(state), *argv]
-    # an MPS client talks to its daemon through the host's IPC namespace and /dev/shm too
+    # an MPS client talks to its daemon through the host's IPC namespace and /dev/shm too,
+    # and stays in the host's PID namespace (see `host_pid`)
     ipc = [] if state.writable else ["--unshare-ipc"]
+    pid = [] if state.host_pid else ["--unshare-pid"]
     return [_tool("bwrap"), *_bwrap_mounts(state, argv, env), "--chdir", str(cwd),
-            "--unshare-pid", *ipc, "--unshare-uts", "--hostname", state.hostname,
+            *pid, *ipc, "--unshare-uts", "--hostname", state.hostname,
             "--", *drop_privileges(state), *argv]
 
 
@@ -535,7 +543,8 @@ def enter_argv(state: SandboxState, pgid: int, argv: Sequence[str],
     workdir = cwd or _process_cwd(target) or state.root
     if state.mode != BWRAP:
         return [*drop_privileges(state), *argv], dict(env), workdir
-    enter = [_tool("nsenter"), f"--target={target}", "--mount", "--pid", "--ipc", "--uts", "--"]
+    pid = [] if state.host_pid else ["--pid"]
+    enter = [_tool("nsenter"), f"--target={target}", "--mount", *pid, "--ipc", "--uts", "--"]
     return [*enter, *drop_privileges(state), _tool("env"), "-C", workdir, *argv], dict(env), "/"
 
 
