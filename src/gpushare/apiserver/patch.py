@@ -118,8 +118,8 @@ def _merge_map(target: dict[str, Any], patch: dict[str, Any],
             result[key] = value
     for field, order in orders.items():
         if isinstance(result.get(field), list):
-            _merge, key = list_strategy(schemas.field(schema, field))
-            result[field] = _reorder(key, result[field], order)
+            _merge, merge_key = list_strategy(schemas.field(schema, field))
+            result[field] = _reorder(merge_key, result[field], order)
     if isinstance(retain, list):
         keep = set(retain)
         result = {k: v for k, v in result.items() if k in keep}

@@ -22,6 +22,7 @@ from typing import Any
 from gpushare.apiserver.auth import RBAC, Attributes, Authorizer, User
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.resources import ResourceInfo
+from gpushare.bodies import field_dict
 
 REQUEST_USER: ContextVar[User | None] = ContextVar("gpushare_request_user", default=None)
 
@@ -74,8 +75,7 @@ class PrivilegeAdmission:
         old_node = ((old or {}).get("spec") or {}).get("nodeName")
         if (node or None) != (old_node or None):
             changed.append("spec.nodeName")
-        annotations = meta.get("annotations") if isinstance(meta.get("annotations"),
-                                                            dict) else {}
+        annotations = field_dict(meta, "annotations")
         old_annotations = ((old or {}).get("metadata") or {}).get("annotations") or {}
         for key in SLOT_ANNOTATIONS:
             if annotations.get(key) != old_annotations.get(key):

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpushare.apiserver.errors import ApiError, Cause
 from gpushare.apiserver.shapes import quantity_value
+from gpushare.bodies import field_dict, field_list
 
 QUOTA_GR = "resourcequotas"
 # quota name -> storage group/resource of the objects it counts
@@ -102,9 +103,9 @@ def _object_usage(gr: str, obj: dict[str, Any], hard: Iterable[str]) -> dict[str
         if _count_gr(name) == gr:
             out[name] = Decimal(1)
     if gr == "services":
-        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        spec = field_dict(obj, "spec")
         kind = spec.get("type")
-        ports = spec.get("ports") if isinstance(spec.get("ports"), list) else []
+        ports = field_list(spec, "ports")
         if kind == "NodePort" or kind == "LoadBalancer":
             out["services.nodeports"] = Decimal(len(ports))
         if kind == "LoadBalancer":

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpushare.apiserver.errors import Cause
+from gpushare.bodies import field_dict, field_list
 
 _RANGE = ipaddress.ip_network("10.96.0.0/12")
 _NODE_PORTS = range(30000, 32768)
@@ -19,7 +20,7 @@ def _in_use(services: Iterable[dict[str, Any]]) -> tuple[set[str], set[int]]:
     ips: set[str] = set()
     ports: set[int] = set()
     for svc in services:
-        spec = svc.get("spec") if isinstance(svc.get("spec"), dict) else {}
+        spec = field_dict(svc, "spec")
         if isinstance(spec.get("clusterIP"), str):
             ips.add(spec["clusterIP"])
         for p in spec.get("ports") or ():
@@ -34,10 +35,10 @@ def allocate(obj: dict[str, Any], old: dict[str, Any] | None,
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return []
-    old_spec = (old or {}).get("spec") if isinstance((old or {}).get("spec"), dict) else {}
+    old_spec = field_dict(old or {}, "spec")
     kind = spec.setdefault("type", "ClusterIP")
     spec.setdefault("sessionAffinity", "None")
-    ports = spec.get("ports") if isinstance(spec.get("ports"), list) else []
+    ports = field_list(spec, "ports")
     for p in ports:
         if isinstance(p, dict):
             p.setdefault("protocol", "TCP")

@@ -13,6 +13,7 @@ it keeps increasing across restarts even after deletions.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import sqlite3
@@ -245,7 +246,7 @@ class Store:
 
     def list_indexed(
         self, cluster: str, gr: str, path: str, value: str
-    ) -> list[dict[str, Any]] | None:
+    ) -> builtins.list[dict[str, Any]] | None:
         """Objects whose indexed field `path` equals `value`; None if not indexed."""
         if path not in INDEXED_FIELDS.get(gr, ()):
             return None
@@ -258,7 +259,7 @@ class Store:
         return out
 
     def list_labeled(self, cluster: str, gr: str, key: str,
-                     values: frozenset[str]) -> list[dict[str, Any]]:
+                     values: frozenset[str]) -> builtins.list[dict[str, Any]]:
         """Objects whose label `key` has one of `values`."""
         out = []
         for value in values:
@@ -285,7 +286,7 @@ class Store:
     def clusters(self) -> set[str]:
         return {c for (c, _gr) in self.buckets}
 
-    def dependents(self, cluster: str, owner_uid: str) -> list[tuple[str, str, str]]:
+    def dependents(self, cluster: str, owner_uid: str) -> builtins.list[tuple[str, str, str]]:
         return list(self.owner_index.get((cluster, owner_uid), ()))
 
     # -- writes ----------------------------------------------------------------------------
@@ -477,9 +478,9 @@ class Store:
         if self.loop is None:
             raise failure
 
-    def _undo(self, events: list[Event]) -> None:
+    def _undo(self, events: builtins.list[Event]) -> None:
         """Put memory back as it was before `events` (a group whose commit failed)."""
-        undone = list(reversed(events))
+        undone = builtins.list(reversed(events))
         for event in undone:
             m = event.obj["metadata"]
             ns, name = m.get("namespace") or "", m["name"]
@@ -538,7 +539,7 @@ class Store:
         for listener in self.listeners:
             listener(event)
 
-    def changes_since(self, rv: int) -> list[Event] | None:
+    def changes_since(self, rv: int) -> builtins.list[Event] | None:
         """Like `events_since`, plus the writes still waiting for their commit."""
         events = self.events_since(rv)
         if events is None:
@@ -546,7 +547,7 @@ class Store:
         inflight = self._inflight.events if self._inflight is not None else []
         return events + [e for e in (*inflight, *self._pending_events) if e.rv > rv]
 
-    def events_since(self, rv: int) -> list[Event] | None:
+    def events_since(self, rv: int) -> builtins.list[Event] | None:
         """Events with resourceVersion > rv, or None if some of them are no longer kept."""
         if rv < self.floor_rv:
             return None

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
+from gpushare.bodies import field_dict
 
 log = logging.getLogger(__name__)
 
@@ -251,8 +252,8 @@ def _job_row(obj: dict[str, Any], now: datetime) -> Row:
 
 
 def _service_row(obj: dict[str, Any], now: datetime) -> Row:
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    spec = field_dict(obj, "spec")
+    status = field_dict(obj, "status")
     kind = str(spec.get("type") or "ClusterIP")
     external = [str(i.get("ip") or i.get("hostname") or "") for i in
                 (status.get("loadBalancer") or {}).get("ingress") or () if isinstance(i, dict)]
@@ -271,7 +272,7 @@ def _service_row(obj: dict[str, Any], now: datetime) -> Row:
         if p.get("nodePort"):
             text += f":{p['nodePort']}"
         ports.append(f"{text}/{p.get('protocol') or 'TCP'}")
-    selector = spec.get("selector") if isinstance(spec.get("selector"), dict) else {}
+    selector = field_dict(spec, "selector")
     return [obj["metadata"]["name"], kind, str(spec.get("clusterIP") or "<none>"), shown,
             ",".join(ports) or "<none>", age(obj["metadata"].get("creationTimestamp"), now),
             ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>"]

@@ -154,7 +154,7 @@ async def stream(
             if now >= deadline:
                 return
             if watcher.backlog:
-                batch = []
+                batch: list[Any] = []
                 while watcher.backlog and len(batch) < 500:
                     typ, obj, data, rv = watcher.backlog.popleft()
                     batch.append(encode(typ, obj, data))
