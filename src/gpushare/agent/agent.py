@@ -50,6 +50,7 @@ from gpushare.agent.supervisor import (
 from gpushare.agent.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
 from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
 from gpushare.apiserver import shapes
+from gpushare.bodies import field_dict
 from gpushare.kube.client import (
     CONFIGMAPS,
     EVENTS,
@@ -306,8 +307,8 @@ class Agent:
             self.node_server.stop()
         # pods left running keep their MPS daemon (a restarted agent finds it alive)
         with self._lock:
-            running = any(not e.supervisor.finished for e in self._pods.values())
-        if self.enforcement.mps is not None and (stop_pods or not running):
+            busy = any(not e.supervisor.finished for e in self._pods.values())
+        if self.enforcement.mps is not None and (stop_pods or not busy):
             self.enforcement.mps.stop_all()
 
     def wait(self) -> None:
@@ -427,7 +428,7 @@ class Agent:
     def _on_pod_event(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         """A change of a pod bound here, from the informer (its first list gives every pod
         as ADDED; a relist after the server compacted gives only what changed)."""
-        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        meta = field_dict(pod, "metadata")
         if kind == "DELETED":
             self._forget(meta.get("uid"))
             return
@@ -454,7 +455,7 @@ class Agent:
         causes = shapes.pod_causes(pod)
         if causes:
             self._skip(pod, "; ".join(f"{c.field}: {c.message}" for c in causes[:5]))
-            meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+            meta = field_dict(pod, "metadata")
             if meta.get("deletionTimestamp") and meta.get("name"):
                 # never run here (or no longer readable): stop what runs, finish the delete
                 self._forget(str(meta.get("uid") or ""))
@@ -467,7 +468,7 @@ class Agent:
             self._skip(pod, repr(exc))
 
     def _skip(self, pod: dict[str, Any], why: str) -> None:
-        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        meta = field_dict(pod, "metadata")
         uid = str(meta.get("uid") or "")
         log.warning("skipping pod %s/%s: it cannot be run: %s", meta.get("namespace"),
                     meta.get("name"), why)
@@ -692,7 +693,7 @@ class Agent:
     def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> None:
         meta = pod.get("metadata") or {}
         now = time.time()
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {

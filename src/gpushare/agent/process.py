@@ -161,8 +161,8 @@ def start(
 
 def adopt(state: dict[str, object]) -> ContainerProcess:
     return ContainerProcess(
-        pid=int(state["pid"]),  # type: ignore[arg-type]
-        pgid=int(state["pgid"]),  # type: ignore[arg-type]
+        pid=int(state["pid"]),  # type: ignore[call-overload]
+        pgid=int(state["pgid"]),  # type: ignore[call-overload]
         create_time=float(state["createTime"]),  # type: ignore[arg-type]
         exit_file=Path(str(state["exitFile"])),
         popen=None,
