@@ -50,7 +50,7 @@ test: install
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy --strict -p gpushare.model -p gpushare.scheduler
-	$(BIN)/mypy -p gpushare.simulator -p gpushare.kube -p gpushare.tenancy
+	$(BIN)/mypy -p gpushare
 	$(BIN)/pytest -q
 
 lint: install

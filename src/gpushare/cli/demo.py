@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -115,8 +116,9 @@ def _run_story(host: _Kubectl, manifests: _Manifests, root: Path,
     host.show("apply", "-f", manifests.path("queues.yaml"))
     host.show("apply", "-f", manifests.path("virtualclusters.yaml"))
     for team in TEAMS:
-        host.wait(timeout, f"virtual cluster {team} Ready", lambda t=team: (
-            host.json("get", "virtualcluster", t).get("status", {}).get("phase") == "Ready"))
+        host.wait(timeout, f"virtual cluster {team} Ready", partial(
+            lambda t: host.json("get", "virtualcluster", t).get("status", {}).get("phase")
+            == "Ready", team))
     tenants = {team: _Kubectl(host.binary, _tenant_kubeconfig(root, team, host.kubeconfig),
                               team) for team in TEAMS}
     host.show("get", "virtualclusters")
@@ -129,7 +131,8 @@ def _run_story(host: _Kubectl, manifests: _Manifests, root: Path,
     nlp.wait(timeout, "3 nlp pods running in nlp's cluster", lambda: nlp.running() == 3)
     host.wait(timeout, "host queue nlp allocated 990m", lambda: host.allocated("nlp") == "990m")
     for team in ("vision", "recsys"):
-        host.wait(timeout, f"{team} sees no pods", lambda t=team: tenants[t].pod_names() == [])
+        host.wait(timeout, f"{team} sees no pods",
+                  partial(lambda t: tenants[t].pod_names() == [], team))
     nlp.show("get", "pods", "-o", "wide")
     host.show("get", "queues")
 
@@ -137,12 +140,12 @@ def _run_story(host: _Kubectl, manifests: _Manifests, root: Path,
     tenants["vision"].show("apply", "-f", manifests.path("vision.yaml", "vision"))
     tenants["recsys"].show("apply", "-f", manifests.path("recsys.yaml", "recsys"))
     for team in TEAMS:
-        host.wait(timeout, f"{team} holds 330m of the GPU", lambda t=team: (
-            host.allocated(t) == "330m" and tenants[t].running() == 1))
+        host.wait(timeout, f"{team} holds 330m of the GPU", partial(
+            lambda t: host.allocated(t) == "330m" and tenants[t].running() == 1, team))
     for team in ("vision", "recsys"):
         tenant = tenants[team]
         tenant.wait(timeout, f"{team} sees exactly its own pod",
-                    lambda k=tenant, t=team: k.pod_names() == [f"{t}-train"])
+                    partial(lambda k, t: k.pod_names() == [f"{t}-train"], tenant, team))
     nlp.wait(timeout, "nlp sees only its own job's pods", lambda: all(
         name.startswith("nlp-train-") for name in nlp.pod_names()) and nlp.pod_names() != [])
     host.show("get", "queues")

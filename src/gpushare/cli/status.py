@@ -40,7 +40,8 @@ def _queues(queues: list[Obj]) -> list[Obj]:
     children: dict[str, list[Obj]] = {}
     for q in queues:
         parent = (q.get("spec") or {}).get("parentQueue")
-        children.setdefault(parent if parent in names else "", []).append(q)
+        children.setdefault(parent if isinstance(parent, str) and parent in names else "",
+                            []).append(q)
     rows: list[Obj] = []
 
     def walk(parent: str, depth: int) -> None:

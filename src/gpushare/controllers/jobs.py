@@ -159,9 +159,8 @@ def plan_job(
     parallelism = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
     completions_raw = spec.get("completions")
     completions = int(completions_raw) if completions_raw is not None else None
-    backoff_limit = int(
-        spec.get("backoffLimit") if spec.get("backoffLimit") is not None else DEFAULT_BACKOFF_LIMIT
-    )
+    backoff_raw = spec.get("backoffLimit")
+    backoff_limit = int(backoff_raw) if backoff_raw is not None else DEFAULT_BACKOFF_LIMIT
     suspended = bool(spec.get("suspend"))
 
     active = [p for p in pods if _phase(p) not in ("Succeeded", "Failed") and not _terminating(p)]
@@ -262,7 +261,7 @@ def _ranges(indexes: list[int]) -> str:
     for i in indexes:
         if start is None:
             start = prev = i
-        elif i == prev + 1:
+        elif prev is not None and i == prev + 1:
             prev = i
         else:
             parts.append(f"{start}-{prev}" if start != prev else str(start))

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -156,7 +156,7 @@ def run(
     def stopped() -> bool:
         if hasattr(stop_event, "is_set"):
             return bool(stop_event.is_set())
-        return bool(stop_event.stopped)
+        return bool(cast(Any, stop_event).stopped)
 
     while not stopped():
         try:
