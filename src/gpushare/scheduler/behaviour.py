@@ -84,6 +84,14 @@ class Behaviour:
     #: too few free GPUs for consolidation) are left out of the action's fair order
     #: before it starts; KAI pops and pre-checks every pending job.
     skip_hopeless_jobs: bool = True
+    #: Defaults of the eviction options (``actions/common/options.py``), each overridable
+    #: in the config except where said: consolidating reclaim bounded by
+    #: ``maxDisruptionRatio`` (KAI bounds nothing, and the ratio is ignored), each action's
+    #: search bounded by ``victimSearchBudget`` (KAI: unbounded unless set), and the
+    #: steady fair-share path of reclaim (KAI: off, whatever is set).
+    bounded_disruption: bool = True
+    bounded_search: bool = True
+    steady_fair_share_reclaim: bool = True
 
     @classmethod
     def of(cls, config: Config) -> Behaviour:
@@ -105,4 +113,7 @@ class Behaviour:
             spare_pods_by_ratio=kai,
             earlier_victims_given_up=kai,
             fair_order_over_pending=kai,
+            bounded_disruption=not kai,
+            bounded_search=not kai,
+            steady_fair_share_reclaim=not kai,
         )

@@ -35,6 +35,8 @@ from fractions import Fraction
 from typing import Any
 
 from gpushare.model.quantities import QuantityError, to_fraction
+from gpushare.scheduler.behaviour import Behaviour
+from gpushare.scheduler.config import Config
 
 #: Search work an eviction action does per cycle by default: about 0.1 s of searching on
 #: a 4,000-node cluster, which keeps its cycles well under a second (docs/performance.md).
@@ -102,12 +104,13 @@ class VictimOptions:
     steady_fair_share_reclaim: bool = True
 
     @staticmethod
-    def of(config: Any) -> VictimOptions:
-        extra: Mapping[str, object] = getattr(config, "extra", None) or {}
+    def of(config: Config) -> VictimOptions:
+        extra: Mapping[str, object] = config.extra or {}
+        behaviour = Behaviour.of(config)
         ratio = Fraction(str(extra.get("maxDisruptionRatio", 2)))
         return VictimOptions(
             # KAI bounds nothing: a consolidating reclaim may move any number of pods.
-            max_disruption_ratio=Fraction(0) if getattr(config, "kai", False) else ratio,
+            max_disruption_ratio=ratio if behaviour.bounded_disruption else Fraction(0),
             saturation_multiplier=max(
                 Fraction(1), Fraction(str(extra.get("reclaimSaturationMultiplier", 1)))
             ),
@@ -116,10 +119,10 @@ class VictimOptions:
             # reach: unbounded under compat: kai unless set.
             search_budget=int(extra.get(  # type: ignore[call-overload]
                 "victimSearchBudget",
-                0 if getattr(config, "kai", False) else DEFAULT_SEARCH_BUDGET,
+                DEFAULT_SEARCH_BUDGET if behaviour.bounded_search else 0,
             )),
             use_signatures=bool(extra.get("useSchedulingSignatures", True)),
             # KAI (at the version reproduced) reclaims on the demand-capped fair share only.
-            steady_fair_share_reclaim=not getattr(config, "kai", False)
+            steady_fair_share_reclaim=behaviour.steady_fair_share_reclaim
             and bool(extra.get("steadyFairShareReclaim", True)),
         )
