@@ -10,6 +10,7 @@ from typing import Any
 from gpushare.apiserver import cel_rules
 from gpushare.apiserver.errors import Cause
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
+from gpushare.bodies import field_dict
 
 _AGE = PrinterColumn("Age", "date", ".metadata.creationTimestamp")
 
@@ -661,7 +662,7 @@ def apply_defaults(value: Any, schema: Any, root: bool = True) -> bool:
         return False
     changed = False
     if isinstance(value, dict):
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        props = field_dict(schema, "properties")
         for key, sub in props.items():
             if key not in value and not (root and key == "metadata") \
                     and isinstance(sub, dict) and "default" in sub:

@@ -121,7 +121,7 @@ _COMPUTE_NAMES = ("cpu", "memory", "requests.cpu", "requests.memory", "limits.cp
 
 def _best_effort(pod: dict[str, Any]) -> bool:
     """QoS class BestEffort: no container asks for or limits cpu or memory."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    spec = field_dict(pod, "spec")
     for key in ("containers", "initContainers"):
         for part in ("requests", "limits"):
             if any(name in ("cpu", "memory") for name, _ in _amounts(spec.get(key), part)):
@@ -130,7 +130,7 @@ def _best_effort(pod: dict[str, Any]) -> bool:
 
 
 def _terminating(pod: dict[str, Any]) -> bool:
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    spec = field_dict(pod, "spec")
     return spec.get("activeDeadlineSeconds") is not None
 
 
@@ -144,9 +144,10 @@ _SCOPES = {
 
 def _scope_terms(quota: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
     """(scopeName, operator, values) of `spec.scopes` and `spec.scopeSelector`."""
-    spec = quota.get("spec") if isinstance(quota.get("spec"), dict) else {}
-    terms = [(str(name), "Exists", []) for name in spec.get("scopes") or []]
-    selector = spec.get("scopeSelector") if isinstance(spec.get("scopeSelector"), dict) else {}
+    spec = field_dict(quota, "spec")
+    terms: list[tuple[str, str, list[str]]] = [
+        (str(name), "Exists", []) for name in spec.get("scopes") or []]
+    selector = field_dict(spec, "scopeSelector")
     for expr in selector.get("matchExpressions") or []:
         if isinstance(expr, dict):
             terms.append((str(expr.get("scopeName")), str(expr.get("operator") or "Exists"),
@@ -165,7 +166,7 @@ def in_scope(quota: dict[str, Any], gr: str, obj: dict[str, Any]) -> bool:
         return False
     for name, operator, values in terms:
         if name == "PriorityClass":
-            spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+            spec = field_dict(obj, "spec")
             cls = spec.get("priorityClassName")
             ok = {"In": cls in values, "NotIn": cls not in values, "Exists": cls is not None,
                   "DoesNotExist": cls is None}.get(operator, False)
