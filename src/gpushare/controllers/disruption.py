@@ -83,7 +83,7 @@ def pdb_status(pdb: Obj, pods: list[Obj], now: str) -> Obj:
         desired = 0
     allowed = max(healthy - desired, 0)
     current = pdb.get("status") or {}
-    before = next((c for c in current.get("conditions") or []
+    before: dict[str, Any] = next((c for c in current.get("conditions") or []
                    if c.get("type") == "DisruptionAllowed"), {})
     condition = {"type": "DisruptionAllowed", "status": "True" if allowed else "False",
                  "reason": "SufficientPods" if allowed else "InsufficientPods",
