@@ -317,13 +317,16 @@ def test_foreground_cascade(http: httpx.Client) -> None:
                                      "ownerReferences": [{"apiVersion": "v1",
                                                           "kind": "ConfigMap",
                                                           "name": "own-fg",
-                                                          "uid": owner["metadata"]["uid"]}]}})
+                                                          "uid": owner["metadata"]["uid"],
+                                                          "blockOwnerDeletion": True}]}})
     r = http.request("DELETE", f"{path}/own-fg", json={"propagationPolicy": "Foreground"})
     assert r.status_code == 202
     assert "foregroundDeletion" in http.get(f"{path}/own-fg").json()["metadata"]["finalizers"]
     eventually(gone(http, f"{path}/dep-fg"))
     time.sleep(1.2)
-    assert http.get(f"{path}/own-fg").status_code == 200  # waits for the held dependent
+    # waits for the held dependent: its reference blocks the owner's deletion (one without
+    # blockOwnerDeletion would not, as in Kubernetes)
+    assert http.get(f"{path}/own-fg").status_code == 200
     http.patch(f"{path}/dep-fg-held", content=b'{"metadata":{"finalizers":null}}',
                headers={"Content-Type": "application/merge-patch+json"})
     eventually(gone(http, f"{path}/own-fg"))

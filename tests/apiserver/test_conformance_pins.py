@@ -221,3 +221,25 @@ def test_foreground_deletion_keeps_dependents_with_another_owner(cluster):
     assert "both" in names
     kept = core.read_namespaced_config_map("both", ns)
     assert [r.name for r in kept.metadata.owner_references] == ["staying"]
+
+
+def test_foreground_deletion_of_an_ownership_cycle_finishes(cluster):
+    # [sig-api-machinery] Garbage collector should not be blocked by dependency circle
+    import time
+
+    core = client.CoreV1Api(cluster.api_client())
+    ns = "gc-cycle"
+    core.create_namespace({"metadata": {"name": ns}})
+    made = {n: core.create_namespaced_config_map(ns, {"metadata": {"name": n}})
+            for n in ("one", "two", "three")}
+    for child, parent in (("one", "three"), ("two", "one"), ("three", "two")):
+        core.patch_namespaced_config_map(child, ns, {"metadata": {"ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": parent,
+            "uid": made[parent].metadata.uid, "blockOwnerDeletion": True}]}})
+    core.delete_namespaced_config_map("one", ns, propagation_policy="Foreground")
+    deadline = time.monotonic() + 30
+    left: set[str] = {"one", "two", "three"}
+    while time.monotonic() < deadline and left:
+        left = {c.metadata.name for c in core.list_namespaced_config_map(ns).items} & left
+        time.sleep(0.3)
+    assert not left

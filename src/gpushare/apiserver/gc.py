@@ -148,26 +148,21 @@ class GarbageCollector:
                 api.update(cluster, dinfo, dns, dname, copy)
             finalizers.remove(ORPHAN)
         elif FOREGROUND in finalizers:
-            if deps:
-                for dgr, dns, dname in deps:
-                    dinfo = self._info(cluster, dgr)
-                    dep = api.store.get(cluster, dgr, dns, dname)
-                    if dinfo is None or dep is None or dep["metadata"].get("deletionTimestamp"):
-                        continue
-                    try:
-                        if self._has_solid_owner(cluster, dns, dep, uid):
-                            # Another owner stays: the dependent only stops naming this one.
-                            kept = deep_copy(dep)
-                            kept["metadata"]["ownerReferences"] = [
-                                r for r in kept["metadata"].get("ownerReferences") or ()
-                                if r.get("uid") != uid]
-                            api.update(cluster, dinfo, dns, dname, kept)
-                        else:
-                            api.delete(cluster, dinfo, dns, dname,
-                                       DeleteOptions(propagation="Foreground"))
-                    except ApiError as e:
-                        log.debug("foreground delete of %s: %s", dname, e.message)
-                return
+            blocking = False
+            for dgr, dns, dname in deps:
+                dinfo = self._info(cluster, dgr)
+                dep = api.store.get(cluster, dgr, dns, dname)
+                if dinfo is None or dep is None:
+                    continue
+                blocking = blocking or _blocks(dep, uid)
+                if dep["metadata"].get("deletionTimestamp"):
+                    continue
+                try:
+                    self._delete_dependent(cluster, dinfo, dns, dep, uid)
+                except ApiError as e:
+                    log.debug("foreground delete of %s: %s", dname, e.message)
+            if blocking:
+                return  # only dependents with blockOwnerDeletion hold the owner
             finalizers.remove(FOREGROUND)
         else:
             api.finalizing.discard((cluster, gr, ns, name))
@@ -178,6 +173,31 @@ class GarbageCollector:
             del copy["metadata"]["finalizers"]
             api.finalizing.discard((cluster, gr, ns, name))
         api.update(cluster, info, ns, name, copy)
+
+    def _delete_dependent(self, cluster: str, dinfo: ResourceInfo, ns: str,
+                          dep: dict[str, Any], uid: str) -> None:
+        """A dependent of an owner deleted in the foreground: kept (without the reference)
+        when another owner stays, else deleted in the foreground too. A dependent whose
+        own dependents already wait in the foreground (an ownership cycle) first stops
+        blocking its owners, so the cycle cannot hold every member forever, as in
+        Kubernetes' collector."""
+        api, name = self.api, dep["metadata"]["name"]
+        if self._has_solid_owner(cluster, ns, dep, uid):
+            kept = deep_copy(dep)
+            kept["metadata"]["ownerReferences"] = [
+                r for r in kept["metadata"].get("ownerReferences") or ()
+                if r.get("uid") != uid]
+            api.update(cluster, dinfo, ns, name, kept)
+            return
+        dep_uid = dep["metadata"].get("uid", "")
+        if any(_waiting(api.store.get(cluster, g, n, d))
+               for g, n, d in api.store.dependents(cluster, dep_uid)):
+            unblocked = deep_copy(dep)
+            unblocked["metadata"]["ownerReferences"] = [
+                {**r, "blockOwnerDeletion": False}
+                for r in unblocked["metadata"].get("ownerReferences") or ()]
+            dep = api.update(cluster, dinfo, ns, name, unblocked)
+        api.delete(cluster, dinfo, ns, name, DeleteOptions(propagation="Foreground"))
 
     def _has_solid_owner(self, cluster: str, ns: str, dep: dict[str, Any], uid: str) -> bool:
         """Whether the dependent has an owner other than `uid` that exists and is not
@@ -227,3 +247,15 @@ class GarbageCollector:
         ):
             api.store.delete(cluster, "namespaces", "", ns)
             api.terminating_namespaces.discard((cluster, ns))
+
+
+def _blocks(dep: dict[str, Any], uid: str) -> bool:
+    """Whether the dependent's reference to `uid` holds the owner's foreground deletion."""
+    return any(r.get("uid") == uid and r.get("blockOwnerDeletion")
+               for r in dep["metadata"].get("ownerReferences") or ())
+
+
+def _waiting(obj: dict[str, Any] | None) -> bool:
+    """Whether an object is being deleted in the foreground (waiting for dependents)."""
+    meta = (obj or {}).get("metadata") or {}
+    return bool(meta.get("deletionTimestamp")) and FOREGROUND in (meta.get("finalizers") or ())
