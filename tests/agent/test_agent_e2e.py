@@ -320,10 +320,11 @@ def test_killed_agent_node_turns_not_ready_and_recovers(cluster: Cluster) -> Non
     try:
         assert ready_status(cluster.kube.get(NODES.item(NODE))) == "True"
         cluster.kill_agent(signal.SIGKILL)
-        node = wait_for(lambda: (n := cluster.kube.get(NODES.item(NODE))) is not None
-                        and ready_status(n) == "Unknown" and n, 15)
-        assert any(t["key"] == "node.kubernetes.io/unreachable"
-                   for t in node["spec"].get("taints") or [])
+        # the controller writes the condition, then the taint: wait for both
+        wait_for(lambda: (n := cluster.kube.get(NODES.item(NODE))) is not None
+                 and ready_status(n) == "Unknown" and any(
+                     t["key"] == "node.kubernetes.io/unreachable"
+                     for t in (n.get("spec") or {}).get("taints") or []), 15)
         # Kubernetes prints NotReady for Ready=Unknown
         row = cluster.kubectl("get", "node", NODE, "--no-headers").stdout.split()
         assert row[1] == "NotReady"
