@@ -122,3 +122,50 @@ def test_run_accepts_a_holder_of_the_api_client_and_a_stopper_without_is_set() -
         assert len(calls) == 2 and calls[1].kube is shared  # the shared client as it is
     finally:
         node_lifecycle.NodeLifecycleController.reconcile_once = original
+
+
+def test_a_watcher_that_sees_ready_unknown_already_sees_the_taint(tmp_path) -> None:
+    """Through a real API server: every watch event of the node going stale that shows
+    Ready=Unknown carries the unreachable taint (one write before the other, never the
+    condition alone)."""
+    import threading
+
+    from gpushare.apiserver.server import ApiServer
+    from gpushare.controllers.node_lifecycle import NodeLifecycleController
+    from gpushare.kube.client import NODES, KubeClient, Stopper
+    from gpushare.kube.informer import Informer
+
+    server = ApiServer(tmp_path / "api").start()
+    kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
+    stopper = Stopper()
+    seen: list[tuple[str, bool]] = []
+    changed = threading.Condition()
+
+    def record(kind: str, obj: dict, old: dict | None) -> None:
+        ready = [c for c in obj.get("status", {}).get("conditions") or ()
+                 if c.get("type") == "Ready"]
+        taints = (obj.get("spec") or {}).get("taints") or ()
+        with changed:
+            seen.append((ready[0]["status"] if ready else "",
+                         any(t.get("key") == UNREACHABLE_TAINT for t in taints)))
+            changed.notify_all()
+
+    try:
+        stale = node(NOW - 60)
+        created = kube.create(NODES.collection(), {"apiVersion": "v1", "kind": "Node",
+                                                   "metadata": {"name": "n1"}, "spec": {}})
+        kube.replace(NODES.item("n1", sub="status"), {**created, "status": stale["status"]})
+        informer = Informer(kube, NODES, stopper)
+        informer.add_handler(record)
+        informer.start()
+        assert informer.wait_synced(10)
+        applied = NodeLifecycleController(kube, grace_s=40).reconcile_once(now=NOW)
+        assert [d.node for d in applied] == ["n1"]
+        with changed:
+            assert changed.wait_for(lambda: ("Unknown", True) in seen, 10), seen
+        unknown = [tainted for status, tainted in seen if status == "Unknown"]
+        assert unknown and all(unknown), seen
+        assert seen[0] == ("True", False), seen
+    finally:
+        stopper.stop()
+        server.stop()

@@ -129,11 +129,13 @@ class NodeLifecycleController:
             decision = decide(node, lease, now, self.grace_s)
             if decision is None:
                 continue
+            # The taint before the condition: whoever sees Ready=Unknown (the scheduler, a
+            # watcher) already sees the node closed to new pods.
+            if decision.spec_patch is not None:
+                self.kube.merge_patch(NODES.item(name), decision.spec_patch)
             if decision.status_patch is not None:
                 self.kube.merge_patch(NODES.item(name, sub="status"), decision.status_patch)
                 log.warning("node %s stopped heartbeating: Ready=Unknown", name)
-            if decision.spec_patch is not None:
-                self.kube.merge_patch(NODES.item(name), decision.spec_patch)
             applied.append(decision)
         return applied
 
