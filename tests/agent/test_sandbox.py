@@ -410,3 +410,45 @@ def test_mps_clients_stay_in_the_host_pid_namespace_and_others_get_their_own(
     launched = sb.launch_argv(client, argv, {"PATH": "/bin"}, tmp_path)
     assert "--unshare-pid" not in launched
     assert sb.SandboxState.from_json(client.to_json()) == client
+
+
+NOBODY = 65534
+
+
+def test_an_agent_that_is_not_root_still_hides_the_data_dirs_with_bwrap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line an agent running as `nobody` builds, run as `nobody`: its pods keep
+    its user, so only the mount namespace stands between a pod and the agent's files (which
+    that user may read outside the sandbox)."""
+    base = Path(tempfile.mkdtemp(prefix="gpushare-userns-"))
+    try:
+        base.chmod(0o755)
+        data = base / "agent"
+        own, other = data / "pods" / NS / "own", data / "pods" / NS / "other"
+        for directory in (own, other):
+            directory.mkdir(parents=True)
+        (other / "secret.txt").write_text("other pod's")
+        for path in [data, *data.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY)
+        monkeypatch.setattr(os, "geteuid", lambda: NOBODY)
+        monkeypatch.setattr(os, "getegid", lambda: NOBODY)
+        policy = sb.choose_policy("auto", [data])
+        assert policy.mode == sb.BWRAP and policy.user_namespace
+        assert "not root" in policy.describe()
+        state = sb.new_state(policy, own, "own", set())
+        assert (state.uid, state.gid) == (NOBODY, NOBODY) and sb.drop_privileges(state) == []
+        script = f"cat {other / 'secret.txt'}; echo written > mine; id -u"
+        argv = sb.launch_argv(state, ["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"}, own)
+        monkeypatch.undo()
+        assert "--unshare-user" in argv
+        as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        outside = subprocess.run([*as_nobody, "cat", str(other / "secret.txt")],
+                                 capture_output=True, text=True, check=False)
+        assert outside.stdout == "other pod's"  # the agent's user reads it...
+        inside = subprocess.run([*as_nobody, *argv], capture_output=True, text=True,
+                                check=False)
+        assert "No such file" in inside.stderr, inside  # ...its pod does not
+        assert inside.stdout.strip() == str(NOBODY)
+        assert (own / "mine").read_text() == "written\n"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -843,6 +843,8 @@ def exec_in_pod(pod_directory: Path, plan: ContainerPlan, command: list[str],
 def _describe(state: sb.SandboxState) -> str:
     if state.mode == sb.NONE:
         return "none: runs as the agent's user"
+    if state.user_namespace:
+        return f"{state.mode}: the agent's uid {state.uid} in a user namespace"
     return f"{state.mode}: uid {state.uid} gid {state.gid}"
 
 

@@ -95,8 +95,13 @@ class SandboxPolicy:
     reason: str  # why this mode, for the Node and the log
     hidden: tuple[str, ...] = ()  # host paths (directories) emptied in the sandbox
     read_only: tuple[str, ...] = ()  # extra host paths bound read-only (bwrap)
+    user_namespace: bool = False  # bwrap by an agent that is not root: pods keep its user
 
     def describe(self) -> str:
+        if self.mode == BWRAP and self.user_namespace:
+            return ("bwrap (the agent is not root): the agent's user in user-private user, "
+                    "mount, PID, IPC and UTS namespaces; host read-only, data directories "
+                    "hidden")
         if self.mode == BWRAP:
             return ("bwrap: per-pod uid/gid, user-private mount, PID, IPC and UTS "
                     "namespaces; host read-only, data directories hidden")
@@ -117,6 +122,7 @@ class SandboxState:
     hidden: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
     service_account: bool = False  # a token was written for the pod
+    user_namespace: bool = False  # the ids are the agent's own, inside a user namespace
     devices: tuple[str, ...] = field(default=())  # device nodes bound in (GPU pods)
     writable: tuple[str, ...] = field(default=())  # extra rw binds (the MPS pipe directory)
     host_pid: bool = False  # stays in the host's PID namespace (MPS clients: see above)
@@ -141,13 +147,15 @@ class SandboxState:
 # --- choosing the node's mode ---------------------------------------------------------------
 
 def bwrap_works(binary: str | None = None) -> tuple[bool, str]:
-    """Whether bubblewrap is installed and may create namespaces here (a probe run)."""
+    """Whether bubblewrap is installed and may create namespaces here (a probe run; with a
+    user namespace too when the agent is not root)."""
     binary = binary or shutil.which("bwrap")
     if binary is None:
         return False, "bubblewrap (bwrap) is not installed"
+    user = [] if os.geteuid() == 0 else ["--unshare-user"]
     try:
         probe = subprocess.run(
-            [binary, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            [binary, *user, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
              "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--", "/bin/true"],
             capture_output=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -170,10 +178,15 @@ def choose_policy(requested: str, hidden: Iterable[Path],
     if requested == NONE:
         return SandboxPolicy(NONE, "--sandbox none", hide, ro)
     if not root:
-        if requested != "auto":
-            raise SandboxError(f"--sandbox {requested}: the agent must run as root to start "
-                               "pods as other users")
-        return SandboxPolicy(NONE, "the agent is not root", hide, ro)
+        if requested == SETUID:
+            raise SandboxError("--sandbox setuid: the agent must run as root to start pods "
+                               "as other users")
+        ok, why = bwrap_works()
+        if ok:
+            return SandboxPolicy(BWRAP, "the agent is not root", hide, ro, user_namespace=True)
+        if requested == BWRAP:
+            raise SandboxError(f"--sandbox bwrap: {why}")
+        return SandboxPolicy(NONE, f"the agent is not root and {why}", hide, ro)
     if requested in ("auto", BWRAP):
         ok, why = bwrap_works()
         if ok:
@@ -271,6 +284,10 @@ def new_state(policy: SandboxPolicy, pod_directory: Path, hostname: str, used: s
     """A fresh sandbox for a pod (not yet written: see `prepare`)."""
     if policy.mode == NONE:
         return SandboxState(NONE, os.geteuid(), os.getegid(), str(pod_directory), hostname)
+    if policy.user_namespace:
+        return SandboxState(policy.mode, os.geteuid(), os.getegid(), str(pod_directory),
+                            hostname, policy.hidden, policy.read_only, devices=tuple(devices),
+                            writable=tuple(writable), user_namespace=True)
     gid = allocate_id(used)
     uid = ID_BASE + mps_gpu if mps_gpu is not None and 0 <= mps_gpu < GPU_IDS else gid
     return SandboxState(policy.mode, uid, gid, str(pod_directory), hostname, policy.hidden,
@@ -286,7 +303,7 @@ def prepare(state: SandboxState, pods_root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     state.meta.mkdir(parents=True, exist_ok=True)
     os.chmod(state.meta, 0o700)
-    if state.mode != NONE:
+    if state.mode != NONE and not state.user_namespace:
         for level in (pods_root, root.parent):
             os.chmod(level, 0o711)
         os.chown(root, 0, state.gid)
@@ -303,7 +320,7 @@ def working_directory(state: SandboxState, cwd: Path) -> None:
         missing.append(current)
         current = current.parent
     cwd.mkdir(parents=True, exist_ok=True)
-    if state.mode != NONE:
+    if state.mode != NONE and not state.user_namespace:
         for made in missing:
             os.chown(made, state.uid, state.gid)
             os.chmod(made, 0o700)
@@ -321,7 +338,7 @@ def write_service_account(state: SandboxState, token: str, ca: str, namespace: s
         directory.mkdir(parents=True, exist_ok=True)
         for name, text in (("token", token), ("ca.crt", ca), ("namespace", namespace)):
             _write_private(directory / name, text, state)
-        if state.mode != NONE:
+        if _owned_by_root(state):
             os.chown(directory, 0, state.gid)
         os.chmod(directory, 0o750)
     if state.mode == BWRAP:
@@ -334,17 +351,23 @@ def _write_private(path: Path, text: str, state: SandboxState) -> None:
     fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o640)
     with os.fdopen(fd, "w") as f:
         f.write(text)
-    if state.mode != NONE:
+    if _owned_by_root(state):
         os.chown(tmp, 0, state.gid)
     os.chmod(tmp, 0o640)
     tmp.replace(path)
 
 
+def _owned_by_root(state: SandboxState) -> bool:
+    """Whether the agent's files for the pod are root's, readable by the pod's gid."""
+    return state.mode != NONE and not state.user_namespace
+
+
 # --- starting and entering ------------------------------------------------------------------
 
 def drop_privileges(state: SandboxState) -> list[str]:
-    """``setpriv`` to the pod's ids with no capabilities (nothing when mode is none)."""
-    if state.mode == NONE:
+    """``setpriv`` to the pod's ids with no capabilities (nothing when mode is none or the
+    pod keeps the agent's user in a user namespace)."""
+    if state.mode == NONE or state.user_namespace:
         return []
     return [_tool("setpriv"), f"--reuid={state.uid}", f"--regid={state.gid}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
@@ -382,7 +405,8 @@ def launch_argv(state: SandboxState, argv: Sequence[str], env: Mapping[str, str]
     # and stays in the host's PID namespace (see `host_pid`)
     ipc = [] if state.writable else ["--unshare-ipc"]
     pid = [] if state.host_pid else ["--unshare-pid"]
-    return [_tool("bwrap"), *_bwrap_mounts(state, argv, env), "--chdir", str(cwd),
+    user = ["--unshare-user"] if state.user_namespace else []
+    return [_tool("bwrap"), *user, *_bwrap_mounts(state, argv, env), "--chdir", str(cwd),
             *pid, *ipc, "--unshare-uts", "--hostname", state.hostname,
             "--", *drop_privileges(state), *argv]
 
@@ -494,21 +518,26 @@ def gpu_devices() -> list[str]:
 
 
 def sandboxed_process(pgid: int) -> int | None:
-    """A process of the container run `pgid` that runs as the pod's user (inside its
-    namespaces with bwrap: the one to nsenter), else the run's first process."""
-    first: int | None = None
+    """A process of the container run `pgid` to enter: one in namespaces of its own (bwrap),
+    else one running as the pod's user (setuid), else the run's first process."""
+    try:
+        own = os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        own = ""
+    best: tuple[int, int] | None = None  # (rank, pid): 0 own namespaces, 1 pod user, 2 any
     for proc in psutil.process_iter(["pid"]):
         pid = int(proc.info["pid"])
         try:
             if os.getpgid(pid) != pgid or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if proc.uids().real != 0:
-                return pid
-            if first is None or pid == pgid:
-                first = pid
+            inside = os.readlink(f"/proc/{pid}/ns/mnt") != own
+            unprivileged = proc.uids().real != 0
+            rank = 0 if inside and unprivileged else 1 if unprivileged else 2
         except (OSError, psutil.Error):
             continue
-    return first
+        if best is None or (rank, pid) < best:
+            best = (rank, pid)
+    return best[1] if best is not None else None
 
 
 def process_env(pid: int) -> dict[str, str]:
@@ -544,7 +573,9 @@ def enter_argv(state: SandboxState, pgid: int, argv: Sequence[str],
     if state.mode != BWRAP:
         return [*drop_privileges(state), *argv], dict(env), workdir
     pid = [] if state.host_pid else ["--pid"]
-    enter = [_tool("nsenter"), f"--target={target}", "--mount", *pid, "--ipc", "--uts", "--"]
+    user = ["--user", "--preserve-credentials"] if state.user_namespace else []
+    enter = [_tool("nsenter"), f"--target={target}", *user, "--mount", *pid, "--ipc", "--uts",
+             "--"]
     return [*enter, *drop_privileges(state), _tool("env"), "-C", workdir, *argv], dict(env), "/"
 
 
