@@ -287,7 +287,8 @@ def new_state(policy: SandboxPolicy, pod_directory: Path, hostname: str, used: s
     if policy.user_namespace:
         return SandboxState(policy.mode, os.geteuid(), os.getegid(), str(pod_directory),
                             hostname, policy.hidden, policy.read_only, devices=tuple(devices),
-                            writable=tuple(writable), user_namespace=True)
+                            writable=tuple(writable), user_namespace=True,
+                            host_pid=mps_gpu is not None)
     gid = allocate_id(used)
     uid = ID_BASE + mps_gpu if mps_gpu is not None and 0 <= mps_gpu < GPU_IDS else gid
     return SandboxState(policy.mode, uid, gid, str(pod_directory), hostname, policy.hidden,
