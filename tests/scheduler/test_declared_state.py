@@ -63,3 +63,17 @@ def test_the_reclaim_rules_read_the_sessions_allocatable_share() -> None:
                 assert figures.share(name).allocatable_share() == as_quantities(
                     session.allocatable_share(name)
                 ), name
+
+
+def test_every_behaviour_switch_is_one_compat_kai_flips() -> None:
+    """The Behaviour object holds exactly the switches where gpushare's default differs
+    from KAI: each boolean field reads one way by default and the other under kai."""
+    from dataclasses import fields
+
+    from gpushare.scheduler.behaviour import Behaviour
+
+    default, kai = Behaviour.of(Config()), Behaviour.of(Config(compat="kai"))
+    switches = [f.name for f in fields(Behaviour) if f.type in ("bool", bool)]
+    assert len(switches) >= 15
+    assert [n for n in switches if getattr(default, n) == getattr(kai, n)] == []
+    assert (default.fairshare_mode, kai.fairshare_mode) == ("exact", "kai")
