@@ -243,3 +243,28 @@ def test_foreground_deletion_of_an_ownership_cycle_finishes(cluster):
         left = {c.metadata.name for c in core.list_namespaced_config_map(ns).items} & left
         time.sleep(0.3)
     assert not left
+
+
+def test_event_field_selectors_across_both_event_apis(cluster):
+    # [sig-instrumentation] Events API should ensure that an event can be fetched,
+    # patched, deleted, and listed: source= on core, reportingController= on events.k8s.io
+    events = client.EventsV1Api(cluster.api_client())
+    core = client.CoreV1Api(cluster.api_client())
+    events.create_namespaced_event("default", {
+        "metadata": {"name": "reported"}, "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "test-controller", "reportingInstance": "test-node",
+        "action": "Testing", "reason": "Test", "type": "Normal", "note": "hello",
+        "regarding": {"kind": "Pod", "name": "p", "namespace": "default"}})
+    core_hits = core.list_namespaced_event("default", field_selector="source=test-controller")
+    assert [e.metadata.name for e in core_hits.items] == ["reported"]
+    hits = events.list_namespaced_event("default",
+                                        field_selector="reportingController=test-controller")
+    assert [e.metadata.name for e in hits.items] == ["reported"]
+
+
+def test_csrs_select_by_signer_name(cluster):
+    # [sig-auth] Certificates API should support CSR API operations
+    certs = client.CertificatesV1Api(cluster.api_client())
+    listed = certs.list_certificate_signing_request(
+        field_selector="spec.signerName=example.com/none")
+    assert listed.items == []

@@ -131,10 +131,12 @@ SELECTABLE_FIELDS: dict[str, frozenset[str]] = {
             "involvedObject.fieldPath",
             "reason",
             "reportingComponent",
+            "reportingController",  # events.k8s.io's name of reportingComponent
             "source",
             "type",
         }
     ),
+    "certificates.k8s.io/certificatesigningrequests": frozenset({"spec.signerName"}),
     "nodes": frozenset({"spec.unschedulable"}),
     "namespaces": frozenset({"status.phase"}),
     "secrets": frozenset({"type"}),
@@ -168,7 +170,14 @@ def parse_field_selector(text: str | None, gr: str) -> tuple[FieldRequirement, .
 
 
 def _event_source(obj: dict[str, Any]) -> str:
-    return (obj.get("source") or {}).get("component", "")
+    """An Event's `source` field: its source component, else its reporting controller
+    (an Event written through events.k8s.io), as Kubernetes selects it."""
+    return (obj.get("source") or {}).get("component", "") or str(
+        obj.get("reportingComponent") or "")
+
+
+# Field names of another API version of the same stored object.
+_FIELD_ALIASES = {"reportingController": "reportingComponent"}
 
 
 # Unset fields that select as their default value, as in Kubernetes.
@@ -177,7 +186,8 @@ _FIELD_DEFAULTS = {"spec.unschedulable": "false"}
 
 def fields_match(reqs: tuple[FieldRequirement, ...], obj: dict[str, Any]) -> bool:
     for r in reqs:
-        actual = _event_source(obj) if r.path == "source" else field_value(obj, r.path)
+        actual = _event_source(obj) if r.path == "source" else field_value(
+            obj, _FIELD_ALIASES.get(r.path, r.path))
         if not actual and r.path in _FIELD_DEFAULTS:
             actual = _FIELD_DEFAULTS[r.path]
         if (actual == r.value) == r.negate:
