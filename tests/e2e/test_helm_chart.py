@@ -15,6 +15,7 @@ from e2e_support import KUBECTL
 from gpushare.cli.install import DEPLOY
 
 CHART = DEPLOY / "helm" / "gpushare"
+AGENT_RBAC = DEPLOY / "overlays" / "cluster-with-agent" / "agent-rbac.yaml"
 
 
 def _helm() -> str:
@@ -80,6 +81,13 @@ def test_chart_values_choose_controllers_namespace_and_the_agent():
     binding = objects[("ClusterRoleBinding", "gpushare-controllers")]
     assert {"kind": "ServiceAccount", "name": "gpushare-controllers",
             "namespace": "gpu-system"} in binding["subjects"]
+    # the agent's role: the overlay's, its ServiceAccount in the release's namespace
+    overlay = _by_name(list(yaml.safe_load_all(AGENT_RBAC.read_text())))
+    assert objects[("ClusterRole", "gpushare-agent")]["rules"] == overlay[
+        ("ClusterRole", "gpushare-agent")]["rules"]
+    assert objects[("ClusterRoleBinding", "gpushare-agent")]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpushare-agent", "namespace": "gpu-system"}]
+    assert ("ClusterRole", "gpushare-agent") not in _by_name(_template())
 
 
 def test_chart_output_applies_server_side(server, kubectl):
