@@ -51,6 +51,7 @@ from gpushare.agent.telemetry import AgentMetrics, AgentTelemetry, ContainerGrou
 from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
 from gpushare.apiserver import shapes
 from gpushare.bodies import field_dict
+from gpushare.contracts import GPU_USAGE_ANNOTATION
 from gpushare.kube.client import (
     CONFIGMAPS,
     EVENTS,
@@ -69,7 +70,7 @@ log = logging.getLogger("gpushare.agent")
 
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LD_LIBRARY_PATH")
 INHERITED_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM")  # safety settings of the host
-ANN_POD_USAGE = "gpushare.io/gpu-usage"
+ANN_POD_USAGE = GPU_USAGE_ANNOTATION
 FINAL_PHASES = ("Succeeded", "Failed")
 
 

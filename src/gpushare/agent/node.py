@@ -6,13 +6,20 @@ import platform
 from typing import Any
 
 from gpushare.agent.inventory import GpuInventory, HostResources
+from gpushare.contracts import (
+    GPU_USAGE_ANNOTATION,
+    NODE_ENFORCEMENT_ANNOTATION,
+    NODE_GPUS_ANNOTATION,
+    NODE_GPUS_DECLARED_ANNOTATION,
+    STATIC_NODE_ANNOTATION,
+)
 from gpushare.kube.timefmt import rfc3339
 
-ANN_GPUS = "gpushare.io/gpus"
-ANN_DECLARED = "gpushare.io/gpus-declared"
-ANN_ENFORCEMENT = "gpushare.io/enforcement"
-ANN_GPU_USAGE = "gpushare.io/gpu-usage"
-ANN_STATIC = "gpushare.io/static-node"
+ANN_GPUS = NODE_GPUS_ANNOTATION
+ANN_DECLARED = NODE_GPUS_DECLARED_ANNOTATION
+ANN_ENFORCEMENT = NODE_ENFORCEMENT_ANNOTATION
+ANN_GPU_USAGE = GPU_USAGE_ANNOTATION
+ANN_STATIC = STATIC_NODE_ANNOTATION
 ANN_AGENT_VERSION = "gpushare.io/agent-version"
 ANN_SANDBOX = "gpushare.io/sandbox"  # the pods' isolation: bwrap, setuid or none
 SANDBOX_CONDITION = "PodSandbox"

@@ -23,11 +23,16 @@ from gpushare.apiserver.auth import RBAC, Attributes, Authorizer, User
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.bodies import field_dict
+from gpushare.contracts import (
+    GPU_INDICES_ANNOTATION,
+    GPU_MEMORY_MIB_ANNOTATION,
+    GPU_PORTION_ANNOTATION,
+)
 
 REQUEST_USER: ContextVar[User | None] = ContextVar("gpushare_request_user", default=None)
 
-SLOT_ANNOTATIONS = ("gpushare.io/gpu-indices", "gpushare.io/gpu-portion",
-                    "gpushare.io/gpu-memory-mib")
+SLOT_ANNOTATIONS = (GPU_INDICES_ANNOTATION, GPU_PORTION_ANNOTATION,
+                    GPU_MEMORY_MIB_ANNOTATION)
 _ROLES = f"{RBAC}/roles"
 _CLUSTER_ROLES = f"{RBAC}/clusterroles"
 _BINDINGS = (f"{RBAC}/rolebindings", f"{RBAC}/clusterrolebindings")

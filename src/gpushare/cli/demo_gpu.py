@@ -10,8 +10,10 @@ from typing import Any
 
 import yaml
 
-ENFORCEMENT = "gpushare.io/enforcement"
-DECLARED = "gpushare.io/gpus-declared"
+from gpushare.contracts import NODE_ENFORCEMENT_ANNOTATION, NODE_GPUS_DECLARED_ANNOTATION
+
+ENFORCEMENT = NODE_ENFORCEMENT_ANNOTATION
+DECLARED = NODE_GPUS_DECLARED_ANNOTATION
 RATE_LINE = re.compile(r"^rate (\d+(?:\.\d+)?) TFLOP/s$", re.MULTILINE)
 
 

@@ -15,6 +15,7 @@ from gpushare.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_PORTION_ANNOTATION,
     MILLI,
+    NODE_ENFORCEMENT_ANNOTATION,
     BindingError,
     parse_portion_milli,
 )
@@ -101,7 +102,7 @@ def _gpu_rows(nodes: list[Obj], pods: list[Obj]) -> list[Obj]:
             rows.append({
                 "node": name, "gpu": i, "product": labels.get("nvidia.com/gpu.product", ""),
                 "enforcement": (node["metadata"].get("annotations") or {}).get(
-                    "gpushare.io/enforcement", ""),
+                    NODE_ENFORCEMENT_ANNOTATION, ""),
                 "slices": held,
                 "free": max(0, MILLI - sum(s["portion_milli"] for s in held)) / MILLI,
             })

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
+from gpushare.contracts import STATIC_NODE_ANNOTATION
 from gpushare.controllers import agentless_nodes
 from gpushare.kube.client import NODES, KubeClient
 from gpushare.kube.lease import node_lease
@@ -27,7 +28,7 @@ from gpushare.kube.timefmt import parse_rfc3339, rfc3339
 
 log = logging.getLogger("gpushare.controllers.node_lifecycle")
 
-STATIC_NODE = "gpushare.io/static-node"
+STATIC_NODE = STATIC_NODE_ANNOTATION
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 DEFAULT_GRACE_S = 40.0
 

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import orjson
 
+from gpushare.contracts import (
+    NODE_GPUS_ANNOTATION,
+    NODE_GPUS_DECLARED_ANNOTATION,
+    STATIC_NODE_ANNOTATION,
+)
 from gpushare.controllers.no_agent import TAINT
 from gpushare.kube.client import NODES, ApiError, KubeClient
 from gpushare.kube.quantity import format_bytes, to_int, to_milli
 from gpushare.model.gpu_inventory import declared_gpus
 
-STATIC_NODE_ANNOTATION = "gpushare.io/static-node"
-GPUS_ANNOTATION = "gpushare.io/gpus"
-GPUS_DECLARED_ANNOTATION = "gpushare.io/gpus-declared"
+GPUS_ANNOTATION = NODE_GPUS_ANNOTATION
+GPUS_DECLARED_ANNOTATION = NODE_GPUS_DECLARED_ANNOTATION
 
 
 class NodeSpecError(ValueError):

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from gpushare.contracts import NODE_ENFORCEMENT_ANNOTATION, NODE_GPUS_DECLARED_ANNOTATION
 from gpushare.controllers.translate import bound_gpus, gpu_request
 from gpushare.kube.quantity import format_milli, to_milli
 from gpushare.tenancy import names
@@ -20,7 +21,7 @@ NODE_GPUS_ANNOTATION = f"{names.GROUP}/node-gpus"
 PARENT_ANNOTATION = f"{names.GROUP}/parent-queue"
 _NODE_LABELS = ("kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch",
                 "nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
-_NODE_ANNOTATIONS = ("gpushare.io/enforcement", "gpushare.io/gpus-declared")
+_NODE_ANNOTATIONS = (NODE_ENFORCEMENT_ANNOTATION, NODE_GPUS_DECLARED_ANNOTATION)
 
 
 def _meta(obj: Obj) -> Obj:
