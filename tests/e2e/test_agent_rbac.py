@@ -101,5 +101,6 @@ def test_the_overlays_agent_role_runs_a_pod_end_to_end(cluster, tmp_path: Path) 
             agent.wait(30)
         except subprocess.TimeoutExpired:
             agent.kill()
-    text = log.read_text(errors="replace")
-    assert "403" not in text and "forbidden" not in text.lower(), text[-3000:]
+    refused = [line for line in log.read_text(errors="replace").splitlines()
+               if "forbidden" in line.lower()]  # the API's refusals: "... is forbidden: ..."
+    assert not refused, refused

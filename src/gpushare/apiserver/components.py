@@ -6,6 +6,10 @@
   ClusterRoles ``gpushare-controllers`` and ``gpushare-tenancy`` of
   ``controllers/rbac.yaml``. Not a cluster admin: it cannot read what the roles do not
   grant, nor grant itself more.
+* ``system:gpushare-agent`` — `gpushare up`'s node agent: a user of the root cluster with
+  the ClusterRole ``gpushare-agent`` of ``agent/rbac.yaml`` (its Node, the pods bound to
+  it, their status, Events, what its pods reference, their ServiceAccount tokens, its
+  serving certificate, the reviews of its node endpoint); never the admin's token.
 * ``system:gpushare-tenancy`` — the virtual-cluster controller's credentials *inside*
   tenant clusters (``/clusters/<tenant>``, `gpushare controllers --tenant-kubeconfig`): it
   creates those clusters' namespaces, CRDs and RBAC, so it is a cluster admin
@@ -14,7 +18,8 @@
 The API server creates (and keeps current) the roles and their bindings in the root
 cluster at every start, unless an admin marked one
 ``rbac.authorization.kubernetes.io/autoupdate: "false"``. `gpushare up` writes a
-kubeconfig per identity (``controllers.kubeconfig``, ``tenancy.kubeconfig``);
+kubeconfig per identity (``controllers.kubeconfig``, ``agent.kubeconfig``,
+``tenancy.kubeconfig``);
 `gpushare kubeconfig --component NAME` writes one for a component run by hand.
 """
 
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
 
 AUTOUPDATE = "rbac.authorization.kubernetes.io/autoupdate"
 CONTROLLERS_USER = "system:gpushare-controllers"
+AGENT_USER = "system:gpushare-agent"
 TENANCY_USER = "system:gpushare-tenancy"
 #: `clusters:` of a token entry that is valid in every logical cluster except root.
 TENANT_CLUSTERS = "!root"
@@ -41,14 +47,23 @@ TENANT_CLUSTERS = "!root"
 #: The identity of each component, by the name `gpushare kubeconfig --component` takes.
 COMPONENTS = {
     "controllers": User(CONTROLLERS_USER, (), (ROOT_CLUSTER,)),
+    "agent": User(AGENT_USER, (), (ROOT_CLUSTER,)),
     "tenancy": User(TENANCY_USER, (MASTERS,), (TENANT_CLUSTERS,)),
 }
 
 
+#: The packages whose ``rbac.yaml`` holds their components' ClusterRoles and bindings.
+ROLE_FILES = ("gpushare.controllers", "gpushare.agent")
+
+
 def role_objects() -> list[dict[str, Any]]:
-    """The ClusterRoles and ClusterRoleBindings of ``controllers/rbac.yaml``."""
-    text = resources.files("gpushare.controllers").joinpath("rbac.yaml").read_text()
-    return [doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
+    """The ClusterRoles and ClusterRoleBindings of ``controllers/rbac.yaml`` and
+    ``agent/rbac.yaml``."""
+    out: list[dict[str, Any]] = []
+    for package in ROLE_FILES:
+        text = resources.files(package).joinpath("rbac.yaml").read_text()
+        out += [doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
+    return out
 
 
 def _comparable(obj: dict[str, Any]) -> dict[str, Any]:

@@ -63,15 +63,16 @@ AGENT_RBAC = Path("overlays") / "cluster-with-agent" / "agent-rbac.yaml"
 
 def generated_files(directory: Path = DEPLOY) -> dict[Path, str]:
     """Every generated file of the deploy/ tree with its content: the kustomize base's
-    CRDs and RBAC, and the Helm chart's copies of them (and of the priority classes and of
-    the agent overlay's RBAC)."""
+    CRDs and RBAC, the agent overlay's RBAC, and the Helm chart's copies of them (and of the
+    priority classes)."""
     crds, rbac = render_crds(), render_rbac()
     classes = (directory / "base" / "priorityclasses.yaml").read_text()
     chart_header = HEADER.format(source="deploy/base/priorityclasses.yaml")
-    agent_rbac = (directory / AGENT_RBAC).read_text()
+    agent_source = Path(__file__).resolve().parents[1] / "agent" / "rbac.yaml"
+    agent_rbac = HEADER.format(source="src/gpushare/agent/rbac.yaml") + agent_source.read_text()
     return {
-        directory / CHART / "files" / "agent-rbac.yaml":
-            HEADER.format(source=f"deploy/{AGENT_RBAC}") + agent_rbac,
+        directory / AGENT_RBAC: agent_rbac,
+        directory / CHART / "files" / "agent-rbac.yaml": agent_rbac,
         directory / "base" / "crds.yaml": crds,
         directory / "base" / "rbac.yaml": rbac,
         directory / CHART / "crds" / "crds.yaml": crds,

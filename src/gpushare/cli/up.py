@@ -542,8 +542,9 @@ def up(
     agent_node = None if no_agent else node_name or socket.gethostname()
     if not no_agent:
         agent_gpus = _gpus_for_agent(gpus)
+        # The agent runs as system:gpushare-agent (agent/rbac.yaml), not as the admin.
         commands["agent"] = [
-            "agent", "--kubeconfig", str(kubeconfig),
+            "agent", "--kubeconfig", str(identities["agent"]),
             "--node-name", str(agent_node),
             "--data-dir", str(data_dir / "agent"),
             *(["--gpus", agent_gpus] if agent_gpus else []),
