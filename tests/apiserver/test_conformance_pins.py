@@ -268,3 +268,28 @@ def test_csrs_select_by_signer_name(cluster):
     listed = certs.list_certificate_signing_request(
         field_selector="spec.signerName=example.com/none")
     assert listed.items == []
+
+
+def test_generation_counts_spec_changes_of_built_in_kinds_only(cluster):
+    # [sig-instrumentation] Events API ...: a patched event keeps its generation
+    events = client.EventsV1Api(cluster.api_client())
+    made = events.create_namespaced_event("default", {
+        "metadata": {"name": "generations"}, "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "c", "reportingInstance": "i", "action": "A",
+        "reason": "R", "type": "Normal", "note": "first",
+        "regarding": {"kind": "Pod", "name": "p", "namespace": "default"}})
+    patched = events.patch_namespaced_event("generations", "default", {"note": "second"})
+    assert patched.note == "second"
+    assert patched.metadata.generation == made.metadata.generation
+    core = client.CoreV1Api(cluster.api_client())
+    core.create_namespaced_config_map("default", {"metadata": {"name": "gen"}, "data": {"a": "1"}})
+    changed = core.patch_namespaced_config_map("gen", "default", {"data": {"a": "2"}})
+    assert changed.metadata.generation in (None, 1)
+    apps = client.AppsV1Api(cluster.api_client())
+    apps.create_namespaced_deployment("default", {
+        "metadata": {"name": "gen"},
+        "spec": {"selector": {"matchLabels": {"app": "gen"}}, "template": {
+            "metadata": {"labels": {"app": "gen"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}})
+    scaled = apps.patch_namespaced_deployment("gen", "default", {"spec": {"replicas": 3}})
+    assert scaled.metadata.generation == 2

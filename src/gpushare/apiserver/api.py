@@ -672,7 +672,7 @@ class Api:
         obj["apiVersion"] = old.get("apiVersion", info.api_version)
         obj["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
         builtin_kinds.default_object(gr, obj)
-        if _spec_changed(old, obj):
+        if _spec_changed(old, obj, bool(info.crd)):
             obj["metadata"]["generation"] = int(old_meta.get("generation") or 1) + 1
         if manager and not applied:
             tracked = managed.track_update(old, obj, base_fields, _schema(info), manager,
@@ -1006,7 +1006,12 @@ def _qualified(info: ResourceInfo) -> str:
     return f"{info.resource}.{info.group}" if info.group else info.resource
 
 
-def _spec_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+def _spec_changed(old: dict[str, Any], new: dict[str, Any], custom: bool = True) -> bool:
+    """Whether an update changes what `generation` counts: for a custom resource anything
+    but metadata and status; for a built-in kind its `spec` (kinds without one, such as
+    Events and ConfigMaps, keep their generation), as Kubernetes' strategies do."""
+    if not custom:
+        return old.get("spec") != new.get("spec")
     for key in set(old) | set(new):
         if key in ("metadata", "status", "kind", "apiVersion"):
             continue
