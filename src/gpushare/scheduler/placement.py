@@ -202,6 +202,13 @@ def ordered_fits(
     return [t[2] for t in scored]
 
 
+def _fit_reads_queue(session: Session, pod: Pod) -> bool:
+    """Whether `fit_on_node` reads the pod's queue as well as the node: the per-node quota
+    check of a `gpu-memory` request (compat kai). The fragmentation index keeps fits by node
+    version, which a queue's usage does not move, so such pods are scored afresh."""
+    return pod.gpu.is_memory and session.behaviour.per_node_quota_check
+
+
 def best_fit(
     session: Session, pod: Pod, nodes: list[str] | None = None, pipeline_only: bool = False
 ) -> Fit | None:
@@ -209,7 +216,7 @@ def best_fit(
     whole cluster is the choice (same order, far fewer nodes looked at)."""
     g = pod.gpu
     gpu_placement, cpu_placement = session.config.placement_for(pod)
-    if nodes is None and _chooses_nodes(session, pod):
+    if nodes is None and _chooses_nodes(session, pod) and not _fit_reads_queue(session, pod):
         choice = frag_placement.best_choice(session, pod, pipeline_only, fit_on_node)
         return None if choice is None else _fit_of(choice)
     if nodes is not None or (g.is_shared and g.devices > 1):
