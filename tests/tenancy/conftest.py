@@ -34,3 +34,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             if log.exists():
                 tail = log.read_text(errors="replace").splitlines()[-150:]
                 report.sections.append(("gpushare up log (last 150 lines)", "\n".join(tail)))
+            # `gpushare up` says little itself: each part it runs logs to data/logs/<part>.log
+            for part in sorted((value.data / "logs").glob("*.log")):
+                tail = part.read_text(errors="replace").splitlines()[-80:]
+                report.sections.append((f"{part.name} (last 80 lines)", "\n".join(tail)))

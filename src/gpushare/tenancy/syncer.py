@@ -28,6 +28,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,8 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 WORKERS = 4
 SWEEP_SECONDS = 10.0
+RESYNC_SECONDS = 10.0
+SEEN_UIDS_KEPT = 10_000
 PODGROUP_GRACE_SECONDS = 30.0
 PAUSED_REASON = "VirtualClusterPaused"
 
@@ -103,10 +106,31 @@ def _labels(obj: Obj | None) -> dict[str, str]:
 
 @dataclass
 class _Pending:
-    """Host pods created but not yet seen by the host watch (with their creation time)."""
+    """Host pods created but not yet seen by the host watch.
+
+    The create's answer can come back after the watch already told of the pod (and even
+    of its deletion): ``seen`` keeps the uids the watch reported lately, so such an answer
+    is not taken for a pod still on its way."""
 
     created: dict[str, Obj] = field(default_factory=dict)
+    seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def saw(self, name: str, uid: str) -> None:
+        """The host watch reported the pod ``name`` (uid ``uid``)."""
+        with self.lock:
+            self.created.pop(name, None)
+            if uid:
+                self.seen[uid] = None
+                self.seen.move_to_end(uid)
+                while len(self.seen) > SEEN_UIDS_KEPT:
+                    self.seen.popitem(last=False)
+
+    def add(self, name: str, pod: Obj) -> None:
+        """A create answered with ``pod``: pending, unless the watch has reported it."""
+        with self.lock:
+            if str(_meta(pod).get("uid") or "") not in self.seen:
+                self.created[name] = pod
 
 
 class TenantSyncer:
@@ -174,6 +198,7 @@ class TenantSyncer:
         for event in self.h.events.items():
             self.on_host_event("ADDED", event, None)
         self.view_changed()
+        self.queue.add_after("r:", RESYNC_SECONDS)
         self.ready.set()
 
     def stop(self) -> None:
@@ -222,8 +247,7 @@ class TenantSyncer:
         labels = _labels(pod)
         if labels.get(names.TENANT_LABEL) != self.name:
             return
-        with self._pending.lock:
-            self._pending.created.pop(str(m.get("name")), None)
+        self._pending.saw(str(m.get("name")), str(m.get("uid") or ""))
         if (pod.get("spec") or {}).get("nodeName") and not ((old or {}).get("spec") or {}).get(
                 "nodeName"):
             self._bind_seen[str(m.get("name"))] = time.monotonic()
@@ -262,12 +286,30 @@ class TenantSyncer:
                 with self._view_lock:
                     self._view_queued = False
                 self.sync_views()
+            elif kind == "r":
+                self.queue.add_after("r:", RESYNC_SECONDS)
+                self.resync()
         except ApiError:
             metrics.SYNC_ERRORS.labels(self.name).inc()
             raise
         if time.monotonic() - self._last_sweep > SWEEP_SECONDS:
             self._last_sweep = time.monotonic()
             self.sweep()
+
+    def resync(self) -> None:
+        """Queue again every tenant pod that waits on the host: one being deleted, or one
+        synced whose host pod the cache no longer has. Events bring these on; this makes
+        sure that one change missed or taken in an unlucky order is caught within
+        ``RESYNC_SECONDS`` instead of leaving the tenant pod behind."""
+        for t in self.pods.items():
+            tm = _meta(t)
+            ns, name = str(tm.get("namespace")), str(tm.get("name"))
+            waiting = bool(tm.get("deletionTimestamp"))
+            if not waiting and _annotations(t).get(names.HOST_UID_ANNOTATION):
+                waiting = self.h.pods.get(
+                    f"{self.host_ns}/{names.host_name(name, ns)}") is None
+            if waiting:
+                self.queue.add(f"p:{ns}/{name}")
 
     def _host_pod(self, host_name: str) -> Obj | None:
         pod = self.h.pods.get(f"{self.host_ns}/{host_name}")
@@ -385,8 +427,7 @@ class TenantSyncer:
             if seen is not None:
                 metrics.SYNC_SECONDS.labels(self.name, "to_host").observe(
                     time.monotonic() - seen)
-            with self._pending.lock:
-                self._pending.created[hname] = created
+            self._pending.add(hname, created)
         # The PodGroup after the pod: the scheduler takes them in either order, and the
         # pod is on the host one round trip sooner.
         self._ensure_podgroup(pg_body)
