@@ -28,7 +28,8 @@ def _pods(kubectl) -> list[dict]:
 
 
 def _failure(kubectl):
-    status = kubectl.json("get", "rc", "web")["status"]
+    # no status yet until the controller's first write
+    status = kubectl.json("get", "rc", "web").get("status") or {}
     return next((c for c in status.get("conditions") or []
                  if c["type"] == "ReplicaFailure"), None)
 
