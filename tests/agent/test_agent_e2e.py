@@ -299,9 +299,14 @@ def test_stopped_agent_ends_its_pods_and_the_next_one_restarts_them(cluster: Clu
     assert gone(pid)
     assert cluster.pod("rebooted") is not None  # the pod object stays
     cluster.start_agent()
-    pod = wait_for(lambda: (p := cluster.pod("rebooted")) and p["status"]["containerStatuses"][0]
-                   ["restartCount"] == 1 and "running" in p["status"]["containerStatuses"][0][
-                       "state"] and p, 45)
+    def restarted_once() -> dict[str, Any] | None:
+        # the restarted agent may write the status afresh: no container statuses for a moment
+        p = cluster.pod("rebooted")
+        statuses = ((p or {}).get("status") or {}).get("containerStatuses") or [{}]
+        return p if (statuses[0].get("restartCount") == 1
+                     and "running" in (statuses[0].get("state") or {})) else None
+
+    pod = wait_for(restarted_once, 45)
     assert pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["exitCode"] == 143
     wait_for(lambda: marker.read_text().split() == ["started", "started"])
     cluster.kubectl("delete", "pod", "rebooted", "--wait=false")
