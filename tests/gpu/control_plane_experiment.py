@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
 
 from gpushare.apiserver.server import ApiServer
 from gpushare.kube.client import NODES, PODS, KubeClient
@@ -111,9 +112,14 @@ def main() -> int:
         }
         pods["too-big"] = ["--alloc-gib", str(round(third / 1024 * 1.3)), "--hold-seconds", "5",
                            "--seconds", "1", "--undo-fraction"]
+        # The three thirds hold 0.99 of GPU 0; the greedy pod gets the last hundredth of its
+        # compute but a third of its memory (what MPS and the watchdog enforce), so the agent's
+        # slot ledger admits it and the memory limit is what stops it.
+        annotations = {name: share for name in pods}
+        annotations["too-big"] = {**share, "gpushare.io/gpu-portion": "0.01"}
         for name, worker_args in pods.items():
             kube.create(PODS.collection(NS), {
-                "metadata": {"name": name, "annotations": share},
+                "metadata": {"name": name, "annotations": annotations[name]},
                 "spec": {"nodeName": NODE, "restartPolicy": "Never",
                          "containers": [{"name": "main", "image": "none",
                                          "command": [sys.executable, str(args.worker),
@@ -139,12 +145,17 @@ def main() -> int:
             time.sleep(1)
         results["pods"] = {}
         for name in pods:
-            raw = logs.read_namespaced_pod_log(name, NS, _preload_content=False).data.decode()
+            try:
+                raw = logs.read_namespaced_pod_log(name, NS,
+                                                   _preload_content=False).data.decode()
+            except ApiException as error:  # a pod the agent never started has no log
+                raw = f"no log: {error.status} {error.reason}"
             line = next((json.loads(x) for x in reversed(raw.splitlines()) if x.startswith("{")),
                         {})
             status = final.get(name, {})
             results["pods"][name] = {
                 "phase": status.get("phase"),
+                "reason": status.get("reason"),
                 "exitCode": ((status.get("containerStatuses") or [{}])[0].get("state", {})
                              .get("terminated", {}).get("exitCode")),
                 "tflops": line.get("tflops"),

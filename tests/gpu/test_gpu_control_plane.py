@@ -47,6 +47,7 @@ def test_pods_share_the_gpu_and_the_greedy_one_fails(results: dict) -> None:
         assert pods[f"third-{i}"]["phase"] == "Succeeded"
         assert pods[f"third-{i}"]["tflops"] > 0
     assert pods["too-big"]["phase"] == "Failed"
+    assert pods["too-big"]["reason"] != "GPUOvercommitted"  # stopped by its memory limit
     assert results["deleted"]
 
 
