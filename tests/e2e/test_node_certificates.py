@@ -211,3 +211,6 @@ def test_a_certificate_near_its_end_is_renewed_and_a_good_one_kept(server, kubec
     requests = [c for c in kubectl.json("get", "csr")["items"]
                 if c["metadata"]["name"].startswith("node-serving-renewing-")]
     assert len(requests) == 2
+    # the usages a real kubelet-serving signer of any version signs
+    assert {tuple(c["spec"]["usages"]) for c in requests} == {
+        ("digital signature", "key encipherment", "server auth")}

@@ -98,6 +98,12 @@ def _still_usable(cert_path: Path, key_path: Path, ca_pem: bytes,
     return left > life / 5 and all(name in sans for name in wanted)
 
 
+# What a kubelet asks for. An older kube-controller-manager's kubelet-serving signer
+# (1.22 was tried) signs exactly these three, key encipherment even for an EC key; newer
+# ones also sign the two without it for keys that are not RSA.
+SERVING_USAGES = ("digital signature", "key encipherment", "server auth")
+
+
 def _request_pem(key: ec.EllipticCurvePrivateKey, node: str,
                  names: list[x509.GeneralName]) -> bytes:
     csr = (
@@ -162,7 +168,7 @@ def ensure_serving_certificate(kube: KubeClient, node: str, address: str, hostna
         "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
         "metadata": {"name": name},
         "spec": {"request": base64.b64encode(request).decode(), "signerName": SIGNER,
-                 "usages": ["digital signature", "server auth"]}}
+                 "usages": list(SERVING_USAGES)}}
     created = kube.create(CSRS.collection(), body)
     _approve(kube, name, created)
     pem = _wait_signed(kube, name, timeout_s)
