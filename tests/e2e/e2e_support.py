@@ -91,3 +91,31 @@ def add_node(kubeconfig: Path, name: str, gpus: str, *extra: str, tainted: bool 
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def team_queue(gpu_quota: str = "1", unlimited_cpu_memory: bool = False) -> str:
+    """A top-level queue `team` (limit unlimited), as the placement tests apply it."""
+    extra = ("    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}\n"
+             "    memory: {quota: -1, limit: -1, overQuotaWeight: 1}\n"
+             if unlimited_cpu_memory else "")
+    return ("apiVersion: scheduling.run.ai/v2\nkind: Queue\nmetadata: {name: team}\nspec:\n"
+            "  resources:\n"
+            f"    gpu: {{quota: {gpu_quota}, limit: -1, overQuotaWeight: 1}}\n{extra}")
+
+
+def fraction_pod(name: str, fraction: str, spec: str = "", labels: str = "") -> str:
+    """A pod of queue `team` asking for `fraction` of a GPU, sleeping; `spec` is extra
+    two-space-indented lines of its spec (tolerations, affinity), `labels` extra labels."""
+    return f"""
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+  labels: {{kai.scheduler/queue: team{labels}}}
+  annotations: {{gpu-fraction: "{fraction}"}}
+spec:
+  schedulerName: gpushare
+{spec}  containers:
+  - {{name: main, image: busybox, command: ["sleep", "3600"]}}
+"""

@@ -6,34 +6,15 @@ from __future__ import annotations
 
 import time
 
-from e2e_support import add_node, wait_for
+from e2e_support import add_node, fraction_pod, team_queue, wait_for
 
-QUEUE = """
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: team}
-spec:
-  resources:
-    gpu: {quota: 1, limit: -1, overQuotaWeight: 1}
-"""
+QUEUE = team_queue()
 
 
 def pod(name: str, tolerate: bool) -> str:
     toleration = ("  tolerations: [{key: gpushare.io/no-agent, operator: Exists,"
                   " effect: NoSchedule}]\n") if tolerate else ""
-    return f"""
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-  labels: {{kai.scheduler/queue: team}}
-  annotations: {{gpu-fraction: "0.5"}}
-spec:
-  schedulerName: gpushare
-{toleration}  containers:
-  - {{name: main, image: busybox, command: ["sleep", "3600"]}}
-"""
+    return fraction_pod(name, "0.5", toleration)
 
 
 def test_agentless_node_is_tainted_renewed_and_its_pods_collected(server, controllers,

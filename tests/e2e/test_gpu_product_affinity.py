@@ -3,41 +3,22 @@ pod live as a ``gpu_spec`` does in the trace simulator: only nodes of an allowed
 
 from __future__ import annotations
 
-from e2e_support import add_node, wait_for
+from e2e_support import add_node, fraction_pod, team_queue, wait_for
 
-QUEUE = """
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata:
-  name: team
-spec:
-  resources:
-    gpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
-"""
+QUEUE = team_queue("-1", unlimited_cpu_memory=True)
 
-POD = """
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-  labels: {{kai.scheduler/queue: team}}
-  annotations: {{gpu-fraction: "0.5"}}
-spec:
-  schedulerName: gpushare
+AFFINITY = """\
   affinity:
     nodeAffinity:
       requiredDuringSchedulingIgnoredDuringExecution:
         nodeSelectorTerms:
         - matchExpressions:
-          - {{key: nvidia.com/gpu.product, operator: In, values: [{models}]}}
-  containers:
-  - name: main
-    image: python:3.11
-    command: ["sleep", "3600"]
+          - {key: nvidia.com/gpu.product, operator: In, values: [%s]}
 """
+
+
+def pod(name: str, models: str) -> str:
+    return fraction_pod(name, "0.5", AFFINITY % models)
 
 
 def test_gpu_product_affinity_picks_the_allowed_model_or_waits(server, controllers, kubectl):
@@ -45,8 +26,8 @@ def test_gpu_product_affinity_picks_the_allowed_model_or_waits(server, controlle
     add_node(server.kubeconfig, "a", "2xL40S")
     add_node(server.kubeconfig, "b", "2xT4")
     kubectl.run("apply", "-f", "-", stdin=QUEUE)
-    kubectl.run("apply", "-f", "-", stdin=POD.format(name="on-t4", models="Tesla-T4, NVIDIA-A10"))
-    kubectl.run("apply", "-f", "-", stdin=POD.format(name="on-h100",
+    kubectl.run("apply", "-f", "-", stdin=pod("on-t4", models="Tesla-T4, NVIDIA-A10"))
+    kubectl.run("apply", "-f", "-", stdin=pod("on-h100",
                                                      models="NVIDIA-H100-80GB-HBM3"))
     node = wait_for(lambda: kubectl.json("get", "pod", "on-t4", "-n", "default")["spec"]
                     .get("nodeName"), what="on-t4 bound")

@@ -4,37 +4,15 @@ spread while the cluster packs; pods labelled with a pool land on its nodes by i
 from __future__ import annotations
 
 import pytest
-from e2e_support import add_node, wait_for
+from e2e_support import add_node, fraction_pod, team_queue, wait_for
 
 from gpushare.controllers.scheduler_config import scheduler_config
 
-QUEUE = """
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata:
-  name: team
-spec:
-  resources:
-    gpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    cpu: {quota: -1, limit: -1, overQuotaWeight: 1}
-    memory: {quota: -1, limit: -1, overQuotaWeight: 1}
-"""
+QUEUE = team_queue("-1", unlimited_cpu_memory=True)
 
-POD = """
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-  labels: {{kai.scheduler/queue: team, kai.scheduler/node-pool: {pool}}}
-  annotations: {{gpu-fraction: "0.25"}}
-spec:
-  schedulerName: gpushare
-  containers:
-  - name: main
-    image: python:3.11
-    command: ["sleep", "3600"]
-"""
+
+def pod(name: str, pool: str) -> str:
+    return fraction_pod(name, "0.25", labels=f", kai.scheduler/node-pool: {pool}")
 
 
 @pytest.fixture
@@ -57,7 +35,7 @@ def test_each_node_pool_places_by_its_own_rule(server, pool_controllers, kubectl
     kubectl.run("apply", "-f", "-", stdin=QUEUE)
     for pool in ("train", "serve"):
         for i in range(2):
-            kubectl.run("apply", "-f", "-", stdin=POD.format(name=f"{pool}-pod{i}", pool=pool))
+            kubectl.run("apply", "-f", "-", stdin=pod(f"{pool}-pod{i}", pool=pool))
 
     def placed():
         out = {}

@@ -3,34 +3,15 @@ do not tolerate it, as kube-scheduler does; removing the taint lets them in."""
 
 from __future__ import annotations
 
-from e2e_support import add_node, wait_for
+from e2e_support import add_node, fraction_pod, team_queue, wait_for
 
-QUEUE = """
-apiVersion: scheduling.run.ai/v2
-kind: Queue
-metadata: {name: team}
-spec:
-  resources:
-    gpu: {quota: 1, limit: -1, overQuotaWeight: 1}
-"""
+QUEUE = team_queue()
 
 
 def pod(name: str, tolerate: bool) -> str:
     toleration = ("  tolerations: [{key: dedicated, operator: Equal, value: inference,"
                   " effect: NoSchedule}]\n") if tolerate else ""
-    return f"""
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-  labels: {{kai.scheduler/queue: team}}
-  annotations: {{gpu-fraction: "0.5"}}
-spec:
-  schedulerName: gpushare
-{toleration}  containers:
-  - {{name: main, image: busybox, command: ["sleep", "3600"]}}
-"""
+    return fraction_pod(name, "0.5", toleration)
 
 
 def test_a_user_taint_keeps_out_pods_without_the_toleration(server, controllers, kubectl):
