@@ -27,12 +27,12 @@ from gpushare.model.gpu_products import PRODUCTS
 from gpushare.model.pod import GpuRequest
 from gpushare.model.quantities import CPU, MEMORY, to_fraction
 from gpushare.scheduler.config import NODE_POOL_LABEL
+from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
 
 Obj = dict[str, Any]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 FRACTION_ANNOTATION = "gpu-fraction"
 MEMORY_ANNOTATION = "gpu-memory"
 DEVICES_ANNOTATION = "gpu-fraction-num-devices"
