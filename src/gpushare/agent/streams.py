@@ -34,7 +34,9 @@ STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
 CHANNEL_PROTOCOLS = (V5, V4)
 _CHUNK = 32768
-_DRAIN_AFTER_EXIT_S = 2.0  # output a background child still holds open is cut after this
+# once the command has exited, an output that gives nothing for this long is held open by
+# a background child and is cut there; output still being read or written is never cut
+_DRAIN_AFTER_EXIT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,26 +228,47 @@ class _Process:
                     stream.close()
 
 
-async def _pump(ws: Channels, channel: int, fd: int) -> None:
-    """Forward what `fd` gives on `channel` until it ends (EOF, or EIO on a terminal)."""
+@dataclass(slots=True)
+class _Output:
+    """One output of the command (its fd, forwarded on `channel`) and its pump's wake-up."""
+
+    channel: int
+    fd: int
+    readable: asyncio.Event = field(default_factory=asyncio.Event)
+    exited: bool = False
+
+    def command_exited(self) -> None:
+        """From now on the pump waits on a silent output for `_DRAIN_AFTER_EXIT_S` only."""
+        self.exited = True
+        self.readable.set()  # a wake-up with nothing to read: the pump waits again, timed
+
+
+async def _pump(ws: Channels, out: _Output) -> None:
+    """Forward what `out.fd` gives on its channel until it ends (EOF, or EIO on a terminal),
+    or, after the command exited, stays silent for `_DRAIN_AFTER_EXIT_S`."""
     loop = asyncio.get_running_loop()
-    readable = asyncio.Event()
-    loop.add_reader(fd, readable.set)
+    loop.add_reader(out.fd, out.readable.set)
     try:
         while True:
-            await readable.wait()
-            readable.clear()
+            if out.exited:
+                try:
+                    await asyncio.wait_for(out.readable.wait(), _DRAIN_AFTER_EXIT_S)
+                except TimeoutError:
+                    return  # a background child holds the output open
+            else:
+                await out.readable.wait()
+            out.readable.clear()
             try:
-                data = os.read(fd, _CHUNK)
+                data = os.read(out.fd, _CHUNK)
             except BlockingIOError:
                 continue
             except OSError:
                 return
             if not data:
                 return
-            await ws.write(channel, data)
+            await ws.write(out.channel, data)
     finally:
-        loop.remove_reader(fd)
+        loop.remove_reader(out.fd)
 
 
 async def _read_client(ws: Channels, process: _Process) -> None:
@@ -271,9 +294,12 @@ async def run_exec(ws: Channels, target: ExecTarget, command: list[str],
             f"error executing command in container: failed to exec in container: "
             f"exec: {command[0]!r}: {exc.strerror or exc}"))
         return
+    outputs = [_Output(channel, fd) for channel, fd in process.outputs()]
+    pumps: list[asyncio.Future[None]] = []
+    client: asyncio.Future[None] | None = None
     try:
         await ws.announce(opts)
-        pumps = [asyncio.ensure_future(_pump(ws, ch, fd)) for ch, fd in process.outputs()]
+        pumps = [asyncio.ensure_future(_pump(ws, out)) for out in outputs]
         client = asyncio.ensure_future(_read_client(ws, process))
         waiter: asyncio.Future[int] = loop.run_in_executor(None, process.popen.wait)
         done, _ = await asyncio.wait([waiter, client],  # type: ignore[type-var]
@@ -281,17 +307,20 @@ async def run_exec(ws: Channels, target: ExecTarget, command: list[str],
         if waiter not in done:  # the client left: end the command
             process.kill()
             await waiter
-            for pump in pumps:
-                pump.cancel()
             return
         code = process.popen.returncode
-        if pumps:
-            _, late = await asyncio.wait(pumps, timeout=_DRAIN_AFTER_EXIT_S)
-            for pump in late:
-                pump.cancel()
-        client.cancel()
+        for out in outputs:
+            out.command_exited()
+        # every output frame is written before the status that ends the stream
+        await asyncio.gather(*pumps)
         await ws.write(ERROR, exit_status(command, 128 - code if code < 0 else code))
     finally:
+        if client is not None:
+            client.cancel()
+        for pump in pumps:
+            pump.cancel()
+        # the pumps take their fds off the loop before the fds are closed (and reused)
+        await asyncio.gather(*pumps, return_exceptions=True)
         process.kill()
         process.close()
 
