@@ -200,7 +200,8 @@ async def relay(context: ssl.SSLContext, host: str, port: int, path: str,
                 offered: list[str], receive: Receive, send: Send) -> None:
     """Connect to the agent, accept the client with the agent's subprotocol, and copy
     messages both ways until one side ends. An agent that refuses is reported on the
-    error channel of the channel protocols, or as the upgrade's answer otherwise."""
+    error channel of the channel protocols, or as the upgrade's answer otherwise; an agent
+    that drops the stream ends the client's with 1011, not a normal close."""
     hop = {node_hop_subprotocol(p): p for p in offered}
     try:
         agent = await _open_agent(context, host, port, path, list(hop))
@@ -242,5 +243,11 @@ async def relay(context: ssl.SSLContext, host: str, port: int, path: str,
             task.cancel()
         with contextlib.suppress(Exception):
             await agent.close()
+        # a stream the agent dropped without closing it (1006) is no normal end: a client
+        # told 1000 would take what it got, maybe no output and no status, for success
+        end: dict[str, Any] = {"type": "websocket.close", "code": 1000}
+        if agent.close_code != 1000:
+            end = {"type": "websocket.close", "code": 1011,
+                   "reason": "the node agent ended the stream abnormally"}
         with contextlib.suppress(Exception):
-            await send({"type": "websocket.close", "code": 1000})
+            await send(end)
