@@ -102,3 +102,38 @@ def test_a_non_2xx_answer_is_an_api_error_with_the_server_message(recorder):
     with pytest.raises(ApiError) as caught:
         recorder.merge_patch("/api/v1/namespaces/ns/pods/p", {})
     assert caught.value.not_found and "no such pod" in str(caught.value)
+
+
+def test_a_logical_cluster_client_stays_there_after_the_token_refresh(tmp_path, monkeypatch):
+    """The loader's refresh re-reads the kubeconfig, server address included: a client of
+    ``/clusters/<name>`` must keep talking to that cluster (before, it fell back to the
+    root cluster after TOKEN_REFRESH_SECONDS, where a tenant-only token is refused)."""
+    import yaml
+
+    from gpushare.kube import client as kube_client
+
+    _Recorder.seen = []
+    _Recorder.status = 200
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {
+            "server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "users": [{"name": "u", "user": {"token": "tenant-token"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    monkeypatch.setattr(kube_client, "TOKEN_REFRESH_SECONDS", 0.0)  # refresh every request
+    c = KubeClient.from_kubeconfig(str(path), cluster="team-a")
+    try:
+        for _ in range(3):
+            c.list("/api/v1/pods")
+    finally:
+        c.close()
+        server.shutdown()
+        server.server_close()
+    paths = [seen[1] for seen in _Recorder.seen]
+    assert len(paths) == 3
+    assert all(p.startswith("/clusters/team-a/api/v1/pods") for p in paths), paths
+    assert all(seen[2]["authorization"] == "Bearer tenant-token" for seen in _Recorder.seen)

@@ -128,8 +128,11 @@ class KubeClient:
         self._auth_query: list[tuple[str, str]] = []
 
     @classmethod
-    def from_kubeconfig(cls, path: str, pool_size: int = 64) -> KubeClient:
-        """From a kubeconfig file; ``""`` inside a pod: its ServiceAccount (in-cluster)."""
+    def from_kubeconfig(cls, path: str, pool_size: int = 64,
+                        cluster: str | None = None) -> KubeClient:
+        """From a kubeconfig file; ``""`` inside a pod: its ServiceAccount (in-cluster).
+        ``cluster``: talk to that logical cluster (``<server>/clusters/<cluster>``) of the
+        kubeconfig's server, also after the token refresh re-reads the kubeconfig."""
         configuration = k8s_client.Configuration()
         if path:
             k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
@@ -137,7 +140,12 @@ class KubeClient:
             k8s_config.load_incluster_config(client_configuration=configuration)
         # One connection per concurrent request: the binder pool and the informers.
         configuration.connection_pool_maxsize = pool_size
-        configuration.refresh_api_key_hook = _throttled(configuration.refresh_api_key_hook)
+        host = None
+        if cluster is not None:
+            base = str(configuration.host).split("/clusters/", 1)[0].rstrip("/")
+            host = configuration.host = f"{base}/clusters/{cluster}"
+        configuration.refresh_api_key_hook = _throttled(configuration.refresh_api_key_hook,
+                                                        host)
         return cls(k8s_client.ApiClient(configuration))
 
     @property
@@ -354,12 +362,13 @@ def _timeout(timeout: float | tuple[float, float] | None) -> urllib3.Timeout | N
     return cached
 
 
-def _throttled(hook: Any) -> Any:
+def _throttled(hook: Any, host: str | None = None) -> Any:
     """The loader's token-refresh hook, run at most every TOKEN_REFRESH_SECONDS.
 
     The hook re-reads the kubeconfig on every request (so exec/OIDC tokens stay fresh);
     that costs about a quarter of a millisecond of CPU per request, which at hundreds of
-    requests a second is most of the client's own work.
+    requests a second is most of the client's own work. It also sets the server address
+    from the kubeconfig again: ``host``, when given, is put back after it.
     """
     if hook is None:
         return None
@@ -371,6 +380,8 @@ def _throttled(hook: Any) -> Any:
         if now - last[0] >= TOKEN_REFRESH_SECONDS:
             last[0] = now
             current[0](configuration)
+            if host is not None:
+                configuration.host = host
             # The loader's hook installs a fresh copy of itself each time it runs.
             installed = configuration.refresh_api_key_hook
             if installed is not refresh and installed is not None:

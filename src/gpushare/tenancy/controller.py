@@ -87,11 +87,7 @@ def tenant_roles() -> list[Obj]:
 
 def tenant_client(kubeconfig: str, tenant: str) -> KubeClient:
     """A client for the logical cluster ``tenant`` of the server in ``kubeconfig``."""
-    client = KubeClient.from_kubeconfig(kubeconfig, pool_size=16)
-    configuration = client.api_client.configuration
-    base = str(configuration.host).split("/clusters/", 1)[0].rstrip("/")
-    configuration.host = f"{base}/clusters/{tenant}"
-    return client
+    return KubeClient.from_kubeconfig(kubeconfig, pool_size=16, cluster=tenant)
 
 
 class TenancyController:
