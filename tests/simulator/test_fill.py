@@ -136,36 +136,75 @@ def test_published_score():
     assert [published_score(g) for g in (0, 1000, -1000, 40, 10**9)] == [50, 26, 73, 49, 0]
 
 
-def test_gpu_choice_of_the_two_rules():
-    """fgd: the truncated score per GPU, lowest index on ties; fragmentation: the exact
-    growth of fragmentation, then the fullest GPU."""
+def _choose(policy, nodes, running, mix, new):
+    """Where ``new`` goes under ``policy``: nodes ``(name, gpus, millicores)``, running
+    pods ``(TracePod, node, gpu index)``."""
     from gpushare.model.node import Node
     from gpushare.model.queue import Queue
-    from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL, TaskShape
+    from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
     from gpushare.scheduler.state import ClusterState
 
-    chosen = {}
-    for policy in ("fgd", "fragmentation"):
-        state = ClusterState()
-        state.upsert_node(Node("n", gpus=2, labels={GPU_PRODUCT_LABEL: "T4"}))
-        state.upsert_queue(Queue("q"))
-        old = TracePod("old", 0, 0, 1, 690)  # GPU 1 keeps 310 free: a fragment for 400s
-        state.upsert_job(old.to_job("q"))
-        pod = old.to_pod()
-        state.upsert_pod(pod)
-        state.set_pod(pod, PodStatus.RUNNING, "n", (1,), 690)
-        set_task_mix(state, TaskMix(((TaskShape(0, 1, 400), 1.0),)))
-        tp = TracePod("new", 0, 0, 1, 10)
+    state = ClusterState()
+    for name, gpus, cpu in nodes:
+        state.upsert_node(Node(name, gpus=gpus, cpu_millis=cpu,
+                               labels={GPU_PRODUCT_LABEL: "T4"}))
+    state.upsert_queue(Queue("q"))
+    for tp, node, index in running:
         state.upsert_job(tp.to_job("q"))
         pod = tp.to_pod()
         state.upsert_pod(pod)
-        session = open_session(state, Config(gpu_placement=policy), 0.0)
-        chosen[policy] = best_fit(session, pod).gpu_indices
-    # On GPU 0 fragmentation does not grow (990 left); on GPU 1 it shrinks by 10 (the 310
-    # fragment becomes 300). Truncated, both score 50: fgd takes the lower index; the exact
-    # figure prefers GPU 1.
-    assert chosen["fgd"] == (0,)
-    assert chosen["fragmentation"] == (1,)
+        state.set_pod(pod, PodStatus.RUNNING, node, (index,), tp.gpu_milli)
+    set_task_mix(state, mix)
+    state.upsert_job(new.to_job("q"))
+    pod = new.to_pod()
+    state.upsert_pod(pod)
+    fit = best_fit(open_session(state, Config(gpu_placement=policy), 0.0), pod)
+    return fit.node, fit.gpu_indices
+
+
+def test_gpu_choice_of_the_two_rules():
+    """fgd: the truncated score per GPU, lowest index on ties; fragmentation: the least
+    growth of room waste, then the exact growth of fragmentation, then the fullest GPU."""
+    from gpushare.scheduler.fragmentation import TaskShape
+
+    # GPU 1 keeps 310 free: a fragment for the 400s. On GPU 0 fragmentation does not grow
+    # (990 left); on GPU 1 it shrinks by 10 (300 left). Truncated, both score 50: fgd
+    # takes the lower index. Room waste falls by 10 on both; the exact figure prefers GPU 1.
+    args = ([("n", 2, 64_000)], [(TracePod("old", 0, 0, 1, 690), "n", 1)],
+            TaskMix(((TaskShape(0, 1, 400), 1.0),)), TracePod("new", 0, 0, 1, 10))
+    assert _choose("fgd", *args) == ("n", (0,))
+    assert _choose("fragmentation", *args) == ("n", (1,))
+    # Tasks of 300 and 400: a 300 beside a running 400 leaves 300 free, a fragment for the
+    # 400s (fgd keeps it off GPU 1); but that room is filled exactly by the next 300,
+    # while the whole GPU it would open keeps 700, whose expected waste is 25 (room waste
+    # falls by 100 on GPU 1, by 37.5 on GPU 0).
+    mix = TaskMix(((TaskShape(0, 1, 300), 0.5), (TaskShape(0, 1, 400), 0.5)))
+    args = ([("n", 2, 64_000)], [(TracePod("old", 0, 0, 1, 400), "n", 1)], mix,
+            TracePod("new", 0, 0, 1, 300))
+    assert _choose("fgd", *args) == ("n", (0,))
+    assert _choose("fragmentation", *args) == ("n", (1,))
+
+
+def test_fragmentation_keeps_the_cpu_the_free_gpus_need():
+    """Equal scores: fgd follows its fixed node order ("c" before "d"); fragmentation first
+    takes the node where a GPU pod leaves the CPU reserve for the node's free GPUs, and
+    its figure counts the GPUs a node's CPU can no longer feed."""
+    from gpushare.scheduler.fragmentation import TaskShape
+
+    mix = TaskMix(((TaskShape(8000, 1, 1000), 1.0),))  # 8 cores per GPU
+    # A 4-core GPU pod on "c" (14 cores) leaves 10 for 3 free GPUs, under the reserve of
+    # 0.5 x 8 cores each; on "d" (64 cores) plenty. Neither figure grows on either node.
+    nodes = [("c", 4, 14_000), ("d", 4, 64_000)]
+    gpu_pod = TracePod("gpu", 4000, 0, 1, 1000)
+    assert _choose("fgd", nodes, [], mix, gpu_pod)[0] == "c"
+    assert _choose("fragmentation", nodes, [], mix, gpu_pod)[0] == "d"
+    # A 6-core pod without GPUs on "c" (16 cores) leaves 10: enough for one 8-core GPU task
+    # (FGD's figure does not grow) but not for feeding the second GPU too (the CPU-aware
+    # figure grows by a GPU); on "d" (100 cores) neither grows.
+    nodes = [("c", 2, 16_000), ("d", 2, 100_000)]
+    cpu_pod = TracePod("cpu", 6000, 0, 0, 0)
+    assert _choose("fgd", nodes, [], mix, cpu_pod)[0] == "c"
+    assert _choose("fragmentation", nodes, [], mix, cpu_pod)[0] == "d"
 
 
 def test_cli_json_ends_with_one_summary_per_policy_and_seed(tmp_path):

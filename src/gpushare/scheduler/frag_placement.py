@@ -3,7 +3,8 @@
 
 Every fitting node gets a key, smallest best::
 
-    (waits for releases, CPU-only pod on a GPU node, fragmentation growth, [packing,] name)
+    (waits for releases, CPU-only pod on a GPU node, short of CPU reserve, fragmentation
+     growth, room-waste growth, fixed node order, name)
 
 The choice over the whole cluster goes through ``FragIndex``: per pod shape a heap of node
 keys, where only nodes whose usage changed since that shape last looked are scored again
@@ -28,6 +29,7 @@ from typing import Any
 from gpushare.model.pod import Pod
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.fragmentation import (
+    CPU_RESERVE,
     GPU_PRODUCT_LABEL,
     FragmentationModel,
     TaskMix,
@@ -39,6 +41,9 @@ from gpushare.scheduler.state import ClusterState, NodeUsage
 
 RECENT_WINDOW = 2000
 RECENT_REFRESH = 200
+#: ``fragmentation``: nodes of equal score whose room-waste growth differs by less than
+#: this many milli-GPUs count as equal (then the fixed node order decides).
+WASTE_STEP = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +107,9 @@ def score_node(
 
     Node: FGD's published score of the growth of fragmentation, equal scores by ``_tie``.
     GPU of a fraction: ``fgd`` as published (the same truncated score per GPU, lowest index
-    on ties); ``fragmentation`` by the exact growth, then the fullest GPU, then index.
+    on ties); ``fragmentation`` the least growth of room waste, then of fragmentation, then
+    the fullest GPU; its node key also puts first the nodes where the pod leaves the CPU
+    reserve (``fragmentation.CPU_RESERVE``), and breaks equal scores by room waste.
     """
     node = usage.node
     model = node.labels.get(GPU_PRODUCT_LABEL)
@@ -114,9 +121,11 @@ def score_node(
     mem_after = mem - pod.memory_bytes
     g = pod.gpu
     indices = fit.gpu_indices
-    exact_gpu = policy == "fragmentation"
+    ours = policy == "fragmentation"
+    waste_growth = 0.0
     if g.is_shared and g.devices == 1:
         portion = fit.portion
+        waste = fm.room_waste if ours else ()
         best: tuple[Any, ...] | None = None
         best_after = 0.0
         tried: set[tuple[bool, int]] = set()
@@ -131,16 +140,20 @@ def score_node(
             frees[i] = free - portion
             after = fm.of(model, cpu_after, mem_after, tuple(frees))
             frees[i] = free
-            if exact_gpu:
-                cand: tuple[Any, ...] = (not now, round(after - before, 6), free - portion, i)
+            if ours:
+                cand: tuple[Any, ...] = (not now, round(waste[free - portion] - waste[free], 6),
+                                         round(after - before, 6), free - portion, i)
             else:
-                cand = (not now, -published_score(after - before), 0, i)
+                cand = (not now, -published_score(after - before), 0, 0, i)
             if best is None or cand < best:
                 best, best_after = cand, after
         assert best is not None  # fit_on_node found a GPU
         growth = best_after - before
-        indices = (best[3],)
+        indices = (best[4],)
         now_all = fit.now and not best[0]
+        if ours:
+            waste_growth = best[1]
+            frees[indices[0]] -= portion
     else:
         take = fit.portion if indices else 0
         for i in indices:
@@ -148,8 +161,11 @@ def score_node(
         growth = fm.of(model, cpu_after, mem_after, tuple(frees)) - before
         now_all = fit.now
     cpu_pod_on_gpu_node = not g.wants_gpu and node.gpus > 0
-    key = (not now_all, cpu_pod_on_gpu_node, -published_score(growth), _tie(node.name),
-           node.name)
+    short_of_cpu = False
+    if ours and g.wants_gpu:
+        short_of_cpu = cpu_after < sum(frees) / MILLI * fm.cores_per_gpu * CPU_RESERVE
+    key = (not now_all, cpu_pod_on_gpu_node, short_of_cpu, -published_score(growth),
+           round(waste_growth / WASTE_STEP), _tie(node.name), node.name)
     shared_fit = fit.has_shared_fit
     if g.is_shared and g.devices == 1:
         shared_fit = usage.gpu_shared[indices[0]] > 0
@@ -199,7 +215,7 @@ class FragIndex:
         self.state = state
         self.policy = policy
         self.mix = mix
-        self.model = FragmentationModel(mix)
+        self.model = FragmentationModel(mix, cpu_aware=policy == "fragmentation")
         self.node_version = state.node_version
         self.shapes: dict[tuple[Any, ...], _ShapeEntry] = {}
 

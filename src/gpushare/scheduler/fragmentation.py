@@ -17,9 +17,27 @@ Placement rules (``Config.gpu_placement``):
   chosen the same way (lowest index on equal scores). The reference breaks equal node
   scores at random; here a fixed hash of the node name does (deterministic, and spread over
   node types as a random pick is).
-* ``fragmentation``: the same node choice; a fraction's GPU by the exact growth of
-  fragmentation (not its truncated score), then the fullest GPU. See ``frag_placement``
-  and docs/performance.md for what was tried and measured.
+* ``fragmentation``: gpushare's rule, FGD's score over a figure that also sees CPU, plus
+  what becomes of a shared GPU's room in the long run (``frag_placement`` has the key):
+
+  - *CPU-aware figure* (``cpu_aware``): a GPU with room counts as usable for a task only
+    while the node's CPU can feed it: the task's own cores for the first, then
+    ``FEED_CORES`` for each further GPU. A node whose CPU is nearly gone has its idle GPUs
+    counted as fragments, so the rule stops spending the CPU that its GPUs need.
+  - *Room waste* ``W(r)``: the GPU capacity expected to stay unused in a room of ``r``
+    milli-GPUs when the mix keeps arriving: tasks that fit take it in proportion to their
+    share, and a room that few tasks fit (under ``RARE_SHARE`` of them) is filled only in
+    proportion to that share::
+
+        W(r) = r                                       no task fits r
+             = (1 - a) r + a · sum_t q_t W(r - gpu_t)  a = min(1, P_fit(r) / RARE_SHARE)
+
+    with ``q_t`` the shares of the fitting tasks. A fraction goes to the GPU whose room
+    waste grows least, and among nodes of equal score to the one where it grows least.
+  - *CPU reserve*: a GPU pod is placed first where what it leaves of the node's CPU still
+    covers the node's free GPUs at ``CPU_RESERVE`` times the mix's cores per GPU.
+
+  docs/performance.md has what each part adds on the openb trace.
 
 Pure functions over plain numbers, memoised by node state: no I/O, deterministic.
 """
@@ -41,6 +59,12 @@ FRAGMENTATION_POLICIES = ("fgd", "fragmentation")
 #: Share of tasks the distribution must cover (FGD's "pod popularity threshold").
 POPULARITY = 0.95
 POPULARITY_STEP = 10
+#: ``fragmentation``: millicores each GPU beyond a task's first needs to count as usable.
+FEED_CORES = 4000
+#: ``fragmentation``: below this share of fitting tasks a GPU's room fills in proportion.
+RARE_SHARE = 0.05
+#: ``fragmentation``: the CPU a GPU pod should leave per free GPU, in the mix's cores per GPU.
+CPU_RESERVE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,14 +171,85 @@ def node_fragmentation(
     return frag
 
 
+def cpu_aware_fragmentation(
+    mix: TaskMix, model: str | None, cpu_free: int, mem_free: int, gpu_free: Iterable[int]
+) -> float:
+    """``node_fragmentation`` where a GPU with room is usable for a task only while the CPU
+    feeds it: the task's cores for its first GPUs, ``FEED_CORES`` for each further one."""
+    frees = sorted(gpu_free, reverse=True)
+    total = sum(frees)
+    if total == 0:
+        return 0.0
+    prefix = [0]
+    for f in frees:
+        prefix.append(prefix[-1] + f)
+    frag = 0.0
+    for t, p in mix.shapes:
+        if t.gpus == 0 or (t.products is not None and model not in t.products):
+            frag += p * total
+            continue
+        if cpu_free < t.cpu or (mix.with_memory and mem_free < t.memory):
+            frag += p * total
+            continue
+        roomy = 0
+        while roomy < len(frees) and frees[roomy] >= t.milli:
+            roomy += 1
+        if roomy < t.gpus:
+            frag += p * total
+            continue
+        usable = roomy
+        if t.cpu:
+            copies = 1 + (cpu_free - t.cpu) // FEED_CORES
+            usable = min(roomy, copies * t.gpus)
+        frag += p * (total - prefix[usable])
+    return frag
+
+
+def room_waste(mix: TaskMix) -> tuple[float, ...]:
+    """``W(r)`` for every room ``r`` of 0..1000 milli-GPUs (see the module's text)."""
+    shares: dict[int, float] = {}
+    for t, p in mix.shapes:
+        if t.gpus:
+            need = max(1, t.milli if t.gpus == 1 else MILLI)
+            shares[need] = shares.get(need, 0.0) + p
+    gpu_share = sum(shares.values())
+    needs = sorted((m, p / gpu_share) for m, p in shares.items()) if gpu_share else []
+    waste = [0.0] * (MILLI + 1)
+    for r in range(MILLI + 1):
+        fitting = [(m, p) for m, p in needs if m <= r]
+        fit_share = sum(p for _, p in fitting)
+        if not fitting:
+            waste[r] = float(r)
+            continue
+        a = min(1.0, fit_share / RARE_SHARE)
+        after = sum(p * waste[r - m] for m, p in fitting) / fit_share
+        waste[r] = (1 - a) * r + a * after
+    return tuple(waste)
+
+
+def cores_per_gpu(mix: TaskMix) -> float:
+    """The mix's millicores per whole GPU asked (its GPU tasks only); 0 without any."""
+    cpu = gpus = 0.0
+    for t, p in mix.shapes:
+        if t.gpus:
+            cpu += p * t.cpu
+            gpus += p * t.gpu_total / MILLI
+    return cpu / gpus if gpus else 0.0
+
+
 class FragmentationModel:
-    """``node_fragmentation`` for one mix, memoised by node state."""
+    """A node's fragmentation for one mix, memoised by node state: FGD's figure, or with
+    ``cpu_aware`` the one the ``fragmentation`` rule uses; with the mix's room waste and
+    cores per GPU at hand (computed on first use)."""
 
-    __slots__ = ("_memo", "mix")
+    __slots__ = ("_cores_per_gpu", "_memo", "_room_waste", "cpu_aware", "mix")
 
-    def __init__(self, mix: TaskMix) -> None:
+    def __init__(self, mix: TaskMix, cpu_aware: bool = False) -> None:
         self.mix = mix
+        self.cpu_aware = cpu_aware
         self._memo: dict[tuple[Any, ...], float] = {}
+        self._room_waste: tuple[float, ...] | None = None
+        self._cores_per_gpu: float | None = None
 
     def of(self, model: str | None, cpu: int, mem: int, frees: tuple[int, ...]) -> float:
         key = (model, cpu, mem if self.mix.with_memory else 0, tuple(sorted(frees)))
@@ -162,5 +257,18 @@ class FragmentationModel:
         if found is None:
             if len(self._memo) > 500_000:
                 self._memo.clear()
-            found = self._memo[key] = node_fragmentation(self.mix, model, cpu, mem, frees)
+            figure = cpu_aware_fragmentation if self.cpu_aware else node_fragmentation
+            found = self._memo[key] = figure(self.mix, model, cpu, mem, frees)
         return found
+
+    @property
+    def room_waste(self) -> tuple[float, ...]:
+        if self._room_waste is None:
+            self._room_waste = room_waste(self.mix)
+        return self._room_waste
+
+    @property
+    def cores_per_gpu(self) -> float:
+        if self._cores_per_gpu is None:
+            self._cores_per_gpu = cores_per_gpu(self.mix)
+        return self._cores_per_gpu

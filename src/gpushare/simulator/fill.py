@@ -36,7 +36,7 @@ QUEUE = "trace"
 CORE_POLICIES = ("binpack", "spread", *FRAGMENTATION_POLICIES)
 POLICIES = (*CORE_POLICIES, "random")
 #: The policy the project recommends for fractional GPUs.
-RECOMMENDED = "fgd"
+RECOMMENDED = "fragmentation"
 
 
 def tune(pods: list[TracePod], capacity: int, demand: float, rng: random.Random) -> list[TracePod]:
