@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -452,3 +453,24 @@ def test_an_agent_that_is_not_root_still_hides_the_data_dirs_with_bwrap(
         assert (own / "mine").read_text() == "written\n"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_exec_does_not_enter_a_run_that_is_not_in_its_sandbox_yet(tmp_path: Path) -> None:
+    """Under bwrap the run's first process (bwrap itself) is in the host's namespaces until
+    its child has entered the sandbox's: an exec then must wait, not nsenter the host's."""
+    state = sb.SandboxState(sb.BWRAP, 200070, 200070, str(tmp_path), "p", ())
+    # a run whose only process never leaves the host's namespaces (as bwrap before its child)
+    proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        wait_until = time.monotonic() + 10
+        while sb.sandboxed_process(proc.pid) is None and time.monotonic() < wait_until:
+            time.sleep(0.02)
+        assert sb.sandboxed_process(proc.pid) == proc.pid  # it is the run's process ...
+        assert sb.sandboxed_process(proc.pid, inside_only=True) is None  # ... not inside
+        with pytest.raises(sb.SandboxNotEntered, match="has not entered its sandbox"):
+            sb.enter_argv(state, proc.pid, ["id"])
+    finally:
+        proc.kill()
+        proc.wait()
+    with pytest.raises(sb.SandboxError, match="are gone"):
+        sb.enter_argv(state, proc.pid, ["id"])

@@ -45,6 +45,7 @@ from gpushare.agent.portforward import (
     SpdySession,
     run_port_forward,
 )
+from gpushare.agent.sandbox import SandboxError, SandboxNotEntered
 from gpushare.agent.spdy import UPGRADE as SPDY_UPGRADE
 from gpushare.agent.spdy import RawChannel
 from gpushare.agent.spdyexec import SPDY_CHANNEL_PROTOCOLS, SpdyChannels, StreamsMissing
@@ -74,8 +75,11 @@ ExecLocator = Callable[[str, str, str, list[str]], ExecTarget]
 CallerCheck = Callable[[dict[str, Any] | None, str, str], Verdict]
 _HEAD_LIMIT = 64 * 1024
 _STREAM_THREADS = 256
+#: How long an exec waits for a container that is starting to enter its sandbox.
+SANDBOX_WAIT_S = 10.0
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-            404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+            404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
+            503: "Service Unavailable"}
 
 
 def _flag(query: dict[str, list[str]], name: str) -> bool:
@@ -371,9 +375,13 @@ class NodeServer:
                 await _respond(writer, 400, "you must specify at least one command\n")
                 return
             try:
-                target = self._handlers.exec_target(namespace, pod, container, command)
+                target = await self._exec_target(namespace, pod, container, command)
             except LookupError as exc:
                 await _respond(writer, 404, f"{exc.args[0] if exc.args else exc}\n")
+                return
+            except SandboxError as exc:
+                await _respond(writer, 503 if isinstance(exc, SandboxNotEntered) else 500,
+                               f"{exc}\n")
                 return
         elif not self._handlers.running(namespace, pod, container):
             await _respond(writer, 404, f'container "{container}" in pod "{pod}" is not '
@@ -398,6 +406,20 @@ class NodeServer:
         await self._run_stream(WsChannels(ws), target, command, opts, namespace, pod,
                                container)
         await ws.close()
+
+    async def _exec_target(self, namespace: str, pod: str, container: str,
+                           command: list[str]) -> ExecTarget:
+        """Where the exec runs; while the container is still entering its sandbox, asked
+        again every 50 ms for up to SANDBOX_WAIT_S (never in the host's namespaces)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SANDBOX_WAIT_S
+        while True:
+            try:
+                return self._handlers.exec_target(namespace, pod, container, command)
+            except SandboxNotEntered:
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(0.05)
 
     async def _run_stream(self, channels: Channels, target: ExecTarget | None,
                           command: list[str], opts: StreamOptions, namespace: str, pod: str,

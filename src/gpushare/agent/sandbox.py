@@ -87,6 +87,11 @@ class SandboxError(RuntimeError):
     """The sandbox cannot be set up as asked (the message says what and why)."""
 
 
+class SandboxNotEntered(SandboxError):
+    """The container's run has not entered its sandbox yet: an exec must not start beside
+    it in the host's namespaces (it may ask again a moment later)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SandboxPolicy:
     """The node's isolation: the mode and what every pod must not see."""
@@ -518,9 +523,10 @@ def gpu_devices() -> list[str]:
     return [f"/dev/{n}" for n in names if n.startswith(_GPU_DEVICE_PREFIX)]
 
 
-def sandboxed_process(pgid: int) -> int | None:
+def sandboxed_process(pgid: int, inside_only: bool = False) -> int | None:
     """A process of the container run `pgid` to enter: one in namespaces of its own (bwrap),
-    else one running as the pod's user (setuid), else the run's first process."""
+    else one running as the pod's user (setuid), else the run's first process; with
+    `inside_only` only the first kind."""
     try:
         own = os.readlink("/proc/self/ns/mnt")
     except OSError:
@@ -535,6 +541,8 @@ def sandboxed_process(pgid: int) -> int | None:
             unprivileged = proc.uids().real != 0
             rank = 0 if inside and unprivileged else 1 if unprivileged else 2
         except (OSError, psutil.Error):
+            continue
+        if inside_only and rank:
             continue
         if best is None or (rank, pid) < best:
             best = (rank, pid)
@@ -560,11 +568,15 @@ def enter_argv(state: SandboxState, pgid: int, argv: Sequence[str],
     """(argv, env, cwd) that run `argv` in the running container whose process group is
     `pgid`, as the pod's user: with `env` (the container's planned environment; else the one
     its process has) and in `cwd` (else its process's). Raises `SandboxError` when no
-    process of that run is left."""
+    process of that run is left, `SandboxNotEntered` while under bwrap none has entered the
+    sandbox's namespaces yet (entering the run's first process then would be the host's)."""
     if not argv:
         raise SandboxError("exec: a command is required")
-    target = sandboxed_process(pgid)
+    target = sandboxed_process(pgid, inside_only=state.mode == BWRAP)
     if target is None:
+        if state.mode == BWRAP and sandboxed_process(pgid) is not None:
+            raise SandboxNotEntered(f"exec: the container (process group {pgid}) has not "
+                                    "entered its sandbox yet")
         raise SandboxError(f"exec: the container's processes (group {pgid}) are gone")
     if env is not None:
         env = sandbox_env(state, env)
