@@ -368,3 +368,40 @@ def test_a_pod_cannot_use_the_agents_port_without_credentials(streams: Streams) 
     done = streams.kubectl("exec", "prober", "--", sys.executable, "-c", probe)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == b"401", done.stdout
+
+
+def test_a_client_slow_to_make_its_streams_still_gets_output_and_exit_code(
+        streams: Streams) -> None:
+    """client-go drops frames that arrive before it has made its stream ends; a command
+    that answers at once must not lose its output and status to a client that a loaded
+    machine schedules late. This client drops what arrives in its first 0.2 s, as kubectl
+    did in that case, and must still see both."""
+    from urllib.parse import urlencode
+
+    from websockets.sync.client import connect
+
+    from gpushare.apiserver.nodeproxy import CLIENT_SETUP_S
+
+    conf = yaml.safe_load(streams.kubeconfig.read_text())
+    server = conf["clusters"][0]["cluster"]
+    token = conf["users"][0]["user"]["token"]
+    context = ssl.create_default_context(
+        cadata=base64.b64decode(server["certificate-authority-data"]).decode())
+    query = urlencode([("command", "sh"), ("command", "-c"),
+                       ("command", "echo quick; exit 3"), ("stdout", "1"), ("stderr", "1")])
+    url = server["server"].replace("https://", "wss://") + \
+        f"/api/v1/namespaces/{NS}/pods/shell/exec?{query}"
+    not_ready_for = 0.2
+    assert not_ready_for < CLIENT_SETUP_S
+    kept: list[bytes] = []
+    with connect(url, ssl=context, subprotocols=["v5.channel.k8s.io"],  # type: ignore[list-item]
+                 additional_headers={"Authorization": f"Bearer {token}"},
+                 open_timeout=20) as ws:
+        opened = time.monotonic()
+        for message in ws:
+            if time.monotonic() - opened >= not_ready_for:
+                kept.append(message if isinstance(message, bytes) else message.encode())
+    stdout = b"".join(m[1:] for m in kept if m[:1] == b"\x01")
+    status = b"".join(m[1:] for m in kept if m[:1] == b"\x03")
+    assert stdout == b"quick\n"
+    assert json.loads(status)["details"]["causes"][0]["message"] == "3", status

@@ -31,6 +31,12 @@ _PASSED_LOG_PARAMS = ("follow", "tailLines", "timestamps", "previous", "sinceSec
 STREAM_SUBRESOURCES = ("exec", "attach", "portforward")
 _AGENT_PATHS = {"exec": "exec", "attach": "attach", "portforward": "portForward"}
 _ERROR_CHANNEL = 3
+#: How long after accepting a stream the first message to the client waits. client-go
+#: (kubectl, v5 channel protocol) starts reading the connection before it has made its
+#: stream ends and drops what arrives for an end not yet made: a command that answers at
+#: once (`exec -- true`) would lose its output and exit code to a client a loaded machine
+#: had not yet scheduled. A node runtime's process start gives it that time in kubelet.
+CLIENT_SETUP_S = 0.3
 
 
 def client_context(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
@@ -211,14 +217,18 @@ async def relay(context: ssl.SSLContext, host: str, port: int, path: str,
             await reject(send, e)
             return
         await send({"type": "websocket.accept", "subprotocol": channel})
+        await asyncio.sleep(CLIENT_SETUP_S)
         await send({"type": "websocket.send", "bytes": bytes([_ERROR_CHANNEL]) +
                     _status(e.message, e.code, e.reason)})
         await send({"type": "websocket.close", "code": 1000})
         return
     await send({"type": "websocket.accept",
                 "subprotocol": hop.get(agent.subprotocol or "", agent.subprotocol)})
+    loop = asyncio.get_running_loop()
+    client_ready = loop.time() + CLIENT_SETUP_S
 
     async def upstream() -> None:
+        agent_open = True
         while True:
             message = await receive()
             if message["type"] == "websocket.disconnect":
@@ -226,12 +236,21 @@ async def relay(context: ssl.SSLContext, host: str, port: int, path: str,
             data = message.get("bytes")
             if data is None and message.get("text") is not None:
                 data = message["text"].encode()
-            if data is not None:
-                await agent.send(data)
+            if data is not None and agent_open:
+                try:
+                    await agent.send(data)
+                except ConnectionClosed:
+                    # the agent has ended the stream: what it sent before still goes to
+                    # the client (downstream), so this side only drains until then
+                    agent_open = False
 
     async def downstream() -> None:
+        nonlocal client_ready
         with contextlib.suppress(ConnectionClosed):
             async for message in agent:
+                if client_ready:
+                    await asyncio.sleep(max(0.0, client_ready - loop.time()))
+                    client_ready = 0.0
                 data = message if isinstance(message, bytes) else message.encode()
                 await send({"type": "websocket.send", "bytes": data})
 
