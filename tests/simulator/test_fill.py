@@ -185,6 +185,23 @@ def test_gpu_choice_of_the_two_rules():
     assert _choose("fragmentation", *args) == ("n", (1,))
 
 
+def test_a_fraction_goes_to_the_node_where_room_waste_grows_least_before_the_score():
+    """Tasks of 300 and 400; a 300 arrives. On "b" (one GPU, a 400 running) it leaves 300
+    free: a fragment for the 400s, so FGD's figure grows by 150 (score 46), while on the
+    empty "a" it does not grow (score 50): fgd takes "a". Room waste falls by 100 on "b"
+    (W(600) = 100 to W(300) = 0, the next 300 fills it exactly) and by 37.5 on "a"
+    (W(1000) = 62.5 to W(700) = 25): fragmentation takes "b", room waste before score."""
+    from gpushare.scheduler.fragmentation import TaskShape, room_waste
+
+    mix = TaskMix(((TaskShape(0, 1, 300), 0.5), (TaskShape(0, 1, 400), 0.5)))
+    w = room_waste(mix)
+    assert (w[1000], w[700], w[600], w[300]) == (62.5, 25.0, 100.0, 0.0)
+    args = ([("a", 1, 64_000), ("b", 1, 64_000)], [(TracePod("old", 0, 0, 1, 400), "b", 0)],
+            mix, TracePod("new", 0, 0, 1, 300))
+    assert _choose("fgd", *args) == ("a", (0,))
+    assert _choose("fragmentation", *args) == ("b", (0,))
+
+
 def test_fragmentation_keeps_the_cpu_the_free_gpus_need():
     """Equal scores: fgd follows its fixed node order ("c" before "d"); fragmentation first
     takes the node where a GPU pod leaves the CPU reserve for the node's free GPUs, and

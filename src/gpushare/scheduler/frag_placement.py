@@ -3,8 +3,10 @@
 
 Every fitting node gets a key, smallest best::
 
-    (waits for releases, CPU-only pod on a GPU node, short of CPU reserve, fragmentation
-     growth, room-waste growth, fixed node order, name)
+    (waits for releases, CPU-only pod on a GPU node, short of CPU reserve, room-waste
+     growth, fragmentation score, fixed node order, name)
+
+Room-waste growth is 0 for whole GPUs and under ``fgd``, so there the score decides.
 
 The choice over the whole cluster goes through ``FragIndex``: per pod shape a heap of node
 keys, where only nodes whose usage changed since that shape last looked are scored again
@@ -41,8 +43,8 @@ from gpushare.scheduler.state import ClusterState, NodeUsage
 
 RECENT_WINDOW = 2000
 RECENT_REFRESH = 200
-#: ``fragmentation``: nodes of equal score whose room-waste growth differs by less than
-#: this many milli-GPUs count as equal (then the fixed node order decides).
+#: ``fragmentation``: nodes whose room-waste growth for a fraction differs by less than
+#: this many milli-GPUs count as equal (then FGD's score, then the fixed node order).
 WASTE_STEP = 20
 
 
@@ -108,8 +110,9 @@ def score_node(
     Node: FGD's published score of the growth of fragmentation, equal scores by ``_tie``.
     GPU of a fraction: ``fgd`` as published (the same truncated score per GPU, lowest index
     on ties); ``fragmentation`` the least growth of room waste, then of fragmentation, then
-    the fullest GPU; its node key also puts first the nodes where the pod leaves the CPU
-    reserve (``fragmentation.CPU_RESERVE``), and breaks equal scores by room waste.
+    the fullest GPU; its node key puts first the nodes where the pod leaves the CPU
+    reserve (``fragmentation.CPU_RESERVE``), then, for a fraction, the node where room
+    waste grows least (in ``WASTE_STEP`` steps), and only then FGD's score.
     """
     node = usage.node
     model = node.labels.get(GPU_PRODUCT_LABEL)
@@ -164,8 +167,9 @@ def score_node(
     short_of_cpu = False
     if ours and g.wants_gpu:
         short_of_cpu = cpu_after < sum(frees) / MILLI * fm.cores_per_gpu * CPU_RESERVE
-    key = (not now_all, cpu_pod_on_gpu_node, short_of_cpu, -published_score(growth),
-           round(waste_growth / WASTE_STEP), _tie(node.name), node.name)
+    # room-waste growth is 0 for whole GPUs and under ``fgd``: there the score decides
+    key = (not now_all, cpu_pod_on_gpu_node, short_of_cpu, round(waste_growth / WASTE_STEP),
+           -published_score(growth), _tie(node.name), node.name)
     shared_fit = fit.has_shared_fit
     if g.is_shared and g.devices == 1:
         shared_fit = usage.gpu_shared[indices[0]] > 0

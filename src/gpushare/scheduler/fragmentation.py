@@ -32,8 +32,9 @@ Placement rules (``Config.gpu_placement``):
         W(r) = r                                       no task fits r
              = (1 - a) r + a · sum_t q_t W(r - gpu_t)  a = min(1, P_fit(r) / RARE_SHARE)
 
-    with ``q_t`` the shares of the fitting tasks. A fraction goes to the GPU whose room
-    waste grows least, and among nodes of equal score to the one where it grows least.
+    with ``q_t`` the shares of the fitting tasks. A fraction goes to the node and GPU
+    where room waste grows least; FGD's score decides between nodes where it grows
+    alike (and for whole GPUs, whose rooms stay empty).
   - *CPU reserve*: a GPU pod is placed first where what it leaves of the node's CPU still
     covers the node's free GPUs at ``CPU_RESERVE`` times the mix's cores per GPU.
 
