@@ -224,8 +224,6 @@ async def relay(context: ssl.SSLContext, host: str, port: int, path: str,
         return
     await send({"type": "websocket.accept",
                 "subprotocol": hop.get(agent.subprotocol or "", agent.subprotocol)})
-    loop = asyncio.get_running_loop()
-    client_ready = loop.time() + CLIENT_SETUP_S
 
     async def upstream() -> None:
         agent_open = True
@@ -245,12 +243,9 @@ async def relay(context: ssl.SSLContext, host: str, port: int, path: str,
                     agent_open = False
 
     async def downstream() -> None:
-        nonlocal client_ready
+        await asyncio.sleep(CLIENT_SETUP_S)  # what the agent sends meanwhile waits in its socket
         with contextlib.suppress(ConnectionClosed):
             async for message in agent:
-                if client_ready:
-                    await asyncio.sleep(max(0.0, client_ready - loop.time()))
-                    client_ready = 0.0
                 data = message if isinstance(message, bytes) else message.encode()
                 await send({"type": "websocket.send", "bytes": data})
 
