@@ -18,3 +18,21 @@ def field_list(obj: Mapping[str, Any], key: str) -> list[Any]:
     """``obj[key]`` when it is a list, else ``[]``."""
     value = obj.get(key)
     return value if isinstance(value, list) else []
+
+
+#: The fields of a Node's ``status.nodeInfo`` (NodeSystemInfo) that Kubernetes' schema
+#: requires: typed clients (the official Python client among them) refuse a Node whose
+#: nodeInfo lacks any of them.
+NODE_INFO_REQUIRED = ("machineID", "systemUUID", "bootID", "kernelVersion", "osImage",
+                      "containerRuntimeVersion", "kubeletVersion", "kubeProxyVersion",
+                      "operatingSystem", "architecture")
+
+
+def complete_node_info(info: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``info`` with every required NodeSystemInfo field present (an empty string where
+    the node did not say, as a kubelet reports what it cannot tell)."""
+    done = dict(info) if isinstance(info, Mapping) else {}
+    for key in NODE_INFO_REQUIRED:
+        if not isinstance(done.get(key), str):
+            done[key] = ""
+    return done

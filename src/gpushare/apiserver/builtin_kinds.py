@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
+from gpushare.bodies import complete_node_info
 
 DEFAULT_SCHEDULER = "gpushare"
 
@@ -214,6 +215,10 @@ def default_object(gr: str, obj: dict[str, Any]) -> None:
         labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
     elif gr == "secrets":
         obj.setdefault("type", "Opaque")
+    elif gr == "nodes":
+        status = obj.get("status")
+        if isinstance(status, dict) and "nodeInfo" in status:
+            status["nodeInfo"] = complete_node_info(status["nodeInfo"])
     elif gr == "scheduling.k8s.io/priorityclasses":
         obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
     elif gr == "batch/jobs" and isinstance(spec, dict):

@@ -9,8 +9,11 @@ leaves it off, for scheduling tests).
 
 from __future__ import annotations
 
+import platform
+
 import orjson
 
+from gpushare.bodies import complete_node_info
 from gpushare.contracts import (
     NODE_GPUS_ANNOTATION,
     NODE_GPUS_DECLARED_ANNOTATION,
@@ -108,8 +111,11 @@ def static_node(
                 {"type": "InternalIP", "address": "127.0.0.1"},
                 {"type": "Hostname", "address": name},
             ],
-            "nodeInfo": {"kubeletVersion": "gpushare-static", "operatingSystem": "linux",
-                         "architecture": "amd64"},
+            "nodeInfo": complete_node_info({
+                "kubeletVersion": "gpushare-static", "operatingSystem": "linux",
+                "architecture": "amd64", "kernelVersion": platform.release(),
+                "osImage": "gpushare static node (no agent)",
+                "containerRuntimeVersion": "none://"}),
         },
     }
 

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from gpushare.bodies import complete_node_info
 from gpushare.contracts import NODE_ENFORCEMENT_ANNOTATION, NODE_GPUS_DECLARED_ANNOTATION
 from gpushare.controllers.translate import bound_gpus, gpu_request
 from gpushare.kube.quantity import format_milli, to_milli
@@ -174,7 +175,7 @@ def _tenant_node(node: Obj, share: int, own: int, gpus: int) -> Obj:
         "metadata": {"name": meta.get("name"), "labels": labels, "annotations": annotations},
         "spec": {"unschedulable": True} if (node.get("spec") or {}).get("unschedulable") else {},
         "status": {"capacity": dict(resources), "allocatable": dict(resources),
-                   "conditions": conditions, "nodeInfo": status.get("nodeInfo") or {},
+                   "conditions": conditions, "nodeInfo": complete_node_info(status.get("nodeInfo")),
                    "addresses": [{"type": "Hostname", "address": meta.get("name")}]},
     }
 
