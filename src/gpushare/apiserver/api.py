@@ -16,6 +16,7 @@ from gpushare.apiserver import (
     builtin_kinds,
     conversions,
     crds,
+    fieldvalidation,
     kind_rules,
     managed,
     pods,
@@ -286,15 +287,11 @@ class Api:
 
     @staticmethod
     def _prune(info: ResourceInfo, obj: dict[str, Any], field_validation: str) -> None:
-        """Prune a custom resource's unknown fields, then apply its schema's defaults."""
-        if not (info.crd and info.schema):
-            return
-        removed = crds.prune_unknown(obj, info.schema)
-        if removed and field_validation == "Strict":
-            fields = ", ".join(f'unknown field "{r}"' for r in removed)
-            raise bad_request(f'{info.kind} in version "{info.version}" cannot be handled as a '
-                              f"{info.kind}: strict decoding error: {fields}")
-        crds.apply_defaults(obj, info.schema)
+        """Drop the fields the kind's schema does not declare (fieldvalidation.py), then
+        apply a custom resource's schema defaults."""
+        fieldvalidation.prune(info, obj, field_validation)
+        if info.crd and info.schema:
+            crds.apply_defaults(obj, info.schema)
 
     def _check_type(self, info: ResourceInfo, obj: dict[str, Any]) -> None:
         kind = obj.get("kind")

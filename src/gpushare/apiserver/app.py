@@ -21,6 +21,7 @@ from gpushare import __version__
 from gpushare.apiserver import (
     crds,
     discovery,
+    fieldvalidation,
     limits,
     nodeproxy,
     protobuf,
@@ -218,6 +219,7 @@ class App:
                 await self.store.durable()  # acknowledge (or show) only committed writes
             except StoreUnavailable as e:
                 response = json_response(ApiError(503, str(e)).status_body(), 503)
+        fieldvalidation.finish(response)
         await response(scope, receive, send)
         if verb != "watch":
             self.metrics.observe(verb, resource, response.status_code,
@@ -446,7 +448,7 @@ class App:
         method = request.method
         query = dict(request.query_params)
         dry_run = bool(query.get("dryRun"))
-        strictness = query.get("fieldValidation", "")
+        strictness = fieldvalidation.begin(query.get("fieldValidation", ""))
         manager = field_manager(query, request.headers.get("user-agent", ""))
         if sub == "bindings":
             verb, sub_rbac = "create", "binding"
@@ -628,6 +630,7 @@ class App:
                 return None
             raise bad_request("the request body is empty")
         ctype = content_type or request.headers.get("content-type", "").split(";")[0].strip()
+        fieldvalidation.scan_body(raw, ctype)
         try:
             if ctype in (PATCH_APPLY, "application/yaml", "application/x-yaml"):
                 return limits.load_yaml(raw)

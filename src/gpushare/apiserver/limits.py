@@ -44,7 +44,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class BoundedLoader(yaml.SafeLoader):
     """A safe loader that refuses aliases and documents nested deeper than MAX_DEPTH."""
 
     _depth = 0
@@ -68,7 +68,7 @@ class _BoundedLoader(yaml.SafeLoader):
 
 def load_yaml(raw: bytes) -> Any:
     """Parse one YAML document (aliases refused, nesting bounded)."""
-    return yaml.load(raw, Loader=_BoundedLoader)
+    return yaml.load(raw, Loader=BoundedLoader)
 
 
 def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
