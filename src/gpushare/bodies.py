@@ -36,3 +36,26 @@ def complete_node_info(info: Mapping[str, Any] | None) -> dict[str, Any]:
         if not isinstance(done.get(key), str):
             done[key] = ""
     return done
+
+
+def selector_matches(selector: Any, labels: dict[str, str]) -> bool:
+    """Whether a LabelSelector (matchLabels, matchExpressions) selects `labels`: a missing
+    one selects nothing, an empty one everything (a policy/v1 PodDisruptionBudget's)."""
+    if not isinstance(selector, dict):
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op = expr.get("key"), expr.get("operator")
+        values = expr.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True

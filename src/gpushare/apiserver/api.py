@@ -28,6 +28,7 @@ from gpushare.apiserver import (
     validation,
 )
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
+from gpushare.apiserver.eviction import take_disruption
 from gpushare.apiserver.objects import deep_copy, meta, new_uid, now_rfc3339, rfc3339_after
 from gpushare.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
 from gpushare.apiserver.resources import Registry, ResourceInfo
@@ -928,6 +929,9 @@ class Api:
               eviction: Any) -> None:
         opts = DeleteOptions.parse((eviction or {}).get("deleteOptions")
                                    if isinstance(eviction, dict) else None, {})
+        pod = self.store.get(cluster, info.group_resource, ns, name)
+        if pod is not None:  # its PodDisruptionBudget first (eviction.py)
+            take_disruption(self, cluster, pod, opts.dry_run)
         self.delete(cluster, info, ns, name, opts)
 
 

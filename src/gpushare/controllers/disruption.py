@@ -14,42 +14,22 @@ import math
 import threading
 from typing import Any
 
+from gpushare.bodies import selector_matches as selects
 from gpushare.controllers.events import now_rfc3339
 from gpushare.kube.client import PODS, ApiError, KubeClient, Resource, Stopper
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
+from gpushare.kube.timefmt import parse_rfc3339
 
 Obj = dict[str, Any]
 PDBS = Resource("policy/v1", "poddisruptionbudgets", True)
 WORKERS = 1
+#: How long an eviction recorded in ``disruptedPods`` counts while its pod stays.
+DISRUPTION_TIMEOUT = 120.0
 
 
 def _meta(obj: Obj) -> Obj:
     return obj.get("metadata") or {}
-
-
-def selects(selector: Any, labels: dict[str, str]) -> bool:
-    """A LabelSelector (matchLabels, matchExpressions); an empty or missing one selects
-    nothing, as for a PodDisruptionBudget."""
-    if not isinstance(selector, dict) or not (selector.get("matchLabels")
-                                              or selector.get("matchExpressions")):
-        return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op = expr.get("key"), expr.get("operator")
-        values = expr.get("values") or []
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return True
 
 
 def _count(value: Any, expected: int) -> int:
@@ -72,7 +52,9 @@ def pdb_status(pdb: Obj, pods: list[Obj], now: str) -> Obj:
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
             and selects(spec.get("selector"), _meta(p).get("labels") or {})]
     expected = len(mine)
-    healthy = sum(1 for p in mine if any(
+    current = pdb.get("status") or {}
+    disrupted = _still_disrupted(current.get("disruptedPods"), mine, now)
+    healthy = sum(1 for p in mine if _meta(p).get("name") not in disrupted and any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (p.get("status") or {}).get("conditions") or []))
     if spec.get("minAvailable") is not None:
@@ -82,7 +64,6 @@ def pdb_status(pdb: Obj, pods: list[Obj], now: str) -> Obj:
     else:
         desired = 0
     allowed = max(healthy - desired, 0)
-    current = pdb.get("status") or {}
     before: dict[str, Any] = next((c for c in current.get("conditions") or []
                    if c.get("type") == "DisruptionAllowed"), {})
     condition = {"type": "DisruptionAllowed", "status": "True" if allowed else "False",
@@ -93,9 +74,36 @@ def pdb_status(pdb: Obj, pods: list[Obj], now: str) -> Obj:
                                        else now)
     others = [c for c in current.get("conditions") or []
               if c.get("type") != "DisruptionAllowed"]
-    return {**current, "observedGeneration": int(meta.get("generation") or 1),
+    out = {**current, "observedGeneration": int(meta.get("generation") or 1),
             "expectedPods": expected, "currentHealthy": healthy, "desiredHealthy": desired,
             "disruptionsAllowed": allowed, "conditions": [*others, condition]}
+    if disrupted:
+        out["disruptedPods"] = disrupted
+    else:
+        out.pop("disruptedPods", None)
+    return out
+
+
+def _still_disrupted(recorded: Any, pods: list[Obj], now: str) -> dict[str, str]:
+    """The evictions the API server recorded (``disruptedPods``) whose pods are still
+    there and not yet being deleted, for at most DISRUPTION_TIMEOUT seconds: they count as
+    already disrupted, as kube-controller-manager counts them."""
+    if not isinstance(recorded, dict) or not recorded:
+        return {}
+    live = {_meta(p).get("name") for p in pods}
+    try:
+        now_s = parse_rfc3339(now)
+    except ValueError:
+        return {}
+    out: dict[str, str] = {}
+    for name, when in recorded.items():
+        try:
+            fresh = now_s - parse_rfc3339(str(when)) < DISRUPTION_TIMEOUT
+        except ValueError:
+            fresh = False
+        if name in live and fresh:
+            out[str(name)] = str(when)
+    return out
 
 
 class DisruptionController:
