@@ -238,6 +238,25 @@ def default_object(gr: str, obj: dict[str, Any]) -> None:
             labels["controller-uid"] = uid
             labels["batch.kubernetes.io/job-name"] = obj["metadata"]["name"]
             labels["job-name"] = obj["metadata"]["name"]
+    elif gr == "batch/cronjobs" and isinstance(spec, dict):
+        for key, value in (("concurrencyPolicy", "Allow"), ("suspend", False),
+                           ("successfulJobsHistoryLimit", 3), ("failedJobsHistoryLimit", 1)):
+            spec.setdefault(key, value)
+        template = spec.get("jobTemplate")
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+            _default_template(template["spec"])
+    elif gr == "apps/statefulsets" and isinstance(spec, dict):
+        spec.setdefault("replicas", 1)
+        spec.setdefault("podManagementPolicy", "OrderedReady")
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("updateStrategy", {"type": "RollingUpdate",
+                                           "rollingUpdate": {"partition": 0}})
+        _default_template(spec)
+    elif gr == "apps/daemonsets" and isinstance(spec, dict):
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {
+            "maxUnavailable": 1, "maxSurge": 0}})
+        _default_template(spec)
     elif gr in ("apps/deployments", "apps/replicasets") and isinstance(spec, dict):
         spec.setdefault("replicas", 1)
         spec.setdefault("revisionHistoryLimit", 10)
