@@ -98,8 +98,9 @@ def test_strict_patch_of_an_existing_object_refuses_typos(cluster: Cluster,
     assert 'strict decoding error: unknown field "dta"' in done.stderr
 
 
-def test_strict_names_duplicate_fields_in_json(cluster: Cluster, tmp_path: Path) -> None:
-    kubeconfig = cluster.kubeconfig
+def test_strict_names_duplicate_fields_in_json(cluster: Cluster, where: tuple[str, Path],
+                                               tmp_path: Path) -> None:
+    _logical, kubeconfig = where  # `--raw` inside a tenant: its token finds its cluster
     body = ('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dup",'
             ' "labels": {"a": "1", "a": "2"}}, "data": {"k": "v"}, "data": {"k": "w"}}')
     path = tmp_path / "dup.json"

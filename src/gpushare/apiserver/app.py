@@ -22,6 +22,7 @@ from gpushare.apiserver import (
     crds,
     discovery,
     fieldvalidation,
+    homecluster,
     limits,
     nodeproxy,
     protobuf,
@@ -264,6 +265,8 @@ class App:
             return dashboard_response(path), "get", "dashboard"
         if path == "/metrics":
             return self._metrics(request, cluster), "get", path
+        if not prefix:  # a tenant's token without its prefix: its own cluster, never root
+            cluster = homecluster.route(request, self.tokens) or cluster
         user = self._authenticate(request, cluster)
         REQUEST_USER.set(user)  # for admission: who is writing
         if cluster not in self.api.registries and not user.is_admin:
