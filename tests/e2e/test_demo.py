@@ -33,6 +33,17 @@ def test_demo_three_virtual_clusters_burst_then_reclaim_330m_each(tmp_path):
     try:
         out = done.stdout + done.stderr
         assert done.returncode == 0, out
+        # --keep says how to stop what it leaves running
+        assert f"stop it with: kill -INT {pid_file.read_text()}" in out
+        # A second demo aimed at the running one refuses at once and touches nothing.
+        log = (tmp_path / "up.log").read_bytes()
+        second = subprocess.run(
+            [sys.executable, "-m", "gpushare.cli.main", "demo", "--data-dir", str(tmp_path),
+             "--gpus", "1xL40S"], capture_output=True, text=True, timeout=60, check=False)
+        assert second.returncode == 2 and "is in use by a running control plane" in \
+            second.stderr and f"kill -INT {pid_file.read_text()}" in second.stderr
+        assert (tmp_path / "admin.kubeconfig").exists()
+        assert (tmp_path / "up.log").read_bytes()[:len(log)] == log
         # Declared GPUs: the GPU steps say they are skipped and no pod runs the matmul worker.
         assert "the GPU steps (a real matmul per team" in out and "skipped" in out
         admin = tmp_path / "admin.kubeconfig"

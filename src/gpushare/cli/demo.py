@@ -18,6 +18,7 @@ keep their rate (step 6). With declared GPUs those steps are skipped.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import shutil
 import signal
 import statistics
@@ -71,6 +72,11 @@ def demo(
     if kubectl is None:
         typer.echo("error: the demo drives the control plane with kubectl; install it", err=True)
         raise typer.Exit(2)
+    if data_dir is not None:
+        refusal = _unusable(data_dir)
+        if refusal:
+            typer.secho(f"error: {refusal}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(2)
     gpus = gpus or (None if _nvml_gpu_count() else "1xL40S")
     if keep and data_dir is None:
         data_dir = Path(tempfile.mkdtemp(prefix="gpushare-demo-"))
@@ -360,18 +366,54 @@ def _scratch_dir(data_dir: Path | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
+def _unusable(root: Path) -> str | None:
+    """Why the demo cannot use `root`, or None: a control plane runs there (its lock is
+    held), or an earlier run left its state (the demo's story needs an empty cluster).
+    Nothing in `root` is touched."""
+    from gpushare.apiserver.server import DB_NAME, LOCK_NAME
+
+    lock = root / LOCK_NAME
+    if lock.exists():
+        with lock.open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                pid_file = root / "demo.pid"
+                pid = pid_file.read_text().strip() if pid_file.exists() else ""
+                stop = f"kill -INT {pid}" if pid else "stop its gpushare up (Ctrl-C)"
+                return (f"{root} is in use by a running control plane; the demo leaves it "
+                        f"alone. Stop it first ({stop}) or choose another --data-dir.")
+    if (root / DB_NAME).exists():
+        return (f"{root} holds the state of an earlier run ({root / DB_NAME}); the demo needs "
+                "an empty cluster: remove the directory or choose another --data-dir "
+                "(the demo's control plane, once stopped, can still be started there with "
+                f"`gpushare up --data-dir {root}`).")
+    return None
+
+
 @contextlib.contextmanager
 def _control_plane(root: Path, gpus: str | None, keep: bool) -> Iterator[Path]:
-    """Start ``gpushare up`` on a free port and yield its admin kubeconfig."""
+    """Start ``gpushare up`` on a free port and yield its admin kubeconfig.
+
+    The control plane's lock is taken before anything in `root` is removed or truncated,
+    and let go just before ``gpushare up`` takes it."""
+    from gpushare.apiserver.server import LOCK_NAME
+
     kubeconfig = root / "admin.kubeconfig"
-    kubeconfig.unlink(missing_ok=True)
     args = [sys.executable, "-m", "gpushare.cli.main", "up", "--data-dir", str(root),
             "--port", "0"]
     if gpus:
         args += ["--gpus", gpus]
     log_path = root / "up.log"
+    with (root / LOCK_NAME).open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise DemoFailed(_unusable(root) or f"{root} is in use") from None
+        kubeconfig.unlink(missing_ok=True)
+        log_file = log_path.open("wb")
     typer.secho("$ gpushare " + " ".join(args[3:]), fg=typer.colors.CYAN)
-    with log_path.open("wb") as log_file:
+    with log_file:
         proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT)
     try:
         _wait_for_node(proc, kubeconfig, log_path)
@@ -381,6 +423,8 @@ def _control_plane(root: Path, gpus: str | None, keep: bool) -> Iterator[Path]:
             (root / "demo.pid").write_text(str(proc.pid))
             typer.echo(f"\ncontrol plane left running (pid {proc.pid}, in {root}):"
                        f" export KUBECONFIG={kubeconfig}")
+            typer.echo(f"stop it with: kill -INT {proc.pid}   (its state stays in {root}: "
+                       f"`gpushare up --data-dir {root}` starts it again)")
         else:
             proc.send_signal(signal.SIGINT)
             try:

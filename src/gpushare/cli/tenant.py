@@ -17,13 +17,15 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-tenant_app = typer.Typer(help="Virtual clusters: each team its own Kubernetes cluster on the "
-                              "shared GPUs.", no_args_is_help=True)
+from gpushare.cli import helpformat, kubeconfigs
+
+tenant_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
+                         help="Virtual clusters: each team its own Kubernetes cluster on "
+                              "the shared GPUs.", no_args_is_help=True)
 
 DataDir = Annotated[Path, typer.Option(help="the API server's data directory (tokens.yaml, "
                                             "admin.kubeconfig)")]
-KubeconfigOpt = Annotated[Path | None, typer.Option(help="host admin kubeconfig (default: "
-                                                         "DATA_DIR/admin.kubeconfig)")]
+KubeconfigOpt = Annotated[Path | None, typer.Option(help=kubeconfigs.HELP_WITH_DATA_DIR)]
 
 
 def register(app: typer.Typer) -> None:
@@ -33,12 +35,7 @@ def register(app: typer.Typer) -> None:
 def _client(data_dir: Path, kubeconfig: Path | None) -> Any:
     from gpushare.kube.client import KubeClient
 
-    path = kubeconfig or data_dir / "admin.kubeconfig"
-    if not path.exists():
-        typer.echo(f"error: {path} does not exist; start the control plane (gpushare up) or "
-                   "pass --kubeconfig", err=True)
-        raise typer.Exit(1)
-    return KubeClient.from_kubeconfig(str(path))
+    return KubeClient.from_kubeconfig(kubeconfigs.resolve(kubeconfig, data_dir))
 
 
 def _fail(message: str) -> typer.Exit:
@@ -236,7 +233,7 @@ def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
     from gpushare.apiserver.server import kubeconfig as make_kubeconfig
     from gpushare.tenancy.tokens import tenant_token
 
-    admin = yaml.safe_load((kubeconfig or data_dir / "admin.kubeconfig").read_text())
+    admin = yaml.safe_load(Path(kubeconfigs.resolve(kubeconfig, data_dir)).read_text())
     cluster = admin["clusters"][0]["cluster"]
     server = str(cluster["server"]).split("/clusters/", 1)[0].rstrip("/")
     name = vc["metadata"]["name"]

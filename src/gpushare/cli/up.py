@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpushare.cli import helpformat, kubeconfigs
+
 if TYPE_CHECKING:
     from gpushare.apiserver.server import ApiServer
 
 log = logging.getLogger("gpushare.up")
 
-KUBECONFIG_HELP = "kubeconfig of the control plane (default: $KUBECONFIG, then ~/.kube/config)"
+KUBECONFIG_HELP = kubeconfigs.HELP
 
 
 def _stop_on_signals() -> threading.Event:
@@ -37,17 +39,9 @@ def _stop_on_signals() -> threading.Event:
 
 
 def _kubeconfig_path(kubeconfig: str | None) -> str:
-    """The kubeconfig to use; ``""`` (the pod's ServiceAccount) when none is given or found
-    inside a pod."""
-    default = Path.home() / ".kube" / "config"
-    if not kubeconfig and not os.environ.get("KUBECONFIG") and not default.is_file() and (
-        os.environ.get("KUBERNETES_SERVICE_HOST")
-    ):
-        return ""
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(default)
-    if not Path(path).is_file():
-        raise typer.BadParameter(f"{path}: no such kubeconfig", param_hint="--kubeconfig")
-    return path
+    """The kubeconfig to use (``cli/kubeconfigs.py``: --kubeconfig, $KUBECONFIG,
+    ~/.kube/config, the pod's ServiceAccount)."""
+    return kubeconfigs.resolve(kubeconfig)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -161,7 +155,8 @@ def controllers(
         elector.release()
 
 
-node_app = typer.Typer(help="Nodes without an agent (declared GPUs).", no_args_is_help=True)
+node_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
+                       help="Nodes without an agent (declared GPUs).", no_args_is_help=True)
 
 
 @node_app.command("add")
@@ -302,7 +297,9 @@ def _ensure_default_queue(kubeconfig: str) -> None:
         client.close()
 
 
-queue_app = typer.Typer(help="Queues: create them and see their shares.", no_args_is_help=True)
+queue_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
+                        help="Queues: create them and see their shares.",
+                        no_args_is_help=True)
 
 RESOURCE_HELP = "QUOTA[:LIMIT[:WEIGHT]], -1 for unlimited (default 0:-1:1)"
 
