@@ -177,3 +177,14 @@ def _post_until_served(http: httpx.Client, path: str, body: dict[str, object]) -
         if r.status_code != 404 or time.monotonic() > deadline:
             return r
         time.sleep(0.1)
+
+
+def test_server_side_apply_refuses_typos_too(cluster: Cluster, where: tuple[str, Path]) -> None:
+    _logical, kubeconfig = where
+    done = cluster.kubectl("apply", "--server-side", "-f", "-",
+                           stdin=TYPO_POD.format(name="ssa-typo"), kubeconfig=kubeconfig,
+                           check=False)
+    assert done.returncode != 0
+    assert 'unknown field "spec.containers[0].comand"' in done.stderr, done.stderr
+    assert cluster.kubectl("get", "pod", "ssa-typo", kubeconfig=kubeconfig,
+                           check=False).returncode != 0
