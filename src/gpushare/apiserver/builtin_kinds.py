@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
@@ -275,3 +276,21 @@ def _default_template(spec: dict[str, Any]) -> None:
     if isinstance(template, dict) and isinstance(template.get("spec"), dict):
         tspec = template["spec"]
         default_pod_spec(tspec)
+
+
+def complete_stored_nodes(store: Any, clusters: list[str]) -> int:
+    """Give every stored Node whose ``status.nodeInfo`` lacks a required field the missing
+    ones (written before writes were defaulted so), so that no reader meets a Node its
+    typed client refuses; how many were rewritten."""
+    fixed = 0
+    for cluster in clusters:
+        for node in list(store.list(cluster, "nodes")):
+            status = node.get("status")
+            info = status.get("nodeInfo") if isinstance(status, dict) else None
+            if not isinstance(info, dict) or complete_node_info(info) == info:
+                continue
+            repaired = copy.deepcopy(node)
+            repaired["status"]["nodeInfo"] = complete_node_info(info)
+            store.put(cluster, "nodes", repaired)
+            fixed += 1
+    return fixed

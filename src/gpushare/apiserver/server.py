@@ -15,7 +15,7 @@ from typing import Any
 import uvicorn
 import yaml
 
-from gpushare.apiserver import components
+from gpushare.apiserver import builtin_kinds, components
 from gpushare.apiserver.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.app import App
 from gpushare.apiserver.auth import TokenFile
@@ -133,6 +133,7 @@ class ApiServer:
         root_ca = (self.ca_path or node_ca).read_text()
         self.api = Api(self.store, root_ca_pem=root_ca)
         self.api.publish_root_ca_everywhere()
+        builtin_kinds.complete_stored_nodes(self.store, list(self.api.registries))
         self.api.publish_api_endpoints(host, self.port)
         components.bootstrap_roles(self.api)
         signer = TokenSigner(self.data_dir / "pki" / SA_SIGNING_KEY)
