@@ -504,7 +504,7 @@ class App:
                                                           "kind": info.resource})
         if info.group == METRICS_GROUP:
             return resource_metrics_response(self.store, self.usage, cluster, info, ns, name,
-                                             query), verb, info.resource
+                                             query, self.log_targets), verb, info.resource
         metric_resource = f"{info.resource}/{sub}" if sub else info.resource
         gr = info.group_resource
         api = self.api

@@ -4,23 +4,24 @@ that ``kubectl top node|pod`` works against the embedded control plane.
 Like metrics-server, the figures are the latest measurement window of each node agent
 (CPU as a rate over the window, memory as the working set), filtered by what the caller's
 request selects on the Node or Pod objects themselves (namespace, name, label selector).
-Inside a tenant, its pods' figures are those of the host pods they were synced to, under
-the tenant's names.
+Inside a tenant, its pods' figures are those of the host pods they run as (found through
+the App's ``log_targets``, which tenancy plugs in), under the tenant's names.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from starlette.responses import Response
 
+from gpushare.apiserver.auth import ROOT_CLUSTER
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.selectors import Requirement, parse_label_selector
 from gpushare.apiserver.store import Store
 from gpushare.apiserver.telemetry import ResourceUsage
-from gpushare.tenancy import names
 
 METRICS_GROUP = "metrics.k8s.io"
 METRICS_VERSION = "v1beta1"
@@ -31,30 +32,48 @@ def _labels_match(selector: tuple[Requirement, ...], obj: dict[str, Any]) -> boo
     return all(req.matches(labels) for req in selector)
 
 
-def _pod_of(store: Store, cluster: str, item: dict[str, Any]) -> dict[str, Any] | None:
-    """The pod of `cluster` a measured (host) pod is: itself in the host cluster; in a
-    tenant's, the tenant pod it was synced from (the item renamed to it), and nothing for
-    another tenant's or the host's own pods."""
-    meta = item["metadata"]
-    if cluster == names.HOST_CLUSTER:
-        return store.get(cluster, "pods", meta["namespace"], meta["name"])
-    host = store.get(names.HOST_CLUSTER, "pods", meta["namespace"], meta["name"])
-    host_meta = (host or {}).get("metadata") or {}
-    labels = host_meta.get("labels") or {}
-    if labels.get(names.TENANT_LABEL) != cluster:
-        return None
-    ns, name = labels.get(names.TENANT_NAMESPACE_LABEL), labels.get(names.TENANT_NAME_LABEL)
-    pod = store.get(cluster, "pods", str(ns), str(name)) if ns and name else None
-    uid = (host_meta.get("annotations") or {}).get(names.TENANT_UID_ANNOTATION)
-    if pod is None or (uid and uid != (pod.get("metadata") or {}).get("uid")):
-        return None
-    meta["namespace"], meta["name"] = ns, name
-    return pod
+#: Where a pod really runs: (cluster, namespace, name) of the pod the agents measure, or
+#: None for the pod itself (``App.log_targets``: a tenant's pod runs as a host pod).
+Target = Callable[[str, str, str], "tuple[str, str, str] | None"]
+
+
+def _pod_items(store: Store, usage: ResourceUsage, cluster: str, namespace: str | None,
+               targets: list[Target]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod, its PodMetrics) for the pods of `cluster` the agents measure: a pod runs as
+    itself, or (inside a tenant) as the pod its target names, whose figures it shows
+    under its own name; a pod not yet running anywhere has none."""
+    measured = {(i["metadata"]["namespace"], i["metadata"]["name"]): i
+                for i in usage.pod_metrics()}
+    pods = (store.list(cluster, "pods", namespace) if namespace is not None
+            else store.list(cluster, "pods"))
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        ns, name = str(meta.get("namespace")), str(meta.get("name"))
+        where: tuple[str, str, str] | None = None
+        for target in targets:
+            try:
+                where = target(cluster, ns, name)
+            except ApiError:  # not running anywhere yet
+                where = None
+                break
+            if where is not None:
+                break
+        if where is not None and where[0] == cluster:
+            where = None  # a target names a pod elsewhere, never one of this cluster
+        key = (where[1], where[2]) if where is not None else (ns, name)
+        item = measured.get(key)
+        if item is None or (where is None and cluster != ROOT_CLUSTER):
+            continue  # a tenant's own pods run only as host pods
+        item["metadata"]["namespace"], item["metadata"]["name"] = ns, name
+        out.append((pod, item))
+    return out
 
 
 def resource_metrics_response(store: Store, usage: ResourceUsage, cluster: str,
                               info: ResourceInfo, namespace: str | None, name: str | None,
-                              query: dict[str, str]) -> Response:
+                              query: dict[str, str],
+                              targets: list[Target] | None = None) -> Response:
     selector = parse_label_selector(query.get("labelSelector"))
     items: list[dict[str, Any]] = []
     if info.resource == "nodes":
@@ -65,13 +84,10 @@ def resource_metrics_response(store: Store, usage: ResourceUsage, cluster: str,
             item["metadata"]["labels"] = dict((node.get("metadata") or {}).get("labels") or {})
             items.append(item)
     else:
-        for item in usage.pod_metrics():
-            pod = _pod_of(store, cluster, item)
-            meta = item["metadata"]
-            if pod is None or (namespace and meta["namespace"] != namespace) or \
-                    not _labels_match(selector, pod):
+        for pod, item in _pod_items(store, usage, cluster, namespace, targets or []):
+            if not _labels_match(selector, pod):
                 continue
-            meta["labels"] = dict((pod.get("metadata") or {}).get("labels") or {})
+            item["metadata"]["labels"] = dict((pod.get("metadata") or {}).get("labels") or {})
             items.append(item)
     if name is not None:
         for item in items:
