@@ -58,7 +58,8 @@ def controllers(
         typer.Option(help="run only these controllers (repeatable): pod-grouper, "
                      "job-controller, replicaset-controller, deployment-controller, "
                      "replicationcontroller-controller, endpoints-controller, "
-                     "disruption-controller, "
+                     "disruption-controller, cronjob-controller, statefulset-controller, "
+                     "daemonset-controller, "
                      "scheduler, queue-status, static-node-pods, node-lifecycle, pod-gc"),
     ] = None,
     scheduler_name: Annotated[

@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
        "replicationcontroller-controller", "scheduler", "queue-status", "static-node-pods",
        "node-lifecycle", "tenancy", "pod-gc", "endpoints-controller",
-       "disruption-controller")
+       "disruption-controller", "cronjob-controller", "statefulset-controller",
+       "daemonset-controller")
 DEFAULT = ALL
 
 
@@ -111,6 +112,21 @@ def start_controllers(
         from gpushare.controllers.endpoints import EndpointsController
 
         out.controllers["endpoints-controller"] = EndpointsController(client, informers, stopper)
+    if "cronjob-controller" in enabled:
+        from gpushare.controllers.cronjobs import CronJobController
+
+        out.controllers["cronjob-controller"] = CronJobController(client, informers, stopper,
+                                                                  events)
+    if "statefulset-controller" in enabled:
+        from gpushare.controllers.statefulsets import StatefulSetController
+
+        out.controllers["statefulset-controller"] = StatefulSetController(
+            client, informers, stopper, events)
+    if "daemonset-controller" in enabled:
+        from gpushare.controllers.daemonsets import DaemonSetController
+
+        out.controllers["daemonset-controller"] = DaemonSetController(client, informers,
+                                                                      stopper, events)
     if "disruption-controller" in enabled:
         from gpushare.controllers.disruption import DisruptionController
 

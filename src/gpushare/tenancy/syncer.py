@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare.apiserver.shapes import pod_causes
+from gpushare.controllers.cronjobs import CronJobController
+from gpushare.controllers.disruption import DisruptionController
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.grouping import (
     PODGROUP_ANNOTATION,
@@ -43,6 +45,7 @@ from gpushare.controllers.grouping import (
     reference_to,
 )
 from gpushare.controllers.job_controller import JobController
+from gpushare.controllers.statefulsets import StatefulSetController
 from gpushare.controllers.workload_controllers import DeploymentController, ReplicaSetController
 from gpushare.kube.client import (
     BY_KIND,
@@ -161,6 +164,9 @@ class TenantSyncer:
                 JobController(tenant, self.informers, self.stopper, self.events),
                 ReplicaSetController(tenant, self.informers, self.stopper, self.events),
                 DeploymentController(tenant, self.informers, self.stopper, self.events),
+                CronJobController(tenant, self.informers, self.stopper, self.events),
+                StatefulSetController(tenant, self.informers, self.stopper, self.events),
+                DisruptionController(tenant, self.informers, self.stopper),
             ]
         self.queue = WorkQueue()
         self.threads: list[threading.Thread] = []
