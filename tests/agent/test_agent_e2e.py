@@ -346,10 +346,10 @@ def test_watchdog_through_the_api_with_a_fake_nvml(tmp_path: Path) -> None:
     from fake_nvml import FakeNvml
 
     from gpushare.agent.agent import Agent, AgentConfig
-    from gpushare.agent.enforcement import Enforcement
-    from gpushare.agent.inventory import host_resources
-    from gpushare.agent.nvml import GpuProcess, probe_inventory
-    from gpushare.agent.supervisor import SupervisorConfig
+    from gpushare.agent.gpu.enforcement import Enforcement
+    from gpushare.agent.gpu.nvml import GpuProcess, probe_inventory
+    from gpushare.agent.node.inventory import host_resources
+    from gpushare.agent.runtime.supervisor import SupervisorConfig
 
     server = ApiServer(tmp_path / "api").start()
     kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))

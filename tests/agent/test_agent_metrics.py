@@ -11,10 +11,10 @@ from fake_nvml import FakeNvml
 from process_probes import processes_named
 
 from gpushare.agent.agent import Agent, AgentConfig
-from gpushare.agent.enforcement import Enforcement
-from gpushare.agent.inventory import host_resources
-from gpushare.agent.nvml import GpuProcess, probe_inventory
-from gpushare.agent.supervisor import SupervisorConfig
+from gpushare.agent.gpu.enforcement import Enforcement
+from gpushare.agent.gpu.nvml import GpuProcess, probe_inventory
+from gpushare.agent.node.inventory import host_resources
+from gpushare.agent.runtime.supervisor import SupervisorConfig
 from gpushare.apiserver.server import ApiServer
 from gpushare.kube.client import PODS, KubeClient
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gpushare.agent.inventory import HostResources, declared_gpus
-from gpushare.agent.node import node_object
+from gpushare.agent.node.inventory import HostResources, declared_gpus
+from gpushare.agent.node.node import node_object
 from gpushare.controllers.node_lifecycle import UNREACHABLE_TAINT, decide
 from gpushare.kube.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
 

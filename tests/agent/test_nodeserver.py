@@ -20,10 +20,8 @@ from cryptography import x509
 from test_agent_runtime import pod, supervise, wait_for
 from websockets.asyncio.client import connect
 
-from gpushare.agent.logstore import log_path
-from gpushare.agent.nodeauth import CallerCheck
-from gpushare.agent.nodeserver import NodeHandlers, NodeServer
-from gpushare.agent.spdy import (
+from gpushare.agent.endpoint.nodeserver import NodeHandlers, NodeServer
+from gpushare.agent.endpoint.spdy import (
     FLAG_FIN,
     SPDY_DICTIONARY,
     SYN_STREAM,
@@ -32,7 +30,9 @@ from gpushare.agent.spdy import (
     data_frame,
     parse_frames,
 )
-from gpushare.agent.streams import ExecTarget
+from gpushare.agent.endpoint.streams import ExecTarget
+from gpushare.agent.node.nodeauth import CallerCheck
+from gpushare.agent.runtime.logstore import log_path
 from gpushare.apiserver.tls import NODE_CLIENT_CERT, NODE_CLIENT_KEY
 from gpushare.contracts import NODE_CLIENT_NAME
 from node_pki import client_cert, node_tls

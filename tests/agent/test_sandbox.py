@@ -23,7 +23,7 @@ import pytest
 import yaml
 from test_agent_e2e import NODE, NS, Cluster, wait_for
 
-from gpushare.agent import sandbox as sb
+from gpushare.agent.runtime import sandbox as sb
 from gpushare.kube.client import NODES, PODS, SECRETS
 
 # Runs in the pod with the system's Python (stdlib only): each target read or listed, the
@@ -343,7 +343,7 @@ def test_mps_pipes_leave_a_data_dir_other_users_cannot_reach(tmp_path: Path) -> 
 
 def test_the_token_is_written_for_the_pods_gid_and_renewed_late_in_its_life(
         tmp_path: Path) -> None:
-    from gpushare.agent.serviceaccount import ServiceAccountTokens
+    from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
     from gpushare.apiserver.server import ApiServer
     from gpushare.kube.client import KubeClient
 

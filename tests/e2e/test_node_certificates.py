@@ -20,7 +20,7 @@ from cryptography.x509.oid import NameOID
 from e2e_support import wait_for
 from kubernetes import client, config
 
-from gpushare.agent.nodecert import NodeTls, ensure_serving_certificate
+from gpushare.agent.node.nodecert import NodeTls, ensure_serving_certificate
 from gpushare.kube.client import KubeClient
 
 CSR_RULES = """

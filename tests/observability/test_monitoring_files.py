@@ -14,8 +14,8 @@ import httpx
 import yaml
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from gpushare.agent.inventory import declared_gpus
-from gpushare.agent.telemetry import AgentMetrics
+from gpushare.agent.node.inventory import declared_gpus
+from gpushare.agent.runtime.telemetry import AgentMetrics
 from gpushare.apiserver.metrics import Metrics
 from gpushare.apiserver.server import ApiServer
 from gpushare.controllers.scheduler_metrics import SchedulerMetrics

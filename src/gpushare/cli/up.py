@@ -222,7 +222,7 @@ def _gpus_for_agent(gpus: str | None) -> str | None:
     terminal: the agent would otherwise exit at once, machine after machine)."""
     if gpus:
         return gpus
-    from gpushare.agent.nvml import NvmlUnavailable, PynvmlBackend
+    from gpushare.agent.gpu.nvml import NvmlUnavailable, PynvmlBackend
 
     try:
         PynvmlBackend().close()

@@ -59,7 +59,7 @@ from pathlib import Path
 
 import psutil
 
-from gpushare.agent.logstore import META_DIR
+from gpushare.agent.runtime.logstore import META_DIR
 
 log = logging.getLogger("gpushare.agent")
 

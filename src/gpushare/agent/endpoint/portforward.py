@@ -23,7 +23,7 @@ import contextlib
 import struct
 from dataclasses import dataclass, field
 
-from gpushare.agent.spdy import (
+from gpushare.agent.endpoint.spdy import (
     FLAG_FIN,
     GOAWAY,
     PING,
@@ -38,7 +38,7 @@ from gpushare.agent.spdy import (
     data_frame,
     parse_frames,
 )
-from gpushare.agent.wsconn import WsConn
+from gpushare.agent.endpoint.wsconn import WsConn
 from gpushare.contracts import node_hop_subprotocol
 
 # kubectl asks the API server for "SPDY/3.1+portforward.k8s.io"; the API server asks the

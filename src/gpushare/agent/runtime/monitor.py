@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import psutil
 
-from gpushare.agent.gpu_share import GpuShare, watchdog_limit_mib
-from gpushare.agent.inventory import GpuInventory
-from gpushare.agent.nvml import NvmlBackend
-from gpushare.agent.supervisor import PodSupervisor
-from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, attribute, violations
+from gpushare.agent.gpu.gpu_share import GpuShare, watchdog_limit_mib
+from gpushare.agent.gpu.nvml import NvmlBackend
+from gpushare.agent.gpu.watchdog import PodGpuUsage, PodLimit, Violation, attribute, violations
+from gpushare.agent.node.inventory import GpuInventory
+from gpushare.agent.runtime.supervisor import PodSupervisor
 
 
 @dataclass(frozen=True, slots=True)

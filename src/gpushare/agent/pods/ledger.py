@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gpushare.agent.gpu_share import GpuShare
+from gpushare.agent.gpu.gpu_share import GpuShare
 from gpushare.contracts import MILLI, format_portion_milli
 
 OVERCOMMITTED = "GPUOvercommitted"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from gpushare.agent import sandbox as sb
+from gpushare.agent.runtime import sandbox as sb
 
 # $0 is the exit-code file; "$@" the container's command line. The wrapper waits through a
 # SIGTERM sent to the group (a trap, not an ignore, so the command still gets the default

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpushare.agent import process as proc
-from gpushare.agent.logstore import META_DIR, TimestampIndex, ensure_log_file, log_path
-from gpushare.agent.podspec import ContainerPlan, PodSpecError
-from gpushare.agent.podstatus import ContainerRecord, PodView, build_status, phase_of
-from gpushare.agent.sandbox import SandboxState
+from gpushare.agent.pods.podspec import ContainerPlan, PodSpecError
+from gpushare.agent.pods.podstatus import ContainerRecord, PodView, build_status, phase_of
+from gpushare.agent.runtime import process as proc
+from gpushare.agent.runtime.logstore import META_DIR, TimestampIndex, ensure_log_file, log_path
+from gpushare.agent.runtime.sandbox import SandboxState
 
 log = logging.getLogger("gpushare.agent")
 

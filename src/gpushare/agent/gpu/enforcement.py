@@ -11,8 +11,8 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpushare.agent.inventory import GpuInventory
-from gpushare.agent.mps import CONTROL, MpsManager
+from gpushare.agent.gpu.mps import CONTROL, MpsManager
+from gpushare.agent.node.inventory import GpuInventory
 
 MODES = ("auto", "mps", "watchdog", "none")
 

@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
-from gpushare.agent.envexpand import expand
+from gpushare.agent.pods.envexpand import expand
 from gpushare.kube import quantity
 from gpushare.kube.quantity import QuantityError
 

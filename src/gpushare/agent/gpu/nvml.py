@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpushare.agent.inventory import GpuDevice, GpuInventory, label_product, sm_count_for
+from gpushare.agent.node.inventory import GpuDevice, GpuInventory, label_product, sm_count_for
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,26 +30,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from gpushare.agent.logstore import (
-    LogNotFound,
-    LogRequest,
-    follow_log,
-    read_log,
-    select_log,
-)
-from gpushare.agent.nodeauth import Verdict
-from gpushare.agent.nodecert import NodeTls
-from gpushare.agent.portforward import (
+from gpushare.agent.endpoint.portforward import (
     PORT_FORWARD_PROTOCOLS,
     SPDY_PORT_FORWARD,
     SpdySession,
     run_port_forward,
 )
-from gpushare.agent.sandbox import SandboxError, SandboxNotEntered
-from gpushare.agent.spdy import UPGRADE as SPDY_UPGRADE
-from gpushare.agent.spdy import RawChannel
-from gpushare.agent.spdyexec import SPDY_CHANNEL_PROTOCOLS, SpdyChannels, StreamsMissing
-from gpushare.agent.streams import (
+from gpushare.agent.endpoint.spdy import UPGRADE as SPDY_UPGRADE
+from gpushare.agent.endpoint.spdy import RawChannel
+from gpushare.agent.endpoint.spdyexec import SPDY_CHANNEL_PROTOCOLS, SpdyChannels, StreamsMissing
+from gpushare.agent.endpoint.streams import (
     CHANNEL_PROTOCOLS,
     Channels,
     ExecTarget,
@@ -58,7 +48,17 @@ from gpushare.agent.streams import (
     run_attach,
     run_exec,
 )
-from gpushare.agent.wsconn import WsConn
+from gpushare.agent.endpoint.wsconn import WsConn
+from gpushare.agent.node.nodeauth import Verdict
+from gpushare.agent.node.nodecert import NodeTls
+from gpushare.agent.runtime.logstore import (
+    LogNotFound,
+    LogRequest,
+    follow_log,
+    read_log,
+    select_log,
+)
+from gpushare.agent.runtime.sandbox import SandboxError, SandboxNotEntered
 
 log = logging.getLogger("gpushare.agent")
 

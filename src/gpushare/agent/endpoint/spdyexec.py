@@ -13,7 +13,7 @@ import asyncio
 import struct
 from collections.abc import AsyncIterator
 
-from gpushare.agent.spdy import (
+from gpushare.agent.endpoint.spdy import (
     FLAG_FIN,
     GOAWAY,
     PING,
@@ -26,7 +26,15 @@ from gpushare.agent.spdy import (
     data_frame,
     parse_frames,
 )
-from gpushare.agent.streams import CLOSE, ERROR, RESIZE, STDERR, STDIN, STDOUT, StreamOptions
+from gpushare.agent.endpoint.streams import (
+    CLOSE,
+    ERROR,
+    RESIZE,
+    STDERR,
+    STDIN,
+    STDOUT,
+    StreamOptions,
+)
 
 SPDY_CHANNEL_PROTOCOLS = ("v4.channel.k8s.io",)
 _NAMES = {"stdin": STDIN, "stdout": STDOUT, "stderr": STDERR, "error": ERROR,

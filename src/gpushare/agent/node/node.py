@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 from typing import Any
 
-from gpushare.agent.inventory import GpuInventory, HostResources
+from gpushare.agent.node.inventory import GpuInventory, HostResources
 from gpushare.contracts import (
     GPU_USAGE_ANNOTATION,
     NODE_ENFORCEMENT_ANNOTATION,

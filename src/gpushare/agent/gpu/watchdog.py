@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from gpushare.agent.nvml import GpuProcess, ProcessUtilization
+from gpushare.agent.gpu.nvml import GpuProcess, ProcessUtilization
 
 MIB = 1024 * 1024
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpushare.agent.inventory import GpuDevice
+from gpushare.agent.node.inventory import GpuDevice
 
 CONTROL = "nvidia-cuda-mps-control"
 

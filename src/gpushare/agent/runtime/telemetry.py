@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gpushare.agent.gpu_share import GpuShare
-from gpushare.agent.inventory import GpuInventory
+from gpushare.agent.gpu.gpu_share import GpuShare
+from gpushare.agent.node.inventory import GpuInventory
 from gpushare.kube.client import ApiError, KubeClient, Stopper
 from gpushare.kube.metrics_push import MetricsPusher
 from gpushare.kube.timefmt import rfc3339

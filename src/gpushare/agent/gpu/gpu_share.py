@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpushare.agent.inventory import GpuDevice, GpuInventory
+from gpushare.agent.node.inventory import GpuDevice, GpuInventory
 from gpushare.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpushare.agent import sandbox as sb
+from gpushare.agent.runtime import sandbox as sb
 from gpushare.apiserver.serviceaccounts import (
     API_AUDIENCE,
     KUBELET_TOKEN_EXPIRATION,

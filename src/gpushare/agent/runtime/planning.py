@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpushare.agent.gpu_share import GpuShare, MpsTarget, share_env
-from gpushare.agent.mps import MpsManager
-from gpushare.agent.podspec import ContainerPlan, ValueSource, plan_container
-from gpushare.agent.supervisor import Planner
+from gpushare.agent.gpu.gpu_share import GpuShare, MpsTarget, share_env
+from gpushare.agent.gpu.mps import MpsManager
+from gpushare.agent.pods.podspec import ContainerPlan, ValueSource, plan_container
+from gpushare.agent.runtime.supervisor import Planner
 
-TORCH_HOOK_DIR = Path(__file__).resolve().parent / "torch_hook"
+TORCH_HOOK_DIR = Path(__file__).resolve().parents[1] / "gpu" / "torch_hook"
 
 
 def gpu_env_for(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gpushare.agent.wsconn import WsConn
+from gpushare.agent.endpoint.wsconn import WsConn
 
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
