@@ -36,7 +36,7 @@ from gpushare.kube.client import PODGROUPS, PODS, QUEUES, KubeClient
 
 SERVER = """
 import signal, sys, threading
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 server = ApiServer(sys.argv[1], "127.0.0.1", int(sys.argv[2]), sync=sys.argv[4],
                    commit_thread=sys.argv[5] == "thread")
 server.start()

@@ -35,7 +35,7 @@ import yaml
 
 SERVER = """
 import signal, sys, threading
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 server = ApiServer(sys.argv[1], "127.0.0.1", 0, sync=sys.argv[2],
                    commit_thread=sys.argv[3] == "thread")
 server.start()

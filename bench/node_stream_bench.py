@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 from gpushare.kube.client import NODES, PODS, KubeClient
 
 KUBECTL = "/usr/bin/kubectl"

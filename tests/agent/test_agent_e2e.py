@@ -19,7 +19,7 @@ import psutil
 import pytest
 from process_probes import gone, processes_named
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 from gpushare.controllers import node_lifecycle
 from gpushare.kube.client import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, KubeClient
 

@@ -15,7 +15,7 @@ from gpushare.agent.enforcement import Enforcement
 from gpushare.agent.inventory import host_resources
 from gpushare.agent.nvml import GpuProcess, probe_inventory
 from gpushare.agent.supervisor import SupervisorConfig
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 from gpushare.kube.client import PODS, KubeClient
 
 NODE = "metrics-gpu-node"

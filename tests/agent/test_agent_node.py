@@ -130,7 +130,7 @@ def test_a_watcher_that_sees_ready_unknown_already_sees_the_taint(tmp_path) -> N
     condition alone)."""
     import threading
 
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.apiserver.http.server import ApiServer
     from gpushare.controllers.node_lifecycle import NodeLifecycleController
     from gpushare.kube.client import NODES, KubeClient, Stopper
     from gpushare.kube.informer import Informer

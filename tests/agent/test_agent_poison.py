@@ -14,8 +14,8 @@ import orjson
 import pytest
 from test_agent_e2e import NODE, NS, Cluster, wait_for
 
-from gpushare.apiserver.server import ApiServer
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.apiserver.storage.store import Store
 from gpushare.kube.client import EVENTS
 from store_edit import store_put
 

@@ -33,7 +33,7 @@ from gpushare.agent.spdy import (
     parse_frames,
 )
 from gpushare.agent.streams import ExecTarget
-from gpushare.apiserver.tls import NODE_CLIENT_CERT, NODE_CLIENT_KEY
+from gpushare.apiserver.auth.tls import NODE_CLIENT_CERT, NODE_CLIENT_KEY
 from gpushare.contracts import NODE_CLIENT_NAME
 from node_pki import client_cert, node_tls
 

@@ -8,7 +8,7 @@ import pytest
 from apiserver_harness import Cluster
 from kubernetes import client
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 
 @pytest.fixture(scope="module")

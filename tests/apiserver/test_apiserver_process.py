@@ -149,7 +149,7 @@ def test_kubeconfig_command_issues_user_tokens(tmp_path: Path) -> None:
 
 
 def test_one_server_per_data_directory(tmp_path: Path) -> None:
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.apiserver.http.server import ApiServer
 
     first = ApiServer(tmp_path, port=0)
     try:
@@ -163,7 +163,7 @@ def test_one_server_per_data_directory(tmp_path: Path) -> None:
 def test_events_expire(tmp_path: Path) -> None:
     from apiserver_harness import http_client
 
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.apiserver.http.server import ApiServer
 
     server = ApiServer(tmp_path, port=0, event_ttl=1.0).start()
     try:

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from apiserver_harness import http_client
 
-from gpushare.apiserver.auth import User
-from gpushare.apiserver.components import AUTOUPDATE, CONTROLLERS_USER, role_objects
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.auth.access import User
+from gpushare.apiserver.auth.components import AUTOUPDATE, CONTROLLERS_USER, role_objects
+from gpushare.apiserver.http.server import ApiServer
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 

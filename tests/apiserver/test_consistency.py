@@ -14,10 +14,10 @@ import orjson
 import pytest
 from apiserver_harness import http_client
 
-from gpushare.apiserver import versions
-from gpushare.apiserver.server import ApiServer
-from gpushare.apiserver.store import Store
-from gpushare.apiserver.watch import Watcher, WatchHub, encode_event, stream
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.apiserver.storage import versions
+from gpushare.apiserver.storage.store import Store
+from gpushare.apiserver.storage.watch import Watcher, WatchHub, encode_event, stream
 
 CM = "/api/v1/namespaces/default/configmaps"
 ROOT_CA = "kube-root-ca.crt"  # made in every namespace

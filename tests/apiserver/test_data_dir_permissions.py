@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 
 def _mode(path: Path) -> int:

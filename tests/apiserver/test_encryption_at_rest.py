@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 from apiserver_harness import http_client
 
-from gpushare.apiserver.encryption import CONFIG_NAME, PREFIX
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.apiserver.storage.encryption import CONFIG_NAME, PREFIX
 
 SECRET = "hunter2-very-secret"
 

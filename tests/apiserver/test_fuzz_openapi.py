@@ -16,7 +16,7 @@ from apiserver_harness import http_client
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 # Methods and patch content types that the fuzz sends to every path (not only the ones
 # the document lists: a method a path does not take must be refused, not crash).

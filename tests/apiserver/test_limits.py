@@ -13,7 +13,7 @@ import httpx
 import pytest
 from apiserver_harness import http_client
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 CM = "/api/v1/namespaces/default/configmaps"
 

@@ -11,8 +11,8 @@ import orjson
 import pytest
 from apiserver_harness import Cluster, http_client
 
-from gpushare.apiserver.server import ApiServer
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.apiserver.storage.store import Store
 
 RBAC = "rbac.authorization.k8s.io"
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.schemas import APIOperation
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 EXAMPLES = 75
 STRIDE = 3  # every third operation of the sorted list: about 120 of the 358 today

@@ -16,7 +16,7 @@ from apiserver_harness import http_client
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 _namespaces = itertools.count()
 

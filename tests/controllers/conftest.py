@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 from gpushare.kube.client import KubeClient
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 from gpushare.controllers.manager import start_controllers
 from gpushare.controllers.translate import TranslateError, cpu_memory_requests
 from gpushare.kube.client import EVENTS, PODS, KubeClient

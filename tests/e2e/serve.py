@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from e2e_support import KUBECTL, wait_for
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "deploy" / "overlays" / "cluster-with-agent" / "agent-rbac.yaml"

@@ -28,7 +28,7 @@ from e2e_support import KUBECTL, free_port, wait_for
 from kubernetes import client, config
 from kubernetes.stream import stream
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 from gpushare.kube.client import NODES, PODS, KubeClient
 from node_pki import client_cert
 
@@ -380,7 +380,7 @@ def test_a_client_slow_to_make_its_streams_still_gets_output_and_exit_code(
 
     from websockets.sync.client import connect
 
-    from gpushare.apiserver.nodeproxy import CLIENT_SETUP_S
+    from gpushare.apiserver.http.nodeproxy import CLIENT_SETUP_S
 
     conf = yaml.safe_load(streams.kubeconfig.read_text())
     server = conf["clusters"][0]["cluster"]

@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 from gpushare.kube.client import NODES, PODS, KubeClient
 
 WORKER = Path(__file__).resolve().parent / "matmul_worker.py"

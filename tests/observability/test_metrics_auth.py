@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 PROM = b"# TYPE x_total counter\nx_total 1\n"
 

@@ -16,8 +16,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from gpushare.agent.inventory import declared_gpus
 from gpushare.agent.telemetry import AgentMetrics
-from gpushare.apiserver.metrics import Metrics
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.apiserver.telemetry.metrics import Metrics
 from gpushare.controllers.scheduler_metrics import SchedulerMetrics
 
 ROOT = Path(__file__).resolve().parents[2] / "deploy/monitoring"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from tenancy_support import wait_for
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 from gpushare.controllers.manager import ControllerSet, start_controllers
 from gpushare.kube.client import PODS, KubeClient
 from gpushare.tenancy import names

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tenancy_support import wait_for
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 from gpushare.controllers.manager import start_controllers
 from gpushare.kube.client import PODS, KubeClient
 from gpushare.tenancy.controller import VIRTUALCLUSTERS, tenant_client

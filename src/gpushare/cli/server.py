@@ -54,7 +54,7 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
               event_log_bytes: EventLogBytes = 64 * 1024 * 1024,
               anonymous_metrics: AnonymousMetrics = False) -> None:
     """Run the Kubernetes-compatible API server in the foreground (Ctrl-C stops it)."""
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.apiserver.http.server import ApiServer
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     if sync not in ("full", "normal"):
@@ -83,9 +83,9 @@ def kubeconfig_cmd(
     component: ComponentOpt = None,
 ) -> None:
     """Print (or write) a kubeconfig for the API server in DATA_DIR."""
-    from gpushare.apiserver import components
-    from gpushare.apiserver.auth import TokenFile
-    from gpushare.apiserver.server import KUBECONFIG_NAME, TOKENS_NAME, kubeconfig
+    from gpushare.apiserver.auth import components
+    from gpushare.apiserver.auth.access import TokenFile
+    from gpushare.apiserver.http.server import KUBECONFIG_NAME, TOKENS_NAME, kubeconfig
 
     if component is not None and (component not in components.COMPONENTS or user):
         typer.echo(f"error: --component must be one of {', '.join(components.COMPONENTS)}"

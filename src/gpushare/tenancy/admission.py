@@ -24,9 +24,9 @@ from gpushare.tenancy import names
 from gpushare.tenancy.policy import TenantPolicy, validate_virtual_cluster, virtualcluster_crd
 
 if TYPE_CHECKING:
-    from gpushare.apiserver.api import Api
-    from gpushare.apiserver.app import App
-    from gpushare.apiserver.auth import Attributes, User
+    from gpushare.apiserver.auth.access import Attributes, User
+    from gpushare.apiserver.http.app import App
+    from gpushare.apiserver.registry.api import Api
     from gpushare.apiserver.resources import ResourceInfo
 
 QUEUE_LABEL = "kai.scheduler/queue"

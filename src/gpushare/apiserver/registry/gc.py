@@ -14,12 +14,12 @@ import logging
 import time
 from typing import Any
 
-from gpushare.apiserver.api import FOREGROUND, ORPHAN, Api, DeleteOptions
 from gpushare.apiserver.errors import ApiError
+from gpushare.apiserver.http.tables import parse_time
 from gpushare.apiserver.objects import deep_copy
+from gpushare.apiserver.registry.api import FOREGROUND, ORPHAN, Api, DeleteOptions
 from gpushare.apiserver.resources import ResourceInfo
-from gpushare.apiserver.store import StoreUnavailable
-from gpushare.apiserver.tables import parse_time
+from gpushare.apiserver.storage.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from gpushare.apiserver.errors import ApiError, bad_request
-from gpushare.apiserver.store import ADDED, Store
+from gpushare.apiserver.storage.store import ADDED, Store
 
 EXACT = "Exact"
 NOT_OLDER_THAN = "NotOlderThan"

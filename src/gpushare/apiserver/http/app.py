@@ -18,17 +18,16 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gpushare import __version__
-from gpushare.apiserver import (
-    crds,
-    discovery,
-    limits,
-    nodeproxy,
-    protobuf,
-    reviews,
-    tables,
-    versions,
-)
-from gpushare.apiserver.api import (
+from gpushare.apiserver.auth import reviews
+from gpushare.apiserver.auth.access import AUTHENTICATED, Attributes, Authorizer, TokenFile, User
+from gpushare.apiserver.auth.privilege import REQUEST_USER, PrivilegeAdmission
+from gpushare.apiserver.auth.serviceaccounts import ServiceAccountTokens, TokenSigner, token_review
+from gpushare.apiserver.errors import ApiError, bad_request, forbidden, not_found
+from gpushare.apiserver.http import discovery, limits, nodeproxy, protobuf, tables
+from gpushare.apiserver.http.openapi import OpenApiCache
+from gpushare.apiserver.objects import status_success
+from gpushare.apiserver.registry import crds
+from gpushare.apiserver.registry.api import (
     DEFAULT_CLUSTER,
     PATCH_APPLY,
     PATCH_APPLY_CBOR,
@@ -36,23 +35,18 @@ from gpushare.apiserver.api import (
     Api,
     DeleteOptions,
 )
-from gpushare.apiserver.auth import AUTHENTICATED, Attributes, Authorizer, TokenFile, User
-from gpushare.apiserver.certificates import NodeServingSigner
-from gpushare.apiserver.errors import ApiError, bad_request, forbidden, not_found
-from gpushare.apiserver.gc import GarbageCollector
-from gpushare.apiserver.metrics import Metrics
-from gpushare.apiserver.objects import status_success
-from gpushare.apiserver.openapi import OpenApiCache
-from gpushare.apiserver.patch import json_patch, merge_patch
-from gpushare.apiserver.privilege import REQUEST_USER, PrivilegeAdmission
-from gpushare.apiserver.query import paginate, select
-from gpushare.apiserver.resource_metrics import METRICS_GROUP, resource_metrics_response
+from gpushare.apiserver.registry.certificates import NodeServingSigner
+from gpushare.apiserver.registry.gc import GarbageCollector
+from gpushare.apiserver.registry.query import paginate, select
 from gpushare.apiserver.resources import ResourceInfo
-from gpushare.apiserver.selectors import parse_field_selector, parse_label_selector
-from gpushare.apiserver.serviceaccounts import ServiceAccountTokens, TokenSigner, token_review
-from gpushare.apiserver.store import ObjectTooLarge, StoreUnavailable
-from gpushare.apiserver.telemetry import ComponentMetrics, ResourceUsage, parse_exposition
-from gpushare.apiserver.watch import Watcher, WatchHub, encode_event, stream
+from gpushare.apiserver.schema.patch import json_patch, merge_patch
+from gpushare.apiserver.storage import versions
+from gpushare.apiserver.storage.selectors import parse_field_selector, parse_label_selector
+from gpushare.apiserver.storage.store import ObjectTooLarge, StoreUnavailable
+from gpushare.apiserver.storage.watch import Watcher, WatchHub, encode_event, stream
+from gpushare.apiserver.telemetry.metrics import Metrics
+from gpushare.apiserver.telemetry.pushes import ComponentMetrics, ResourceUsage, parse_exposition
+from gpushare.apiserver.telemetry.resource_metrics import METRICS_GROUP, resource_metrics_response
 from gpushare.dashboard import dashboard_response
 
 log = logging.getLogger(__name__)

@@ -7,9 +7,9 @@ import ipaddress
 import re
 from typing import Any
 
-from gpushare.apiserver import cel_rules
 from gpushare.apiserver.errors import Cause
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
+from gpushare.apiserver.schema import cel_rules
 from gpushare.bodies import field_dict
 
 _AGE = PrinterColumn("Age", "date", ".metadata.creationTimestamp")

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.storage.store import Store
 
 MASTERS = "system:masters"
 AUTHENTICATED = "system:authenticated"

@@ -137,7 +137,7 @@ class Store:
                  sync: str = "full", event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES,
                  max_object_bytes: int | None = None, transformer: Any = None,
                  commit_thread: bool = True) -> None:
-        # Encryption at rest (apiserver/encryption.py): encode/decode/stale on stored rows.
+        # Encryption at rest (apiserver/storage/encryption.py): encode/decode/stale on stored rows.
         self.transformer = transformer
         if sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {', '.join(SYNC_MODES)}, not {sync!r}")

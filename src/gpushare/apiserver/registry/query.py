@@ -9,13 +9,13 @@ import orjson
 
 from gpushare.apiserver.errors import ApiError, bad_request
 from gpushare.apiserver.resources import ResourceInfo
-from gpushare.apiserver.selectors import (
+from gpushare.apiserver.storage.selectors import (
     fields_match,
     labels_match,
     parse_field_selector,
     parse_label_selector,
 )
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.storage.store import Store
 
 
 def select(store: Store, cluster: str, info: ResourceInfo, ns: str | None,

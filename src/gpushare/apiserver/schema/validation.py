@@ -9,8 +9,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from gpushare.apiserver import shapes
 from gpushare.apiserver.errors import Cause
+from gpushare.apiserver.schema import shapes
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(

@@ -12,13 +12,20 @@ from typing import Any
 import orjson
 
 from gpushare.apiserver.errors import ApiError
-from gpushare.apiserver.selectors import (
+from gpushare.apiserver.storage.selectors import (
     FieldRequirement,
     Requirement,
     fields_match,
     labels_match,
 )
-from gpushare.apiserver.store import ADDED, DELETED, MODIFIED, Event, Store, StoreUnavailable
+from gpushare.apiserver.storage.store import (
+    ADDED,
+    DELETED,
+    MODIFIED,
+    Event,
+    Store,
+    StoreUnavailable,
+)
 
 MAX_BACKLOG = 20_000
 

@@ -15,9 +15,9 @@ from starlette.responses import Response
 
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.resources import ResourceInfo
-from gpushare.apiserver.selectors import Requirement, parse_label_selector
-from gpushare.apiserver.store import Store
-from gpushare.apiserver.telemetry import ResourceUsage
+from gpushare.apiserver.storage.selectors import Requirement, parse_label_selector
+from gpushare.apiserver.storage.store import Store
+from gpushare.apiserver.telemetry.pushes import ResourceUsage
 
 METRICS_GROUP = "metrics.k8s.io"
 METRICS_VERSION = "v1beta1"

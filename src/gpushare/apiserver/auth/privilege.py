@@ -19,7 +19,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
-from gpushare.apiserver.auth import RBAC, Attributes, Authorizer, User
+from gpushare.apiserver.auth.access import RBAC, Attributes, Authorizer, User
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.bodies import field_dict

@@ -23,9 +23,9 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpushare.apiserver.auth import AUTHENTICATED, User
+from gpushare.apiserver.auth.access import AUTHENTICATED, User
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, invalid, not_found
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.storage.store import Store
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 API_AUDIENCE = ISSUER  # like kube-apiserver: --api-audiences defaults to the issuer

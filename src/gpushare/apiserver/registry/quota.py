@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpushare.apiserver.errors import ApiError, Cause
-from gpushare.apiserver.shapes import quantity_value
+from gpushare.apiserver.schema.shapes import quantity_value
 from gpushare.bodies import field_dict, field_list
 
 QUOTA_GR = "resourcequotas"

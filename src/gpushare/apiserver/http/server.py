@@ -15,18 +15,18 @@ from typing import Any
 import uvicorn
 import yaml
 
-from gpushare.apiserver import components
-from gpushare.apiserver.api import DEFAULT_CLUSTER, Api
-from gpushare.apiserver.app import App
-from gpushare.apiserver.auth import TokenFile
-from gpushare.apiserver.certificates import NodeServingSigner
-from gpushare.apiserver.encryption import Transformer
-from gpushare.apiserver.limits import DEFAULT_MAX_BODY_BYTES
-from gpushare.apiserver.nodeproxy import client_context
-from gpushare.apiserver.serviceaccounts import SIGNING_KEY as SA_SIGNING_KEY
-from gpushare.apiserver.serviceaccounts import TokenSigner
-from gpushare.apiserver.store import DEFAULT_EVENT_LOG_BYTES, Store
-from gpushare.apiserver.tls import ensure_certificates, ensure_node_client
+from gpushare.apiserver.auth import components
+from gpushare.apiserver.auth.access import TokenFile
+from gpushare.apiserver.auth.serviceaccounts import SIGNING_KEY as SA_SIGNING_KEY
+from gpushare.apiserver.auth.serviceaccounts import TokenSigner
+from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_client
+from gpushare.apiserver.http.app import App
+from gpushare.apiserver.http.limits import DEFAULT_MAX_BODY_BYTES
+from gpushare.apiserver.http.nodeproxy import client_context
+from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
+from gpushare.apiserver.registry.certificates import NodeServingSigner
+from gpushare.apiserver.storage.encryption import Transformer
+from gpushare.apiserver.storage.store import DEFAULT_EVENT_LOG_BYTES, Store
 from gpushare.tenancy import admission as tenancy_admission
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from typing import Any
 
 import jsonpatch
 
-from gpushare.apiserver import schemas
 from gpushare.apiserver.errors import ApiError
-from gpushare.apiserver.schemas import Schema
+from gpushare.apiserver.schema import schemas
+from gpushare.apiserver.schema.schemas import Schema
 
 _DIRECTIVE = "$patch"
 _ORDER_PREFIX = "$setElementOrder/"

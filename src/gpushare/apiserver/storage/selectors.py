@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushare.apiserver.errors import bad_request
-from gpushare.apiserver.store import field_value
+from gpushare.apiserver.storage.store import field_value
 
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"

@@ -55,7 +55,7 @@ def builtin_resources() -> list[ResourceInfo]:
           False, verbs=("create",)),
         r("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview",
           False, verbs=("create",)),
-        # Served from the node agents' measurements (apiserver/resource_metrics.py).
+        # Served from the node agents' measurements (apiserver/telemetry/resource_metrics.py).
         r("metrics.k8s.io", "v1beta1", "nodes", "NodeMetrics", False, verbs=("get", "list")),
         r("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", True, verbs=("get", "list")),
         r("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview",

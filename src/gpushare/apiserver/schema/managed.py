@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from gpushare.apiserver import schemas
 from gpushare.apiserver.errors import ApiError
+from gpushare.apiserver.schema import schemas
 
 Path = tuple[str, ...]
 Leaves = dict[Path, Any]

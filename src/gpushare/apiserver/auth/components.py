@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpushare.apiserver.auth import MASTERS, RBAC, ROOT_CLUSTER, TokenFile, User
+from gpushare.apiserver.auth.access import MASTERS, RBAC, ROOT_CLUSTER, TokenFile, User
 
 if TYPE_CHECKING:
-    from gpushare.apiserver.api import Api
+    from gpushare.apiserver.registry.api import Api
 
 AUTOUPDATE = "rbac.authorization.kubernetes.io/autoupdate"
 CONTROLLERS_USER = "system:gpushare-controllers"

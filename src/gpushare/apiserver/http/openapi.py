@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from gpushare.apiserver import schemas
 from gpushare.apiserver.resources import Registry, ResourceInfo
+from gpushare.apiserver.schema import schemas
 
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 

@@ -18,10 +18,10 @@ import binascii
 from pathlib import Path
 from typing import Any
 
-from gpushare.apiserver.api import Api
+from gpushare.apiserver.auth.tls import CsrRefused, sign_node_serving
 from gpushare.apiserver.objects import deep_copy, now_rfc3339
+from gpushare.apiserver.registry.api import Api
 from gpushare.apiserver.resources import ResourceInfo
-from gpushare.apiserver.tls import CsrRefused, sign_node_serving
 
 NODE_SERVING_SIGNER = "kubernetes.io/kubelet-serving"
 _ALLOWED_USAGES = {"digital signature", "key encipherment", "server auth"}

@@ -12,25 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.apiserver import (
-    builtin_kinds,
-    conversions,
-    crds,
-    kind_rules,
-    managed,
-    pods,
-    quota,
-    schemas,
-    serviceaccounts,
-    services,
-    shapes,
-    validation,
-)
+from gpushare.apiserver.auth import serviceaccounts
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
 from gpushare.apiserver.objects import deep_copy, meta, new_uid, now_rfc3339, rfc3339_after
-from gpushare.apiserver.patch import json_patch, merge_patch, strategic_merge_patch
+from gpushare.apiserver.registry import builtin_kinds, crds, pods, quota, services
 from gpushare.apiserver.resources import Registry, ResourceInfo
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.schema import conversions, kind_rules, managed, schemas, shapes, validation
+from gpushare.apiserver.schema.patch import json_patch, merge_patch, strategic_merge_patch
+from gpushare.apiserver.storage.store import Store
 
 log = logging.getLogger(__name__)
 

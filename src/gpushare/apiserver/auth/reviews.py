@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpushare.apiserver.auth import Attributes, Authorizer, User
+from gpushare.apiserver.auth.access import Attributes, Authorizer, User
 from gpushare.apiserver.errors import Cause, bad_request, invalid
 
 _ALL = ["*"]
