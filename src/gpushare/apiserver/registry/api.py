@@ -7,7 +7,6 @@ read-modify-write (the optimistic-concurrency check and the write) is atomic.
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,23 +14,25 @@ from typing import Any
 from gpushare.apiserver.auth import serviceaccounts
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
 from gpushare.apiserver.objects import deep_copy, meta, new_uid, now_rfc3339, rfc3339_after
-from gpushare.apiserver.registry import builtin_kinds, crds, pods, quota, services
+from gpushare.apiserver.registry import builtin_kinds, crds, pods, quota
+from gpushare.apiserver.registry.bootstrap import DEFAULT_CLUSTER, Bootstrap
+from gpushare.apiserver.registry.strategy import (
+    CRD_GR,
+    QUEUE_GR,
+    WriteStrategy,
+    builtin_schema_of,
+    qualified,
+    schema_of,
+)
 from gpushare.apiserver.resources import Registry, ResourceInfo
-from gpushare.apiserver.schema import conversions, kind_rules, managed, schemas, shapes, validation
+from gpushare.apiserver.schema import conversions, managed, shapes, validation
 from gpushare.apiserver.schema.patch import json_patch, merge_patch, strategic_merge_patch
 from gpushare.apiserver.storage.store import Store
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CLUSTER = "root"
-CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"
-QUEUE_GR = "scheduling.run.ai/queues"
-PRIORITYCLASS_GR = "scheduling.k8s.io/priorityclasses"
-CLUSTERROLE_GR = "rbac.authorization.k8s.io/clusterroles"
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
-
-_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 
 PATCH_MERGE = "application/merge-patch+json"
 PATCH_JSON = "application/json-patch+json"
@@ -77,7 +78,7 @@ class DeleteOptions:
 
 
 @dataclass
-class Api:
+class Api(Bootstrap, WriteStrategy):
     store: Store
     registries: dict[str, Registry] = field(default_factory=dict)
     # Work for the garbage collector: (cluster, uid) of removed owners, terminating namespaces,
@@ -133,39 +134,6 @@ class Api:
                 self._build_registry(cluster)
             else:  # the cluster's bootstrap itself was undone: it does not exist
                 self.registries.pop(cluster, None)
-
-    def _ensure_monitoring_role(self, reg: Registry) -> None:
-        """The host's ``system:monitoring`` ClusterRole (also on data made before it)."""
-        role = builtin_kinds.monitoring_cluster_role()
-        if self.store.get(DEFAULT_CLUSTER, CLUSTERROLE_GR, "", role["metadata"]["name"]) is None:
-            info = reg.get("rbac.authorization.k8s.io", "v1", "clusterroles")
-            assert info is not None
-            self.create(DEFAULT_CLUSTER, info, None, role)
-
-    def _bootstrap(self, cluster: str) -> None:
-        reg = self.registries[cluster]
-        ns_info = reg.get("", "v1", "namespaces")
-        assert ns_info is not None
-        for name in builtin_kinds.SYSTEM_NAMESPACES:
-            if self.store.get(cluster, "namespaces", "", name) is None:
-                self.create(cluster, ns_info, None, {"metadata": {"name": name}})
-        svc_info = reg.get("", "v1", "services")
-        assert svc_info is not None
-        if self.store.get(cluster, "services", "default", "kubernetes") is None:
-            self.create(cluster, svc_info, "default", builtin_kinds.kubernetes_service())
-        pc_info = reg.get("scheduling.k8s.io", "v1", "priorityclasses")
-        assert pc_info is not None
-        for name, value in builtin_kinds.PRIORITY_CLASSES.items():
-            if self.store.get(cluster, PRIORITYCLASS_GR, "", name) is None:
-                self.create(cluster, pc_info, None, {
-                    "metadata": {"name": name}, "value": value,
-                    "description": f"gpushare workload class {name!r}",
-                    "preemptionPolicy": "PreemptLowerPriority"})
-        crd_info = reg.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-        assert crd_info is not None
-        for crd in (crds.queue_crd(), crds.podgroup_crd()):
-            if self.store.get(cluster, CRD_GR, "", crd["metadata"]["name"]) is None:
-                self.create(cluster, crd_info, None, crd)
 
     def _scan_pending_deletions(self) -> None:
         for cluster in self.registries:
@@ -235,7 +203,7 @@ class Api:
         if causes:
             raise invalid(info.group, info.kind, str(name), causes)
         if self.store.get(cluster, gr, ns, name) is not None:
-            raise ApiError(409, f'{_qualified(info)} "{name}" already exists', "AlreadyExists",
+            raise ApiError(409, f'{qualified(info)} "{name}" already exists', "AlreadyExists",
                            {"name": name, "group": info.group, "kind": info.resource})
         for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
                     "selfLink", "managedFields"):
@@ -246,11 +214,11 @@ class Api:
         if info.crd and info.has_status:
             obj.pop("status", None)
         self._prune(info, obj, field_validation)
-        applied_tree = managed.fields_tree(obj, _schema(info)) if manager and applied else None
+        applied_tree = managed.fields_tree(obj, schema_of(info)) if manager and applied else None
         builtin_kinds.default_object(gr, obj)
         if manager:
             tree = applied_tree if applied_tree is not None else managed.fields_tree(
-                obj, _schema(info))
+                obj, schema_of(info))
             m["managedFields"] = [{"manager": manager,
                                    "operation": "Apply" if applied else "Update",
                                    "apiVersion": info.api_version,
@@ -272,174 +240,6 @@ class Api:
         self.store.put(cluster, gr, obj)
         self._after_write(cluster, info, obj, None)
         return obj
-
-    @staticmethod
-    def _prune(info: ResourceInfo, obj: dict[str, Any], field_validation: str) -> None:
-        """Prune a custom resource's unknown fields, then apply its schema's defaults."""
-        if not (info.crd and info.schema):
-            return
-        removed = crds.prune_unknown(obj, info.schema)
-        if removed and field_validation == "Strict":
-            fields = ", ".join(f'unknown field "{r}"' for r in removed)
-            raise bad_request(f'{info.kind} in version "{info.version}" cannot be handled as a '
-                              f"{info.kind}: strict decoding error: {fields}")
-        crds.apply_defaults(obj, info.schema)
-
-    def _check_type(self, info: ResourceInfo, obj: dict[str, Any]) -> None:
-        kind = obj.get("kind")
-        if kind and kind != info.kind:
-            raise bad_request(f"the kind of the object ({kind}) does not match the resource "
-                              f"({info.kind})")
-        api_version = obj.get("apiVersion")
-        if api_version and api_version != info.api_version:
-            group = api_version.split("/", 1)[0] if "/" in api_version else ""
-            if group != info.group:
-                raise bad_request(f"the API version of the object ({api_version}) does not "
-                                  f"match the resource ({info.api_version})")
-        obj["kind"] = info.kind
-        obj["apiVersion"] = info.api_version
-
-    def _namespace_for_write(
-        self, cluster: str, info: ResourceInfo, ns: str | None, m: dict[str, Any]
-    ) -> str:
-        if not info.namespaced:
-            m.pop("namespace", None)
-            return ""
-        body_ns = m.get("namespace")
-        if body_ns and ns and body_ns != ns:
-            raise bad_request("the namespace of the provided object does not match the "
-                              "namespace sent on the request")
-        ns = ns or body_ns
-        if not ns:
-            raise bad_request("a namespace is required for namespaced resources")
-        m["namespace"] = ns
-        nsobj = self.store.get(cluster, "namespaces", "", ns)
-        if nsobj is None:
-            raise not_found("", "namespaces", ns)
-        if nsobj["metadata"].get("deletionTimestamp"):
-            raise ApiError(403, f'{info.resource} "{m.get("name") or m.get("generateName", "")}"'
-                                f" is forbidden: unable to create new content in namespace {ns}"
-                                " because it is being terminated", "Forbidden",
-                           {"name": m.get("name", ""), "kind": info.resource})
-        return ns
-
-    def _generate_name(self, cluster: str, gr: str, ns: str, prefix: str) -> str:
-        for _ in range(20):
-            name = prefix + "".join(random.choices(_NAME_CHARS, k=5))
-            if self.store.get(cluster, gr, ns, name) is None:
-                return name
-        raise ApiError(409, f"could not generate a unique name from {prefix!r}", "AlreadyExists")
-
-    # -- admission and validation ------------------------------------------------------------
-
-    def _admit(
-        self, cluster: str, info: ResourceInfo, obj: dict[str, Any], old: dict[str, Any] | None
-    ) -> None:
-        if info.group_resource != "pods" or old is not None:
-            return
-        spec = obj.get("spec")
-        if not isinstance(spec, dict):
-            return
-        serviceaccounts.admit_pod(self.store, cluster, obj,
-                                  "".join(random.choices(_NAME_CHARS, k=5)))
-        class_name = spec.get("priorityClassName")
-        if class_name:
-            pc = self.store.get(cluster, PRIORITYCLASS_GR, "", class_name)
-            if pc is None:
-                raise ApiError(403, f'pods "{obj["metadata"]["name"]}" is forbidden: no '
-                                    f"PriorityClass with name {class_name} was found",
-                               "Forbidden", {"name": obj["metadata"]["name"], "kind": "pods"})
-            spec["priority"] = pc.get("value", 0)
-            spec["preemptionPolicy"] = pc.get("preemptionPolicy", "PreemptLowerPriority")
-        elif "priority" not in spec:
-            default = next((pc for pc in self.store.list(cluster, PRIORITYCLASS_GR)
-                            if pc.get("globalDefault")), None)
-            spec["priority"] = default.get("value", 0) if default else 0
-            if default:
-                spec["priorityClassName"] = default["metadata"]["name"]
-
-    def _validate(
-        self, cluster: str, info: ResourceInfo, obj: dict[str, Any], old: dict[str, Any] | None
-    ) -> None:
-        gr = info.group_resource
-        causes: list[Cause] = []
-        if gr == "pods":
-            causes = validation.validate_pod(obj, old)
-        elif gr in ("batch/jobs", "apps/deployments", "apps/replicasets"):
-            causes = validation.validate_workload(gr, obj)
-        elif gr == QUEUE_GR:
-            def lookup(n: str) -> dict[str, Any] | None:
-                return self.store.get(cluster, QUEUE_GR, "", n)
-            if info.schema:
-                crds.validate_against_schema(obj, info.schema, "", causes)
-                causes = [Cause(c.field.lstrip("."), c.message, c.reason) for c in causes]
-            typed = {c.field for c in causes}
-            causes += [c for c in validation.validate_queue(obj, lookup) if c.field not in typed]
-        elif gr == "scheduling.run.ai/podgroups":
-            causes = validation.validate_podgroup(obj)
-        elif gr == CRD_GR:
-            causes = crds.validate_crd(obj)
-        elif gr == PRIORITYCLASS_GR:
-            causes = validation.validate_priority_class(obj)
-        elif gr.startswith("rbac.authorization.k8s.io/"):
-            causes = shapes.rbac_causes(gr, obj)
-        elif gr in kind_rules.RULES:
-            causes = kind_rules.RULES[gr](obj, old)
-        elif gr == quota.QUOTA_GR:
-            causes = quota.validate(obj, old)
-        elif gr == "services":
-            # Cluster IPs and node ports are unique across namespaces.
-            causes = services.allocate(obj, old, self.store.list(cluster, "services"))
-        named = {c.field for c in causes}
-        causes += [c for c in _shape_causes(gr, obj) if c.field not in named]
-        if info.crd and info.schema and gr != QUEUE_GR:
-            schema_causes: list[Cause] = []
-            crds.validate_against_schema(obj, info.schema, "", schema_causes,
-                                         old if old is not None else crds.MISSING)
-            causes += [Cause(c.field.lstrip("."), c.message, c.reason) for c in schema_causes]
-        if causes:
-            raise invalid(info.group, info.kind, obj["metadata"]["name"], causes)
-
-    def _accept_crd(self, cluster: str, crd: dict[str, Any]) -> None:
-        names = crd["spec"]["names"]
-        group = crd["spec"]["group"]
-        reg = self.registry(cluster)
-        for (g, _v, r), info in reg.by_gvr.items():
-            if g == group and r != names["plural"] and (
-                info.kind == names["kind"] or names["plural"] in info.short_names
-            ):
-                raise invalid("apiextensions.k8s.io", "CustomResourceDefinition",
-                              crd["metadata"]["name"], [Cause("spec.names.kind",
-                                                              "already in use")])
-        established = crds.established_status(crd, now_rfc3339())
-        written = crd.get("status")
-        if not isinstance(written, dict) or not written:
-            crd["status"] = established
-            return
-        # An update keeps what the writer put in the status (other conditions, stored
-        # versions a migration removed) and sets the server's own parts, as Kubernetes'
-        # CRD controllers do: the accepted names, NamesAccepted and Established (their
-        # transition times kept), and the current storage version among storedVersions.
-        ours = {c["type"]: c for c in established["conditions"]}
-        conditions = []
-        for condition in written.get("conditions") or []:
-            if not isinstance(condition, dict):
-                continue
-            mine = ours.pop(str(condition.get("type")), None)
-            if mine is None:
-                conditions.append(condition)
-            elif condition.get("status") == mine["status"]:
-                conditions.append({**mine, "lastTransitionTime": condition.get(
-                    "lastTransitionTime", mine["lastTransitionTime"])})
-            else:
-                conditions.append(mine)
-        conditions.extend(ours.values())
-        stored = [v for v in written.get("storedVersions") or [] if isinstance(v, str)]
-        for version in established["storedVersions"]:
-            if version not in stored:
-                stored.append(version)
-        crd["status"] = {**written, "acceptedNames": established["acceptedNames"],
-                         "storedVersions": stored, "conditions": conditions}
 
     # -- hooks -----------------------------------------------------------------------------
 
@@ -485,58 +285,6 @@ class Api:
                 assert sa_info is not None
                 self.create(cluster, sa_info, name, {"metadata": {"name": "default"}})
             self.publish_root_ca(cluster, name)
-
-    def publish_root_ca(self, cluster: str, ns: str) -> None:
-        """Keep ConfigMap kube-root-ca.crt in `ns` holding the API's CA (as Kubernetes'
-        root-ca-cert-publisher does), so in-cluster clients can verify the server."""
-        if not self.root_ca_pem:
-            return
-        nsobj = self.store.get(cluster, "namespaces", "", ns)
-        if nsobj is None or nsobj["metadata"].get("deletionTimestamp"):
-            return
-        info = self.registry(cluster).get("", "v1", "configmaps")
-        assert info is not None
-        name = serviceaccounts.ROOT_CA_CONFIGMAP
-        current = self.store.get(cluster, "configmaps", ns, name)
-        data = {"ca.crt": self.root_ca_pem}
-        if current is None:
-            self.create(cluster, info, ns, {"metadata": {"name": name, "annotations": {
-                "kubernetes.io/description": "Contains a CA bundle that can be used to verify "
-                                             "the kube-apiserver when using internal "
-                                             "endpoints such as the internal service IP or "
-                                             "kubernetes.default.svc."}}, "data": data})
-        elif current.get("data") != data:
-            obj = deep_copy(current)
-            obj["data"] = data
-            self.update(cluster, info, ns, name, obj)
-
-    def publish_api_endpoints(self, host: str, port: int) -> None:
-        """The `kubernetes` Service's Endpoints and EndpointSlice in `default` (root
-        cluster): the API's own address, as kube-apiserver keeps them."""
-        import ipaddress
-
-        try:
-            ip = str(ipaddress.ip_address(host))
-        except ValueError:
-            ip = "127.0.0.1"  # a host name or a wildcard bind: the loopback answers
-        if ip in ("0.0.0.0", "::"):
-            ip = "127.0.0.1"
-        reg = self.registry(DEFAULT_CLUSTER)
-        for (group, version, resource), body in builtin_kinds.api_endpoints(ip, port).items():
-            info = reg.get(group, version, resource)
-            assert info is not None
-            current = self.store.get(DEFAULT_CLUSTER, info.group_resource, "default",
-                                     "kubernetes")
-            if current is None:
-                self.create(DEFAULT_CLUSTER, info, "default", body)
-            elif any(current.get(k) != body[k] for k in body if k != "metadata"):
-                self.update(DEFAULT_CLUSTER, info, "default", "kubernetes",
-                            {**body, "metadata": current["metadata"]})
-
-    def publish_root_ca_everywhere(self) -> None:
-        for cluster in list(self.registries):
-            for ns in list(self.store.list(cluster, "namespaces")):
-                self.publish_root_ca(cluster, ns["metadata"]["name"])
 
     def owner_exists(self, cluster: str, ns: str, ref: dict[str, Any]) -> bool:
         """Whether the owner a reference names exists (with that uid).
@@ -630,33 +378,7 @@ class Api:
         base_fields = (new_fields if isinstance(new_fields, list)
                        and new_fields != old_meta.get("managedFields")
                        else old_meta.get("managedFields"))
-        if subresource == "status":
-            obj = deep_copy(old)
-            obj["status"] = new.get("status")
-            if obj["status"] is None:
-                obj.pop("status")
-            _status_write_metadata(info, obj, new)
-        else:
-            obj = new
-            m = meta(obj)
-            for key in ("uid", "creationTimestamp", "namespace", "name", "deletionTimestamp",
-                        "deletionGracePeriodSeconds", "generation"):
-                if key in old_meta:
-                    m[key] = old_meta[key]
-                else:
-                    m.pop(key, None)
-            if not applied:
-                m.pop("managedFields", None)
-                if "managedFields" in old_meta:
-                    m["managedFields"] = old_meta["managedFields"]
-            if info.has_status:
-                if "status" in old:
-                    obj["status"] = deep_copy(old["status"])
-                else:
-                    obj.pop("status", None)
-            causes = shapes.metadata_causes(m)
-            if causes:
-                raise invalid(info.group, info.kind, m["name"], causes)
+        obj = _replacement(info, old, new, subresource, applied)
         obj["kind"] = info.kind
         obj["apiVersion"] = old.get("apiVersion", info.api_version)
         obj["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
@@ -664,7 +386,7 @@ class Api:
         if _spec_changed(old, obj, bool(info.crd)):
             obj["metadata"]["generation"] = int(old_meta.get("generation") or 1) + 1
         if manager and not applied:
-            tracked = managed.track_update(old, obj, base_fields, _schema(info), manager,
+            tracked = managed.track_update(old, obj, base_fields, schema_of(info), manager,
                                            info.api_version, now_rfc3339(), subresource)
             if tracked is not None:
                 obj["metadata"]["managedFields"] = tracked
@@ -750,7 +472,7 @@ class Api:
                                     "accepted media types include: application/json-patch+json,"
                                     " application/merge-patch+json, application/apply-patch+yaml",
                                "UnsupportedMediaType")
-            patched = strategic_merge_patch(current, body, _builtin_schema(info))
+            patched = strategic_merge_patch(current, body, builtin_schema_of(info))
         elif apply:
             if not isinstance(body, dict):
                 raise bad_request("an apply patch must be an object")
@@ -759,12 +481,12 @@ class Api:
             if isinstance(config.get("metadata"), dict):
                 config["metadata"] = {k: v for k, v in config["metadata"].items()
                                       if k != "managedFields"}
-            builtin = _builtin_schema(info)
+            builtin = builtin_schema_of(info)
 
             def merge(target: Any, cfg: Any) -> Any:
                 return (merge_patch(target, cfg) if info.crd
                         else strategic_merge_patch(target, cfg, builtin))
-            patched = managed.apply(current, config, _schema(info), manager or "unknown",
+            patched = managed.apply(current, config, schema_of(info), manager or "unknown",
                                     info.api_version, now_rfc3339(), force, subresource,
                                     merge, (info.group, info.resource, name))
         else:
@@ -939,6 +661,41 @@ def scale_of(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _replacement(info: ResourceInfo, old: dict[str, Any], new: dict[str, Any],
+                 subresource: str | None, applied: bool) -> dict[str, Any]:
+    """What replaces `old`: its status from `new` (a status write), or `new` with what a
+    writer cannot change carried over from `old`."""
+    old_meta = old["metadata"]
+    if subresource == "status":
+        obj = deep_copy(old)
+        obj["status"] = new.get("status")
+        if obj["status"] is None:
+            obj.pop("status")
+        _status_write_metadata(info, obj, new)
+        return obj
+    obj = new
+    m = meta(obj)
+    for key in ("uid", "creationTimestamp", "namespace", "name", "deletionTimestamp",
+                "deletionGracePeriodSeconds", "generation"):
+        if key in old_meta:
+            m[key] = old_meta[key]
+        else:
+            m.pop(key, None)
+    if not applied:
+        m.pop("managedFields", None)
+        if "managedFields" in old_meta:
+            m["managedFields"] = old_meta["managedFields"]
+    if info.has_status:
+        if "status" in old:
+            obj["status"] = deep_copy(old["status"])
+        else:
+            obj.pop("status", None)
+    causes = shapes.metadata_causes(m)
+    if causes:
+        raise invalid(info.group, info.kind, m["name"], causes)
+    return obj
+
+
 #: Metadata a status write changes on built-in kinds, as Kubernetes' status strategies
 #: let it (custom resources' status writes change only the status; pods' keep their
 #: metadata here, so that the GPU slot annotations stay the binder's).
@@ -964,35 +721,8 @@ def _status_write_metadata(info: ResourceInfo, obj: dict[str, Any],
                 m[key] = written[key]
 
 
-def _schema(info: ResourceInfo) -> dict[str, Any] | None:
-    """The schema field ownership follows: the built-in definition or the CRD's."""
-    return info.schema if info.crd else _builtin_schema(info)
 
 
-def _builtin_schema(info: ResourceInfo) -> dict[str, Any] | None:
-    if info.storage_group_resource:  # stored in the core form
-        return schemas.kind_schema("", "v1", info.kind)
-    return None if info.crd else schemas.kind_schema(info.group, info.version, info.kind)
-
-
-def _shape_causes(gr: str, obj: dict[str, Any]) -> list[Cause]:
-    """Shapes readers depend on that the kind's own validation above does not cover,
-    checked for every write (status writes included)."""
-    if gr == "pods":
-        return shapes.pod_status_causes(obj.get("status"))
-    if gr in ("apps/statefulsets", "apps/daemonsets"):
-        spec = obj.get("spec")
-        template = spec.get("template") if isinstance(spec, dict) else None
-        tspec = template.get("spec") if isinstance(template, dict) else None
-        return shapes.pod_spec_causes(tspec, "spec.template.spec") if isinstance(
-            tspec, dict) else []
-    if gr == CRD_GR:
-        return shapes.crd_causes(obj)
-    return []
-
-
-def _qualified(info: ResourceInfo) -> str:
-    return f"{info.resource}.{info.group}" if info.group else info.resource
 
 
 def _spec_changed(old: dict[str, Any], new: dict[str, Any], custom: bool = True) -> bool:
