@@ -28,7 +28,7 @@ from e2e_support import KUBECTL, free_port, wait_for
 from kubernetes import client, config
 from kubernetes.stream import stream
 
-from gpushare.apiserver.http.server import ApiServer
+from gpushare.cli.compose import api_server
 from gpushare.kube.client import NODES, PODS, KubeClient
 from node_pki import client_cert
 
@@ -39,7 +39,7 @@ NS = "default"
 class Streams:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.server = ApiServer(root / "api").start()
+        self.server = api_server(root / "api").start()
         self.kubeconfig = root / "api" / "admin.kubeconfig"
         self.kube = KubeClient.from_kubeconfig(str(self.kubeconfig))
         self.agent = subprocess.Popen(

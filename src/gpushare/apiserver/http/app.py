@@ -9,7 +9,6 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable
 
 import orjson
 from starlette.requests import Request
@@ -17,7 +16,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gpushare import __version__
-from gpushare.apiserver.auth.access import Attributes, Authorizer, TokenFile, User
+from gpushare.apiserver.auth.access import Authorizer, TokenFile, User
 from gpushare.apiserver.auth.privilege import REQUEST_USER, PrivilegeAdmission
 from gpushare.apiserver.auth.serviceaccounts import ServiceAccountTokens, TokenSigner
 from gpushare.apiserver.errors import ApiError, bad_request, not_found
@@ -26,6 +25,7 @@ from gpushare.apiserver.http.content import JSON, json_response
 from gpushare.apiserver.http.handlers import ResourceHandlers
 from gpushare.apiserver.http.openapi import OpenApiCache
 from gpushare.apiserver.http.pipeline import NOT_FOUND, Filters, RequestContext, status_error
+from gpushare.apiserver.http.plugins import Mount, ServerPlugin
 from gpushare.apiserver.http.reads import Reads
 from gpushare.apiserver.http.streams import NodeStreams
 from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
@@ -35,7 +35,6 @@ from gpushare.apiserver.storage.store import StoreUnavailable
 from gpushare.apiserver.storage.watch import WatchHub
 from gpushare.apiserver.telemetry.metrics import Metrics
 from gpushare.apiserver.telemetry.pushes import ComponentMetrics, ResourceUsage, parse_exposition
-from gpushare.dashboard import dashboard_response
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +83,23 @@ class App:
             api, self.filters, Reads(api, self.hub, bookmark_interval), self.streams, tokens,
             self.sa_tokens, self.usage, max_body_bytes, node_signer)
 
-    @property
-    def request_policies(self) -> list[Callable[[str, User, Attributes], str | None]]:
-        """Extra authorization (plug-ins): policy(cluster, user, attrs) -> why it is
-        refused, or None."""
-        return self.filters.request_policies
+        # unauthenticated routes of the plug-ins: path prefix -> route
+        self.mounts: dict[str, Mount] = {}
 
-    @property
-    def log_targets(self) -> list[Callable[[str, str, str], tuple[str, str, str] | None]]:
-        """Where a pod's logs are (plug-ins): target(cluster, ns, name) -> (cluster, ns,
-        name) of the pod that really runs, or None for the pod itself."""
-        return self.streams.log_targets
+    def install(self, plugin: ServerPlugin) -> None:
+        """Put a plug-in's hooks in place, then run its start hook."""
+        self.api.admission_hooks.extend(plugin.admission)
+        self.filters.request_policies.extend(plugin.request_policies)
+        self.streams.log_targets.extend(plugin.log_targets)
+        self.mounts.update(plugin.mounts)
+        if plugin.on_start is not None:
+            plugin.on_start(self.api)
+
+    def _mount(self, path: str) -> tuple[str, Mount] | None:
+        for prefix, route in self.mounts.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return prefix, route
+        return None
 
     # -- ASGI ------------------------------------------------------------------------------
 
@@ -155,9 +160,9 @@ class App:
         path = info.path
         if path in _PUBLIC:
             return self._public(path), "get", path
-        if path == "/dashboard" or path.startswith("/dashboard/"):
-            # static files only; the page reads everything through the API with its token
-            return dashboard_response(path), "get", "dashboard"
+        mounted = self._mount(path)
+        if mounted is not None:  # a plug-in's static files (the dashboard reads the API)
+            return mounted[1](path), "get", mounted[0].lstrip("/")
         if path == "/metrics":
             return self._metrics(request, info.cluster), "get", path
         ctx = RequestContext(request, info, dict(request.query_params))

@@ -9,6 +9,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,11 @@ from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_client
 from gpushare.apiserver.http.app import App
 from gpushare.apiserver.http.limits import DEFAULT_MAX_BODY_BYTES
 from gpushare.apiserver.http.nodeproxy import client_context
+from gpushare.apiserver.http.plugins import PluginFactory
 from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.registry.certificates import NodeServingSigner
 from gpushare.apiserver.storage.encryption import Transformer
 from gpushare.apiserver.storage.store import DEFAULT_EVENT_LOG_BYTES, Store
-from gpushare.tenancy import admission as tenancy_admission
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,8 @@ class ApiServer:
                  tls: bool = True, event_ttl: float = 3600.0, sync: str = "full",
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES,
-                 anonymous_metrics: bool = False, commit_thread: bool = True) -> None:
+                 anonymous_metrics: bool = False, commit_thread: bool = True,
+                 plugins: Sequence[PluginFactory] = ()) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         restrict_data_dir(self.data_dir)
@@ -142,7 +144,8 @@ class ApiServer:
                        anonymous_metrics=anonymous_metrics, signer=signer,
                        node_signer=NodeServingSigner(self.data_dir / "pki"),
                        node_tls=client_context(node_ca, node_cert, node_key))
-        tenancy_admission.install(self.api, self.app)
+        for plugin in plugins:  # what the composing process plugs in (tenancy, dashboard)
+            self.app.install(plugin(self.api))
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
                                 lifespan="on", timeout_keep_alive=120,
                                 ws="wsproto", ws_per_message_deflate=False,

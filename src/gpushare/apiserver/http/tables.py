@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from gpushare.apiserver.objects import parse_time
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
 from gpushare.bodies import field_dict
 
@@ -48,15 +49,6 @@ def human_duration(seconds: float) -> str:
         rem = d % 365
         return f"{y}y{rem}d" if rem else f"{y}y"
     return f"{y}y"
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def age(value: Any, now: datetime) -> str:

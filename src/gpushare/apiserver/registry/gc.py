@@ -15,8 +15,7 @@ import time
 from typing import Any
 
 from gpushare.apiserver.errors import ApiError
-from gpushare.apiserver.http.tables import parse_time
-from gpushare.apiserver.objects import deep_copy
+from gpushare.apiserver.objects import deep_copy, parse_time
 from gpushare.apiserver.registry.api import FOREGROUND, ORPHAN, Api, DeleteOptions
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.storage.store import StoreUnavailable
