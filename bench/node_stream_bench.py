@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 from gpushare.kube.client import NODES, PODS, KubeClient
 
 KUBECTL = "/usr/bin/kubectl"
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=32)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="node-stream-bench-"))
-    server = ApiServer(root / "api").start()
+    server = api_server(root / "api").start()
     kubeconfig = root / "api" / "admin.kubeconfig"
     kube = KubeClient.from_kubeconfig(str(kubeconfig))
     agent = subprocess.Popen(

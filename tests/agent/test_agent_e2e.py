@@ -19,7 +19,7 @@ import psutil
 import pytest
 from process_probes import gone, processes_named
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 from gpushare.controllers import node_lifecycle
 from gpushare.kube.client import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, KubeClient
 
@@ -31,7 +31,7 @@ KUBECTL = "/usr/bin/kubectl"
 class Cluster:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.server = ApiServer(root / "api").start()
+        self.server = api_server(root / "api").start()
         self.kubeconfig = root / "api" / "admin.kubeconfig"
         self.kube = KubeClient.from_kubeconfig(str(self.kubeconfig))
         self.agent: subprocess.Popen[bytes] | None = None
@@ -351,7 +351,7 @@ def test_watchdog_through_the_api_with_a_fake_nvml(tmp_path: Path) -> None:
     from gpushare.agent.node.inventory import host_resources
     from gpushare.agent.runtime.supervisor import SupervisorConfig
 
-    server = ApiServer(tmp_path / "api").start()
+    server = api_server(tmp_path / "api").start()
     kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
     nvml = FakeNvml.with_gpus("1xH100", node="fake-gpu-node")
     inventory = probe_inventory(nvml)  # as if probed: not declared

@@ -130,12 +130,12 @@ def test_a_watcher_that_sees_ready_unknown_already_sees_the_taint(tmp_path) -> N
     condition alone)."""
     import threading
 
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.cli.compose import api_server
     from gpushare.controllers.node_lifecycle import NodeLifecycleController
     from gpushare.kube.client import NODES, KubeClient, Stopper
     from gpushare.kube.informer import Informer
 
-    server = ApiServer(tmp_path / "api").start()
+    server = api_server(tmp_path / "api").start()
     kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
     stopper = Stopper()
     seen: list[tuple[str, bool]] = []

@@ -344,10 +344,10 @@ def test_mps_pipes_leave_a_data_dir_other_users_cannot_reach(tmp_path: Path) -> 
 def test_the_token_is_written_for_the_pods_gid_and_renewed_late_in_its_life(
         tmp_path: Path) -> None:
     from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.cli.compose import api_server
     from gpushare.kube.client import KubeClient
 
-    server = ApiServer(tmp_path / "api").start()
+    server = api_server(tmp_path / "api").start()
     try:
         kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
         pod = kube.create(PODS.collection(NS), {

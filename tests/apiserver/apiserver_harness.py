@@ -10,7 +10,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 KUBECTL = "/usr/bin/kubectl"
 

@@ -13,7 +13,7 @@ from gpushare.kube.client import KubeClient
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    pytest.importorskip("gpushare.apiserver.server")
+    pytest.importorskip("gpushare.apiserver.http.server")
     if not Path(KUBECTL).exists():
         pytest.skip(f"needs {KUBECTL}")
     data = tmp_path / "data"

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from e2e_support import KUBECTL, wait_for
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.cli.compose import api_server
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "deploy" / "overlays" / "cluster-with-agent" / "agent-rbac.yaml"
@@ -60,7 +61,7 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, check: bool 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[tuple[ApiServer, Path]]:
     assert Path(KUBECTL).exists(), f"the end-to-end tests drive the cluster with {KUBECTL}"
-    server = ApiServer(tmp_path / "api").start()
+    server = api_server(tmp_path / "api").start()
     try:
         yield server, tmp_path / "api" / "admin.kubeconfig"
     finally:

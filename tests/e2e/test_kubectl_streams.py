@@ -28,7 +28,7 @@ from e2e_support import KUBECTL, free_port, wait_for
 from kubernetes import client, config
 from kubernetes.stream import stream
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 from gpushare.kube.client import NODES, PODS, KubeClient
 from node_pki import client_cert
 
@@ -39,7 +39,7 @@ NS = "default"
 class Streams:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.server = ApiServer(root / "api").start()
+        self.server = api_server(root / "api").start()
         self.kubeconfig = root / "api" / "admin.kubeconfig"
         self.kube = KubeClient.from_kubeconfig(str(self.kubeconfig))
         self.agent = subprocess.Popen(
@@ -380,7 +380,7 @@ def test_a_client_slow_to_make_its_streams_still_gets_output_and_exit_code(
 
     from websockets.sync.client import connect
 
-    from gpushare.apiserver.nodeproxy import CLIENT_SETUP_S
+    from gpushare.apiserver.http.nodeproxy import CLIENT_SETUP_S
 
     conf = yaml.safe_load(streams.kubeconfig.read_text())
     server = conf["clusters"][0]["cluster"]

@@ -16,8 +16,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from gpushare.agent.node.inventory import declared_gpus
 from gpushare.agent.runtime.telemetry import AgentMetrics
-from gpushare.apiserver.metrics import Metrics
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.telemetry.metrics import Metrics
+from gpushare.cli.compose import api_server
 from gpushare.controllers.scheduler_metrics import SchedulerMetrics
 
 ROOT = Path(__file__).resolve().parents[2] / "deploy/monitoring"
@@ -76,7 +76,7 @@ def test_scrape_config_uses_a_bearer_token_over_https():
 
 
 def test_the_shipped_rbac_lets_prometheus_scrape_and_nothing_more(tmp_path):
-    with ApiServer(tmp_path / "api") as server:
+    with api_server(tmp_path / "api") as server:
         server.tokens.add("prom-token", "prometheus", [])
         env = {**os.environ, "KUBECONFIG": str(tmp_path / "api/admin.kubeconfig")}
         for args in (["create", "namespace", "monitoring"],

@@ -49,7 +49,7 @@ from gpushare.agent.runtime.supervisor import (
     kill_unrecorded,
 )
 from gpushare.agent.runtime.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
-from gpushare.apiserver import shapes
+from gpushare.apiserver.schema import shapes
 from gpushare.bodies import field_dict
 from gpushare.contracts import GPU_USAGE_ANNOTATION
 from gpushare.kube.client import (

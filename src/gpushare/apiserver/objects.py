@@ -55,3 +55,13 @@ def status_success(kind: str, name: str, uid: str = "", group: str = "") -> dict
         details["uid"] = uid
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
             "details": details}
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp of an object, or None when it is missing or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None

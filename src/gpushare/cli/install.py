@@ -29,7 +29,7 @@ manifests_app = typer.Typer(help="The deploy/ manifests generated from the code.
 
 def crd_documents() -> list[dict[str, Any]]:
     """Queue, PodGroup and VirtualCluster CRDs as the embedded server defines them."""
-    from gpushare.apiserver import crds
+    from gpushare.apiserver.registry import crds
 
     found = [crds.queue_crd(), crds.podgroup_crd()]
     try:
@@ -48,7 +48,7 @@ def crd_documents() -> list[dict[str, Any]]:
 
 
 def render_crds() -> str:
-    return HEADER.format(source="gpushare.apiserver.crds and gpushare.tenancy.policy") + (
+    return HEADER.format(source="gpushare.apiserver.registry.crds and gpushare.tenancy.policy") + (
         yaml.safe_dump_all(crd_documents(), sort_keys=False))
 
 

@@ -54,14 +54,14 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
               event_log_bytes: EventLogBytes = 64 * 1024 * 1024,
               anonymous_metrics: AnonymousMetrics = False) -> None:
     """Run the Kubernetes-compatible API server in the foreground (Ctrl-C stops it)."""
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.cli.compose import api_server
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     if sync not in ("full", "normal"):
         typer.echo(f"error: --sync must be 'full' or 'normal', not {sync!r}", err=True)
         raise typer.Exit(2)
     try:
-        server = ApiServer(data_dir, host, port, sync=sync,
+        server = api_server(data_dir, host, port, sync=sync,
                            max_body_bytes=max_request_bytes, event_log_bytes=event_log_bytes,
                            anonymous_metrics=anonymous_metrics)
     except (OSError, RuntimeError) as e:
@@ -83,9 +83,9 @@ def kubeconfig_cmd(
     component: ComponentOpt = None,
 ) -> None:
     """Print (or write) a kubeconfig for the API server in DATA_DIR."""
-    from gpushare.apiserver import components
-    from gpushare.apiserver.auth import TokenFile
-    from gpushare.apiserver.server import KUBECONFIG_NAME, TOKENS_NAME, kubeconfig
+    from gpushare.apiserver.auth import components
+    from gpushare.apiserver.auth.access import TokenFile
+    from gpushare.apiserver.http.server import KUBECONFIG_NAME, TOKENS_NAME, kubeconfig
 
     if component is not None and (component not in components.COMPONENTS or user):
         typer.echo(f"error: --component must be one of {', '.join(components.COMPONENTS)}"

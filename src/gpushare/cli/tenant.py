@@ -233,7 +233,7 @@ def _wait_phase(client: Any, name: str, phases: tuple[str, ...], timeout: float
 
 def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
                 user: str | None) -> dict[str, Any]:
-    from gpushare.apiserver.server import kubeconfig as make_kubeconfig
+    from gpushare.apiserver.http.server import kubeconfig as make_kubeconfig
     from gpushare.tenancy.tokens import tenant_token
 
     admin = yaml.safe_load((kubeconfig or data_dir / "admin.kubeconfig").read_text())

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.apiserver.http.server import ApiServer
 
 log = logging.getLogger("gpushare.up")
 
@@ -430,9 +430,9 @@ def _amount(value: object) -> str:
 
 
 def _component_kubeconfigs(server: ApiServer, data_dir: Path) -> dict[str, Path]:
-    """A kubeconfig (0600) per component identity (apiserver/components.py), its token
+    """A kubeconfig (0600) per component identity (apiserver/auth/components.py), its token
     issued on the first start and kept after."""
-    from gpushare.apiserver import components
+    from gpushare.apiserver.auth import components
 
     out: dict[str, Path] = {}
     for name, identity in components.COMPONENTS.items():
@@ -509,7 +509,7 @@ def up(
             raise typer.Exit(2) from None
         controller_args = ["--scheduler-config", str(scheduler_config.resolve())]
     try:
-        from gpushare.apiserver.server import ApiServer
+        from gpushare.cli.compose import api_server
     except ImportError as error:
         typer.echo(f"error: the API server is not available: {error}", err=True)
         raise typer.Exit(1) from None
@@ -517,7 +517,7 @@ def up(
     data_dir.mkdir(parents=True, exist_ok=True)
     stop = _stop_on_signals()
     try:
-        server = ApiServer(str(data_dir), "127.0.0.1", port or _free_port(),
+        server = api_server(str(data_dir), "127.0.0.1", port or _free_port(),
                            anonymous_metrics=anonymous_metrics)
     except OSError as error:
         typer.echo(f"error: --port {port}: {error.strerror or error}; choose another port"

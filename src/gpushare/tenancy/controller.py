@@ -27,7 +27,7 @@ import logging
 import threading
 from typing import Any
 
-from gpushare.apiserver import crds as builtin_crds
+from gpushare.apiserver.registry import crds as builtin_crds
 from gpushare.kube.client import (
     EVENTS,
     NAMESPACES,

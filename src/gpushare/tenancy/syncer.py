@@ -32,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.apiserver.shapes import pod_causes
+from gpushare.apiserver.schema.shapes import pod_causes
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.grouping import (
     PODGROUP_ANNOTATION,
