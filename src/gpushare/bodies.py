@@ -18,3 +18,12 @@ def field_list(obj: Mapping[str, Any], key: str) -> list[Any]:
     """``obj[key]`` when it is a list, else ``[]``."""
     value = obj.get(key)
     return value if isinstance(value, list) else []
+
+
+def controller_reference(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The owner that controls ``obj``: the controller=true reference, else the first."""
+    refs = field_dict(obj, "metadata").get("ownerReferences") or []
+    for ref in refs:
+        if ref.get("controller"):
+            return ref  # type: ignore[no-any-return]
+    return refs[0] if refs else None  # type: ignore[no-any-return]

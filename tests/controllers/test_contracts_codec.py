@@ -13,7 +13,7 @@ from gpushare.contracts import (
     parse_indices,
     parse_portion_milli,
 )
-from gpushare.controllers.translate import bound_gpus
+from gpushare.controllers.scheduling.translate import bound_gpus
 from gpushare.model.gpu_inventory import GpuDevice, GpuInventory
 
 

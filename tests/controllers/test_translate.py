@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from gpushare.controllers.translate import (
+from gpushare.controllers.scheduling.translate import (
     TranslateError,
     cpu_memory_requests,
     gpu_request,

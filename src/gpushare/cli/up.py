@@ -103,9 +103,12 @@ def controllers(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run all controllers in one process (pod-grouper, workloads, scheduler, queue status)."""
-    from gpushare.controllers.manager import DEFAULT, start_controllers
-    from gpushare.controllers.pod_grouper import SCHEDULER_NAMES
-    from gpushare.controllers.scheduler_config import SchedulerConfigError, load_scheduler_config
+    from gpushare.controller_manager import DEFAULT, start_controllers
+    from gpushare.controllers.scheduling.pod_grouper import SCHEDULER_NAMES
+    from gpushare.controllers.scheduling.scheduler_config import (
+        SchedulerConfigError,
+        load_scheduler_config,
+    )
 
     _setup_logging(verbose)
     path = _kubeconfig_path(kubeconfig)
@@ -180,7 +183,7 @@ def node_add(
 
     It is tainted gpushare.io/no-agent=true:NoSchedule: only pods that tolerate it land."""
     from gpushare.controllers.events import now_rfc3339
-    from gpushare.controllers.static_nodes import (
+    from gpushare.controllers.nodes.static_nodes import (
         NodeSpecError,
         parse_labels,
         register_static_node,
@@ -497,7 +500,7 @@ def up(
             raise typer.Exit(2) from None
     controller_args: list[str] = []
     if scheduler_config is not None:
-        from gpushare.controllers.scheduler_config import (
+        from gpushare.controllers.scheduling.scheduler_config import (
             SchedulerConfigError,
             load_scheduler_config,
         )

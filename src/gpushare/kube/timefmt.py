@@ -26,3 +26,13 @@ def parse_rfc3339(text: str) -> float:
     if text.endswith("Z"):
         text = text[:-1] + "+00:00"
     return datetime.fromisoformat(text).timestamp()
+
+
+def timestamp(text: str | None) -> float:
+    """RFC 3339 to epoch seconds; missing or unreadable is 0 (the oldest)."""
+    if not text:
+        return 0.0
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

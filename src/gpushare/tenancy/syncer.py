@@ -33,17 +33,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare.apiserver.shapes import pod_causes
+from gpushare.bodies import controller_reference
 from gpushare.controllers.events import EventRecorder
-from gpushare.controllers.grouping import (
+from gpushare.controllers.scheduling.grouping import (
     PODGROUP_ANNOTATION,
     PodGroupPlan,
-    controller_reference,
     owner_chain,
     plan_podgroup,
     reference_to,
 )
-from gpushare.controllers.job_controller import JobController
-from gpushare.controllers.workload_controllers import DeploymentController, ReplicaSetController
+from gpushare.controllers.workloads.job_controller import JobController
+from gpushare.controllers.workloads.workload_controllers import (
+    DeploymentController,
+    ReplicaSetController,
+)
 from gpushare.kube.client import (
     BY_KIND,
     CONFIGMAPS,

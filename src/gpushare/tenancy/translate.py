@@ -28,7 +28,7 @@ from gpushare.contracts import (
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
 )
-from gpushare.controllers.grouping import (
+from gpushare.controllers.scheduling.grouping import (
     PODGROUP_ANNOTATION,
     PODGROUP_API_VERSION,
     PREEMPTIBILITY_LABEL,

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpushare.contracts import NODE_ENFORCEMENT_ANNOTATION, NODE_GPUS_DECLARED_ANNOTATION
-from gpushare.controllers.translate import bound_gpus, gpu_request
+from gpushare.controllers.scheduling.translate import bound_gpus, gpu_request
 from gpushare.kube.quantity import format_milli, to_milli
 from gpushare.tenancy import names
 

@@ -16,7 +16,7 @@ from gpushare.contracts import (
     NODE_GPUS_DECLARED_ANNOTATION,
     STATIC_NODE_ANNOTATION,
 )
-from gpushare.controllers.no_agent import TAINT
+from gpushare.controllers.nodes.no_agent import TAINT
 from gpushare.kube.client import NODES, ApiError, KubeClient
 from gpushare.kube.quantity import format_bytes, to_int, to_milli
 from gpushare.model.gpu_inventory import declared_gpus
@@ -89,7 +89,7 @@ def static_node(
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": all_labels, "annotations": annotations},
-        # Nothing runs here: only pods that tolerate the taint land (controllers/no_agent.py).
+        # Nothing runs here: only pods that tolerate the taint land (controllers/nodes/no_agent.py).
         "spec": {"taints": [dict(TAINT)]} if taint else {},
         "status": {
             "capacity": capacity,

@@ -22,10 +22,10 @@ from typing import Any
 
 from gpushare.contracts import GpuBinding
 from gpushare.controllers.events import EventRecorder, now_rfc3339
-from gpushare.controllers.heap import HeapKeeper
-from gpushare.controllers.mirror import ORPHAN_QUEUE, Mirror
-from gpushare.controllers.scheduler_metrics import SchedulerMetrics
-from gpushare.controllers.scheduling_status import mark_unschedulable, record_scheduled
+from gpushare.controllers.scheduling.heap import HeapKeeper
+from gpushare.controllers.scheduling.mirror import ORPHAN_QUEUE, Mirror
+from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics
+from gpushare.controllers.scheduling.scheduling_status import mark_unschedulable, record_scheduled
 from gpushare.kube.client import (
     NODES,
     PODGROUPS,

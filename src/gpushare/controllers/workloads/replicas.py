@@ -102,7 +102,7 @@ def with_replica_failure(status: Obj, message: str | None, now: str) -> Obj:
 
 
 def _created(pod: Obj) -> float:
-    from gpushare.controllers.translate import timestamp
+    from gpushare.kube.timefmt import timestamp
 
     return timestamp(_meta(pod).get("creationTimestamp"))
 
@@ -421,7 +421,7 @@ def _progress_condition(plan: DeploymentPlan, deployment: Obj, status: Obj, done
                      "message": f'Created new replica set "{name}"' if created
                      else f'ReplicaSet "{name}" is progressing.'}
     else:
-        from gpushare.controllers.translate import timestamp
+        from gpushare.kube.timefmt import timestamp
 
         last = timestamp(previous.get("lastUpdateTime")) or now
         if previous.get("reason") == "ProgressDeadlineExceeded":

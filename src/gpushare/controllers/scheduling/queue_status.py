@@ -12,7 +12,7 @@ import logging
 import threading
 from typing import Any
 
-from gpushare.controllers.scheduler_loop import SchedulerLoop
+from gpushare.controllers.scheduling.scheduler_loop import SchedulerLoop
 from gpushare.kube.client import QUEUES, ApiError, KubeClient, Stopper
 from gpushare.kube.informers import InformerFactory
 

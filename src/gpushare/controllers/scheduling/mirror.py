@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from gpushare.controllers.taints import Taint, blocking_taints
-from gpushare.controllers.translate import (
+from gpushare.controllers.scheduling.taints import Taint, blocking_taints
+from gpushare.controllers.scheduling.translate import (
     PODGROUP_ANNOTATION,
     TranslateError,
     cpu_memory_requests,
@@ -29,8 +29,8 @@ from gpushare.controllers.translate import (
     node_from_api,
     pod_from_api,
     queue_from_api,
-    timestamp,
 )
+from gpushare.kube.timefmt import timestamp
 from gpushare.model import Job, PodStatus, Queue
 from gpushare.model.pod import ON_NODE
 from gpushare.model.quantities import RESOURCES

@@ -14,9 +14,9 @@ import threading
 import time
 from typing import Any
 
+from gpushare.bodies import controller_reference
 from gpushare.controllers.events import EventRecorder, now_rfc3339
-from gpushare.controllers.grouping import controller_reference
-from gpushare.controllers.jobs import finished_condition, plan_job
+from gpushare.controllers.workloads.jobs import finished_condition, plan_job
 from gpushare.kube.client import JOBS, PODS, ApiError, KubeClient, Stopper
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
@@ -20,8 +19,9 @@ from gpushare.contracts import (
     parse_indices,
     parse_portion_milli,
 )
-from gpushare.controllers import taints as node_taints
+from gpushare.controllers.scheduling import taints as node_taints
 from gpushare.kube.quantity import QuantityError, to_int, to_milli
+from gpushare.kube.timefmt import timestamp
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.gpu_products import PRODUCTS
 from gpushare.model.pod import GpuRequest
@@ -74,16 +74,6 @@ def parse_duration(text: str | None) -> float:
     if pos != len(body) or not body:
         raise TranslateError(f"{text!r} is not a duration (e.g. 90s, 10m, 1h30m)")
     return sign * total
-
-
-def timestamp(text: str | None) -> float:
-    """RFC 3339 to epoch seconds; missing is 0 (the oldest)."""
-    if not text:
-        return 0.0
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def _meta(obj: Obj) -> Obj:

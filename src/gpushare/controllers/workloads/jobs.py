@@ -10,7 +10,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.controllers.translate import timestamp
+from gpushare.kube.timefmt import timestamp
 
 Obj = dict[str, Any]
 

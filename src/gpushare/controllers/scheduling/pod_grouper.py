@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from gpushare.controllers.events import EventRecorder
-from gpushare.controllers.grouping import (
+from gpushare.controllers.scheduling.grouping import (
     DEFAULT_QUEUE,
     PODGROUP_ANNOTATION,
     owner_chain,

@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Any
 
-from gpushare.controllers.static_nodes import STATIC_NODE_ANNOTATION
+from gpushare.controllers.nodes.static_nodes import STATIC_NODE_ANNOTATION
 from gpushare.kube.client import NODES, PODS, KubeClient, Stopper
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory

@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
+from gpushare.controllers.controller import Controller
 from gpushare.controllers.events import EventRecorder
-from gpushare.controllers.job_controller import JobController
-from gpushare.controllers.pod_grouper import SCHEDULER_NAMES, PodGrouper
-from gpushare.controllers.queue_status import QueueStatusController
-from gpushare.controllers.scheduler_loop import SchedulerLoop
-from gpushare.controllers.static_node_pods import StaticNodePods
-from gpushare.controllers.workload_controllers import (
+from gpushare.controllers.nodes import node_lifecycle
+from gpushare.controllers.nodes.static_node_pods import StaticNodePods
+from gpushare.controllers.scheduling.pod_grouper import SCHEDULER_NAMES, PodGrouper
+from gpushare.controllers.scheduling.queue_status import QueueStatusController
+from gpushare.controllers.scheduling.scheduler_loop import SchedulerLoop
+from gpushare.controllers.workloads.disruption import DisruptionController
+from gpushare.controllers.workloads.endpoints import EndpointsController
+from gpushare.controllers.workloads.job_controller import JobController
+from gpushare.controllers.workloads.pod_gc import PodGC
+from gpushare.controllers.workloads.workload_controllers import (
     DeploymentController,
     ReplicaSetController,
     ReplicationControllerController,
@@ -24,15 +30,77 @@ from gpushare.kube.client import KubeClient, Stopper
 from gpushare.kube.informers import InformerFactory
 from gpushare.kube.metrics_push import MetricsPusher, union_registry
 from gpushare.scheduler.config import Config
+from gpushare.tenancy.controller import TenancyController
 
 log = logging.getLogger(__name__)
 
+@dataclass
+class Context:
+    """What a controller's factory may use: the process's shared client, caches and events,
+    and its options."""
+
+    client: KubeClient
+    informers: InformerFactory
+    stopper: Stopper
+    events: EventRecorder
+    kubeconfig: str
+    scheduler_names: tuple[str, ...]
+    scheduler_config: Config | None
+    tenant_kubeconfig: str | None
+    #: The one scheduler loop, shared by ``scheduler`` and ``queue-status``.
+    loop: SchedulerLoop | None = None
+
+    def scheduler_loop(self) -> SchedulerLoop:
+        if self.loop is None:
+            self.loop = SchedulerLoop(self.client, self.informers, self.stopper, self.events,
+                                      scheduler_names=self.scheduler_names,
+                                      config=self.scheduler_config)
+        return self.loop
+
+
+class _NodeLifecycle:
+    """Nodes whose agent stops heartbeating turn Unknown (the agent side's controller)."""
+
+    def __init__(self, client: KubeClient, stopper: Stopper) -> None:
+        self._client, self._stopper = client, stopper
+
+    def start(self) -> list[threading.Thread]:
+        thread = threading.Thread(
+            target=node_lifecycle.run, args=(self._client, self._stopper.event),
+            name="node-lifecycle", daemon=True,
+        )
+        thread.start()
+        return [thread]
+
+
+Factory = Callable[[Context], Controller]
+
+# Every controller by the name ``--only`` takes, in the order they are built and started.
 # No garbage collector: the embedded API server collects dependents of deleted (or never
 # existing) owners itself, as kube-controller-manager does on a real cluster.
-ALL = ("pod-grouper", "job-controller", "replicaset-controller", "deployment-controller",
-       "replicationcontroller-controller", "scheduler", "queue-status", "static-node-pods",
-       "node-lifecycle", "tenancy", "pod-gc", "endpoints-controller",
-       "disruption-controller")
+CONTROLLERS: dict[str, Factory] = {
+    "pod-grouper": lambda c: PodGrouper(c.client, c.informers, c.stopper, c.events,
+                                        scheduler_names=c.scheduler_names),
+    "job-controller": lambda c: JobController(c.client, c.informers, c.stopper, c.events),
+    "replicaset-controller": lambda c: ReplicaSetController(c.client, c.informers, c.stopper,
+                                                            c.events),
+    "replicationcontroller-controller": lambda c: ReplicationControllerController(
+        c.client, c.informers, c.stopper, c.events),
+    "deployment-controller": lambda c: DeploymentController(c.client, c.informers, c.stopper,
+                                                            c.events),
+    "endpoints-controller": lambda c: EndpointsController(c.client, c.informers, c.stopper),
+    "disruption-controller": lambda c: DisruptionController(c.client, c.informers, c.stopper),
+    "pod-gc": lambda c: PodGC(c.client, c.informers, c.stopper),
+    "static-node-pods": lambda c: StaticNodePods(c.client, c.informers, c.stopper),
+    "scheduler": lambda c: c.scheduler_loop(),
+    "queue-status": lambda c: QueueStatusController(c.client, c.informers, c.stopper,
+                                                    c.scheduler_loop()),
+    # Virtual clusters: their syncers and the tenants' own workload controllers.
+    "tenancy": lambda c: TenancyController(c.client, c.informers, c.stopper, c.kubeconfig,
+                                           tenant_kubeconfig=c.tenant_kubeconfig),
+    "node-lifecycle": lambda c: _NodeLifecycle(c.client, c.stopper),
+}
+ALL = tuple(CONTROLLERS)
 DEFAULT = ALL
 
 
@@ -42,7 +110,7 @@ class ControllerSet:
     stopper: Stopper
     informers: InformerFactory
     events: EventRecorder
-    controllers: dict[str, object] = field(default_factory=dict)
+    controllers: dict[str, Controller] = field(default_factory=dict)
     threads: list[threading.Thread] = field(default_factory=list)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     pusher: MetricsPusher | None = None
@@ -89,55 +157,13 @@ def start_controllers(
     informers = InformerFactory(client, stopper)
     events = EventRecorder(client, "gpushare-controllers", stopper)
     out = ControllerSet(client, stopper, informers, events)
-    if "pod-grouper" in enabled:
-        out.controllers["pod-grouper"] = PodGrouper(
-            client, informers, stopper, events, scheduler_names=scheduler_names
-        )
-    if "job-controller" in enabled:
-        out.controllers["job-controller"] = JobController(client, informers, stopper, events)
-    if "replicaset-controller" in enabled:
-        out.controllers["replicaset-controller"] = ReplicaSetController(
-            client, informers, stopper, events
-        )
-    if "replicationcontroller-controller" in enabled:
-        out.controllers["replicationcontroller-controller"] = ReplicationControllerController(
-            client, informers, stopper, events
-        )
-    if "deployment-controller" in enabled:
-        out.controllers["deployment-controller"] = DeploymentController(
-            client, informers, stopper, events
-        )
-    if "endpoints-controller" in enabled:
-        from gpushare.controllers.endpoints import EndpointsController
-
-        out.controllers["endpoints-controller"] = EndpointsController(client, informers, stopper)
-    if "disruption-controller" in enabled:
-        from gpushare.controllers.disruption import DisruptionController
-
-        out.controllers["disruption-controller"] = DisruptionController(client, informers,
-                                                                        stopper)
-    if "pod-gc" in enabled:
-        from gpushare.controllers.pod_gc import PodGC
-
-        out.controllers["pod-gc"] = PodGC(client, informers, stopper)
-    if "static-node-pods" in enabled:
-        out.controllers["static-node-pods"] = StaticNodePods(client, informers, stopper)
-    if "scheduler" in enabled or "queue-status" in enabled:
-        loop = SchedulerLoop(client, informers, stopper, events, scheduler_names=scheduler_names,
-                             config=scheduler_config)
-        out.registry = loop.metrics.registry
-        if "scheduler" in enabled:
-            out.controllers["scheduler"] = loop
-        if "queue-status" in enabled:
-            out.controllers["queue-status"] = QueueStatusController(
-                client, informers, stopper, loop
-            )
-    if "tenancy" in enabled:
-        # Virtual clusters: their syncers and the tenants' own workload controllers.
-        from gpushare.tenancy.controller import TenancyController
-
-        out.controllers["tenancy"] = TenancyController(client, informers, stopper, kubeconfig,
-                                                       tenant_kubeconfig=tenant_kubeconfig)
+    context = Context(client, informers, stopper, events, kubeconfig, scheduler_names,
+                      scheduler_config, tenant_kubeconfig)
+    for name, factory in CONTROLLERS.items():
+        if name in enabled:
+            out.controllers[name] = factory(context)
+    if context.loop is not None:
+        out.registry = context.loop.metrics.registry
     _process_gauges(out)
     informers.start()
     if not informers.wait_synced(sync_timeout):
@@ -145,19 +171,8 @@ def start_controllers(
         raise TimeoutError(f"the caches did not fill within {sync_timeout:.0f}s")
     events.start()
     for name, controller in out.controllers.items():
-        out.threads.extend(controller.start())  # type: ignore[attr-defined]
+        out.threads.extend(controller.start())
         log.info("started %s", name)
-    if "node-lifecycle" in enabled:
-        # Nodes whose agent stops heartbeating turn Unknown (the agent side's controller).
-        from gpushare.controllers import node_lifecycle
-
-        thread = threading.Thread(
-            target=node_lifecycle.run, args=(client, stopper.event),
-            name="node-lifecycle", daemon=True,
-        )
-        thread.start()
-        out.threads.append(thread)
-        log.info("started node-lifecycle")
     # The process's own collectors and the tenancy figures live in the default registry.
     exported = union_registry(out.registry, REGISTRY)
     if metrics_port is not None:

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpushare.bodies import controller_reference
+
 Obj = dict[str, Any]
 # (kind, namespace, name, uid) -> the owner object, or None when it cannot be read
 OwnerLookup = Callable[[str, str, str, str], Obj | None]
@@ -80,15 +82,6 @@ def _labels(obj: Obj) -> dict[str, str]:
 
 def _annotations(obj: Obj) -> dict[str, str]:
     return _meta(obj).get("annotations") or {}
-
-
-def controller_reference(obj: Obj) -> Obj | None:
-    """The owner that controls ``obj``: the controller=true reference, else the first."""
-    refs = _meta(obj).get("ownerReferences") or []
-    for ref in refs:
-        if ref.get("controller"):
-            return ref
-    return refs[0] if refs else None
 
 
 def _stub(ref: Obj, namespace: str) -> Obj:
