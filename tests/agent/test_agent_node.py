@@ -6,8 +6,8 @@ import json
 
 from gpushare.agent.node.inventory import HostResources, declared_gpus
 from gpushare.agent.node.node import node_object
+from gpushare.api.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
 from gpushare.controllers.nodes.node_lifecycle import UNREACHABLE_TAINT, decide
-from gpushare.kube.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
 
 NOW = 1_800_000_000.0
 

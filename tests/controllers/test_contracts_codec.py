@@ -3,7 +3,7 @@
 import pytest
 
 from gpushare.agent.gpu.gpu_share import share_from_annotations
-from gpushare.contracts import (
+from gpushare.api.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,

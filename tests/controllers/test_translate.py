@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import pytest
 
+from gpushare.api.quantity import format_bytes, format_milli, to_int, to_milli
 from gpushare.controllers.scheduling.translate import (
     TranslateError,
     cpu_memory_requests,
@@ -19,7 +20,6 @@ from gpushare.controllers.scheduling.translate import (
     pod_status,
     queue_from_api,
 )
-from gpushare.kube.quantity import format_bytes, format_milli, to_int, to_milli
 from gpushare.model import PodStatus
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
+from gpushare.api.objects import field_dict
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
-from gpushare.bodies import field_dict
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpushare.contracts import (
+from gpushare.api.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_PORTION_ANNOTATION,
     MILLI,
@@ -19,9 +19,9 @@ from gpushare.contracts import (
     BindingError,
     parse_portion_milli,
 )
-from gpushare.kube.quantity import parse_quantity
+from gpushare.api.objects import Obj
+from gpushare.api.quantity import parse_quantity
 
-Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
 SCHEDULERS = ("gpushare", "kai-scheduler")
 FINISHED = ("Succeeded", "Failed")

@@ -15,13 +15,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
 
+from gpushare.api.objects import Obj
 from gpushare.kube.client import ApiError, KubeClient, Resource, Stopper, key_of
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 # (event type "ADDED" | "MODIFIED" | "DELETED", new or deleted object, old object or None)
 Handler = Callable[[str, Obj, Obj | None], None]
 

@@ -6,14 +6,14 @@ import platform
 from typing import Any
 
 from gpushare.agent.node.inventory import GpuInventory, HostResources
-from gpushare.contracts import (
+from gpushare.api.contracts import (
     GPU_USAGE_ANNOTATION,
     NODE_ENFORCEMENT_ANNOTATION,
     NODE_GPUS_ANNOTATION,
     NODE_GPUS_DECLARED_ANNOTATION,
     STATIC_NODE_ANNOTATION,
 )
-from gpushare.kube.timefmt import rfc3339
+from gpushare.api.timefmt import rfc3339
 
 ANN_GPUS = NODE_GPUS_ANNOTATION
 ANN_DECLARED = NODE_GPUS_DECLARED_ANNOTATION

@@ -17,8 +17,8 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from gpushare.agent.pods.envexpand import expand
-from gpushare.kube import quantity
-from gpushare.kube.quantity import QuantityError
+from gpushare.api import quantity
+from gpushare.api.quantity import QuantityError
 
 
 class PodSpecError(ValueError):

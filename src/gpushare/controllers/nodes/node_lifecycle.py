@@ -20,11 +20,11 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from gpushare.contracts import STATIC_NODE_ANNOTATION
+from gpushare.api.contracts import STATIC_NODE_ANNOTATION
+from gpushare.api.timefmt import parse_rfc3339, rfc3339
 from gpushare.controllers.nodes import agentless_nodes
 from gpushare.kube.client import NODES, KubeClient
 from gpushare.kube.lease import node_lease
-from gpushare.kube.timefmt import parse_rfc3339, rfc3339
 
 log = logging.getLogger("gpushare.controllers.nodes.node_lifecycle")
 

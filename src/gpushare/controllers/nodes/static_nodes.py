@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import orjson
 
-from gpushare.contracts import (
+from gpushare.api.contracts import (
     NODE_GPUS_ANNOTATION,
     NODE_GPUS_DECLARED_ANNOTATION,
     STATIC_NODE_ANNOTATION,
 )
+from gpushare.api.quantity import format_bytes, to_int, to_milli
 from gpushare.controllers.nodes.no_agent import TAINT
 from gpushare.kube.client import NODES, ApiError, KubeClient
-from gpushare.kube.quantity import format_bytes, to_int, to_milli
 from gpushare.model.gpu_inventory import declared_gpus
 
 GPUS_ANNOTATION = NODE_GPUS_ANNOTATION

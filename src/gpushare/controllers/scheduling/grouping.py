@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from gpushare.bodies import controller_reference
+from gpushare.api.objects import Meta, Obj, controller_reference, metadata
 
-Obj = dict[str, Any]
 # (kind, namespace, name, uid) -> the owner object, or None when it cannot be read
 OwnerLookup = Callable[[str, str, str, str], Obj | None]
 
@@ -72,16 +70,12 @@ class PodGroupPlan:
         }
 
 
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
-
-
 def _labels(obj: Obj) -> dict[str, str]:
-    return _meta(obj).get("labels") or {}
+    return Meta.of(obj).labels
 
 
 def _annotations(obj: Obj) -> dict[str, str]:
-    return _meta(obj).get("annotations") or {}
+    return Meta.of(obj).annotations
 
 
 def _stub(ref: Obj, namespace: str) -> Obj:
@@ -97,7 +91,7 @@ def _stub(ref: Obj, namespace: str) -> Obj:
 def owner_chain(pod: Obj, lookup: OwnerLookup) -> list[Obj]:
     """``[pod, owner, owner's owner, ...]`` up to the top owner."""
     chain = [pod]
-    namespace = _meta(pod).get("namespace", "")
+    namespace = metadata(pod).get("namespace", "")
     current = pod
     for _ in range(MAX_CHAIN):
         ref = controller_reference(current)
@@ -116,7 +110,7 @@ def owner_chain(pod: Obj, lookup: OwnerLookup) -> list[Obj]:
 
 
 def reference_to(obj: Obj) -> Obj:
-    meta = _meta(obj)
+    meta = metadata(obj)
     return {
         "apiVersion": obj.get("apiVersion", "v1"),
         "kind": obj.get("kind", "Pod"),
@@ -141,7 +135,7 @@ def plan_podgroup(chain: list[Obj], default_queue: str = DEFAULT_QUEUE) -> PodGr
         group_owner = chain[-2]  # every run of a CronJob is its own gang
     else:
         group_owner = top
-    owner_meta = _meta(group_owner)
+    owner_meta = metadata(group_owner)
     warnings: list[str] = []
 
     min_member = 1
@@ -176,7 +170,7 @@ def plan_podgroup(chain: list[Obj], default_queue: str = DEFAULT_QUEUE) -> PodGr
 
     return PodGroupPlan(
         name=f"pg-{owner_meta.get('name', '')}-{owner_meta.get('uid', '')}",
-        namespace=str(_meta(pod).get("namespace", "default")),
+        namespace=str(metadata(pod).get("namespace", "default")),
         owner=reference_to(group_owner),
         min_member=min_member,
         queue=queue,

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from gpushare.api.objects import Obj
+from gpushare.api.timefmt import timestamp
 from gpushare.controllers.scheduling.taints import Taint, blocking_taints
 from gpushare.controllers.scheduling.translate import (
     PODGROUP_ANNOTATION,
@@ -30,7 +32,6 @@ from gpushare.controllers.scheduling.translate import (
     pod_from_api,
     queue_from_api,
 )
-from gpushare.kube.timefmt import timestamp
 from gpushare.model import Job, PodStatus, Queue
 from gpushare.model.pod import ON_NODE
 from gpushare.model.quantities import RESOURCES
@@ -39,7 +40,6 @@ from gpushare.scheduler.state import ClusterState, StateError
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 #: Where the jobs of a deleted (or never created) queue are kept in the core's state: a
 #: root of its own, outside every team's tree, with no quota and a limit of zero, so that

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
+from gpushare.api.objects import Obj
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.scheduling.grouping import (
     DEFAULT_QUEUE,
@@ -35,7 +35,6 @@ SCHEDULER_NAMES = ("gpushare", "kai-scheduler")
 OWNER_CACHE_SECONDS = 5.0
 OWNER_CACHE_SIZE = 10000  # past this, expired entries are dropped
 
-Obj = dict[str, Any]
 
 
 class PodGrouper:

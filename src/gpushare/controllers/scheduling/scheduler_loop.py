@@ -20,7 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.contracts import GpuBinding
+from gpushare.api.contracts import GpuBinding
+from gpushare.api.objects import Obj
+from gpushare.api.quantity import format_bytes, format_milli
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.scheduling.heap import HeapKeeper
 from gpushare.controllers.scheduling.mirror import ORPHAN_QUEUE, Mirror
@@ -38,7 +40,6 @@ from gpushare.kube.client import (
 )
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
-from gpushare.kube.quantity import format_bytes, format_milli
 from gpushare.model import PodStatus
 from gpushare.scheduler.actions.registry import get_action
 from gpushare.scheduler.config import Config
@@ -48,7 +49,6 @@ from gpushare.scheduler.state import ClusterState
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 COMPONENT = "gpushare-scheduler"
 TIMED_ACTIONS = frozenset({"stalegangeviction"})
 BUSY_DELTAS = 100  # changes queued at a cycle's start that count as "under load"

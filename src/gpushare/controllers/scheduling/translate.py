@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
-from gpushare.contracts import (
+from gpushare.api.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
@@ -19,17 +19,16 @@ from gpushare.contracts import (
     parse_indices,
     parse_portion_milli,
 )
+from gpushare.api.objects import Meta, Obj, metadata
+from gpushare.api.quantity import QuantityError, to_int, to_milli
+from gpushare.api.timefmt import timestamp
 from gpushare.controllers.scheduling import taints as node_taints
-from gpushare.kube.quantity import QuantityError, to_int, to_milli
-from gpushare.kube.timefmt import timestamp
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.gpu_products import PRODUCTS
 from gpushare.model.pod import GpuRequest
 from gpushare.model.quantities import CPU, MEMORY, to_fraction
 from gpushare.scheduler.config import NODE_POOL_LABEL
 from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
-
-Obj = dict[str, Any]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -76,15 +75,11 @@ def parse_duration(text: str | None) -> float:
     return sign * total
 
 
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
-
-
 # ------------------------------------------------------------------------------ nodes
 
 
 def node_from_api(node: Obj) -> Node:
-    meta = _meta(node)
+    meta = metadata(node)
     status = node.get("status") or {}
     alloc = status.get("allocatable") or status.get("capacity") or {}
     labels = dict(meta.get("labels") or {})
@@ -135,7 +130,7 @@ def _milli_quantity(value: Any) -> int:
 def queue_from_api(queue: Obj) -> Queue:
     """A Queue; omitted resource fields take the model's defaults (quota 0, no limit,
     weight 1), so a queue that leaves out ``memory`` still runs pods that ask for memory."""
-    meta = _meta(queue)
+    meta = metadata(queue)
     spec = queue.get("spec") or {}
     name = str(meta.get("name", ""))
     resources: dict[str, ResourceSpec] = {}
@@ -182,7 +177,7 @@ def _amount(
 
 
 def job_from_podgroup(pg: Obj, priorities: dict[str, int]) -> Job:
-    meta = _meta(pg)
+    meta = metadata(pg)
     spec = pg.get("spec") or {}
     annotations = meta.get("annotations") or {}
     priority_name = spec.get("priorityClassName") or ""
@@ -239,8 +234,8 @@ def _annotation_value(
 
 def gpu_request(pod: Obj) -> GpuRequest:
     """What the pod asks of GPUs, from its annotations and container limits."""
-    annotations = _meta(pod).get("annotations") or {}
-    name = _meta(pod).get("name", "")
+    annotations = Meta.of(pod).annotations
+    name = metadata(pod).get("name", "")
     devices = 1
     if annotations.get(DEVICES_ANNOTATION):
         devices = _annotation_value(annotations, DEVICES_ANNOTATION, name, int,
@@ -305,7 +300,7 @@ def _pod_quantity(value: Any, path: str, milli: bool) -> int:
 
 def bound_gpus(pod: Obj) -> tuple[tuple[int, ...], int]:
     """The GPU indices and milli-portion written on a bound pod."""
-    annotations = _meta(pod).get("annotations") or {}
+    annotations = Meta.of(pod).annotations
     try:
         indices = parse_indices(str(annotations.get(INDICES_ANNOTATION, "")))
     except BindingError:
@@ -325,7 +320,7 @@ def pod_status(pod: Obj) -> PodStatus:
     if phase == "Failed":
         return PodStatus.FAILED
     node = (pod.get("spec") or {}).get("nodeName")
-    if node and _meta(pod).get("deletionTimestamp"):
+    if node and metadata(pod).get("deletionTimestamp"):
         return PodStatus.RELEASING
     if node:
         return PodStatus.RUNNING
@@ -397,7 +392,7 @@ def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float,
                  taint_sets: Iterable[tuple[node_taints.Taint, ...]] = ()) -> Pod:
     """The core's pod; ``taint_sets`` are the distinct blocking taint sets of the
     cluster's nodes, of which the pod may use those it tolerates."""
-    meta = _meta(pod)
+    meta = metadata(pod)
     spec = pod.get("spec") or {}
     status = pod_status(pod)
     cpu, memory = cpu_memory_requests(pod)
