@@ -1,5 +1,10 @@
 """All controllers in one process, each on its own thread, sharing one informer per
-resource: ``gpushare controllers --kubeconfig K``."""
+resource: ``gpushare controllers --kubeconfig K``.
+
+The process's one registry, `CONTROLLERS`, maps each name ``--only`` takes to the factory
+that builds it (as kube-controller-manager's and kube-scheduler's registries do). It sits
+above `gpushare.controllers` and `gpushare.tenancy`, so that the controllers never import
+tenancy."""
 
 from __future__ import annotations
 
@@ -10,11 +15,12 @@ from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
+from gpushare.api.contracts import SCHEDULER_NAMES
 from gpushare.controllers.controller import Controller
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.nodes import node_lifecycle
 from gpushare.controllers.nodes.static_node_pods import StaticNodePods
-from gpushare.controllers.scheduling.pod_grouper import SCHEDULER_NAMES, PodGrouper
+from gpushare.controllers.scheduling.pod_grouper import PodGrouper
 from gpushare.controllers.scheduling.queue_status import QueueStatusController
 from gpushare.controllers.scheduling.scheduler_loop import SchedulerLoop
 from gpushare.controllers.workloads.disruption import DisruptionController
@@ -33,6 +39,7 @@ from gpushare.scheduler.config import Config
 from gpushare.tenancy.controller import TenancyController
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class Context:

@@ -49,10 +49,10 @@ from gpushare.agent.runtime.supervisor import (
     kill_unrecorded,
 )
 from gpushare.agent.runtime.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
+from gpushare.api import shapes
 from gpushare.api.contracts import GPU_USAGE_ANNOTATION
 from gpushare.api.objects import field_dict
 from gpushare.api.timefmt import rfc3339, rfc3339_micro
-from gpushare.apiserver import shapes
 from gpushare.kube.client import (
     CONFIGMAPS,
     NODES,

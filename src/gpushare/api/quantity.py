@@ -60,15 +60,6 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return number
 
 
-def is_quantity(value: object) -> bool:
-    """Whether ``value`` (a string or a JSON number) is a valid quantity."""
-    try:
-        parse_quantity(value)  # type: ignore[arg-type]
-    except QuantityError:
-        return False
-    return True
-
-
 def _parse(value: str | int | float) -> Decimal:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise QuantityError(f"{value!r} is not a quantity")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare.api import shapes
 from gpushare.apiserver import (
     builtin_kinds,
     conversions,
@@ -23,7 +24,6 @@ from gpushare.apiserver import (
     schemas,
     serviceaccounts,
     services,
-    shapes,
     validation,
 )
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found

@@ -14,12 +14,12 @@ import logging
 import time
 from typing import Any
 
+from gpushare.api.timefmt import parse_time
 from gpushare.apiserver.api import FOREGROUND, ORPHAN, Api, DeleteOptions
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.objects import deep_copy
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.store import StoreUnavailable
-from gpushare.apiserver.tables import parse_time
 
 log = logging.getLogger(__name__)
 

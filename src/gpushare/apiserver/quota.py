@@ -18,8 +18,8 @@ from decimal import Decimal
 from typing import Any
 
 from gpushare.api.objects import field_dict, field_list
+from gpushare.api.shapes import quantity_value
 from gpushare.apiserver.errors import ApiError, Cause
-from gpushare.apiserver.shapes import quantity_value
 
 QUOTA_GR = "resourcequotas"
 # quota name -> storage group/resource of the objects it counts

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from gpushare.api.objects import field_dict
+from gpushare.api.timefmt import parse_time
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
 
 log = logging.getLogger(__name__)
@@ -50,13 +51,6 @@ def human_duration(seconds: float) -> str:
     return f"{y}y"
 
 
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def age(value: Any, now: datetime) -> str:

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpushare.api.contracts import DEFAULT_QUEUE as DEFAULT_QUEUE_NAME
+from gpushare.api.contracts import GPU_RESOURCE
+
 if TYPE_CHECKING:
     from gpushare.apiserver.server import ApiServer
 
@@ -103,8 +106,8 @@ def controllers(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run all controllers in one process (pod-grouper, workloads, scheduler, queue status)."""
+    from gpushare.api.contracts import SCHEDULER_NAMES
     from gpushare.controller_manager import DEFAULT, start_controllers
-    from gpushare.controllers.scheduling.pod_grouper import SCHEDULER_NAMES
     from gpushare.controllers.scheduling.scheduler_config import (
         SchedulerConfigError,
         load_scheduler_config,
@@ -284,7 +287,7 @@ def _wait_until_up(
 DEFAULT_QUEUE = {
     "apiVersion": "scheduling.run.ai/v2",
     "kind": "Queue",
-    "metadata": {"name": "default-queue"},
+    "metadata": {"name": DEFAULT_QUEUE_NAME},
     "spec": {"resources": {r: {"quota": 0, "limit": -1, "overQuotaWeight": 1}
                            for r in ("gpu", "cpu", "memory")}},
 }
@@ -412,9 +415,9 @@ def format_queue_table(queues: list[dict]) -> str:
                 str(spec.get("priority", 100)),
                 _amount(gpu.get("quota")),
                 _amount(gpu.get("limit")),
-                (status.get("fairShare") or {}).get("nvidia.com/gpu", "-"),
-                (status.get("allocated") or {}).get("nvidia.com/gpu", "-"),
-                (status.get("requested") or {}).get("nvidia.com/gpu", "-"),
+                (status.get("fairShare") or {}).get(GPU_RESOURCE, "-"),
+                (status.get("allocated") or {}).get(GPU_RESOURCE, "-"),
+                (status.get("requested") or {}).get(GPU_RESOURCE, "-"),
             ))
             walk(name, depth + 1)
 

@@ -10,5 +10,6 @@ from typing import Protocol, runtime_checkable
 @runtime_checkable
 class Controller(Protocol):
     def start(self) -> list[threading.Thread]:
-        """Start working; the threads returned are joined when the manager stops."""
+        """Start working; the threads returned are joined when the manager stops. A
+        controller that also has ``stop()`` is told first."""
         ...

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from gpushare.api.objects import Obj
 from gpushare.kube.client import ApiError, KubeClient, Resource, Stopper, key_of
@@ -243,10 +243,6 @@ class WorkQueue:
             self._queued.add(key)
             self._queue.append(key)
             self._cond.notify()
-
-    def add_all(self, keys: Iterable[str]) -> None:
-        for key in keys:
-            self.add(key)
 
     def add_after(self, key: str, seconds: float) -> None:
         with self._cond:

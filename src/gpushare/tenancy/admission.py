@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpushare.api.contracts import PRIORITY_LABEL, QUEUE_LABEL
 from gpushare.apiserver.errors import ApiError, invalid
 from gpushare.tenancy import names
 from gpushare.tenancy.policy import TenantPolicy, validate_virtual_cluster, virtualcluster_crd
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     from gpushare.apiserver.auth import Attributes, User
     from gpushare.apiserver.resources import ResourceInfo
 
-QUEUE_LABEL = "kai.scheduler/queue"
-PRIORITY_LABEL = "priorityClassName"
 PRIORITYCLASS_GR = "scheduling.k8s.io/priorityclasses"
 CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"
 PODGROUP_GR = "scheduling.run.ai/podgroups"

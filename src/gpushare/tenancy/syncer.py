@@ -22,7 +22,6 @@ reads it once from the API (a cache that lags must not delete anything).
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import hashlib
 import logging
@@ -32,11 +31,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare.api.contracts import PODGROUP_ANNOTATION
 from gpushare.api.objects import Obj, controller_reference, metadata
-from gpushare.apiserver.shapes import pod_causes
+from gpushare.api.shapes import pod_causes
+from gpushare.api.timefmt import rfc3339, timestamp
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.scheduling.grouping import (
-    PODGROUP_ANNOTATION,
     PodGroupPlan,
     owner_chain,
     plan_podgroup,
@@ -703,7 +703,7 @@ class TenantSyncer:
             m = metadata(pg)
             if m.get("namespace") != self.host_ns or m.get("name") in used_groups:
                 continue
-            if now - _timestamp(m.get("creationTimestamp")) < PODGROUP_GRACE_SECONDS:
+            if now - timestamp(m.get("creationTimestamp")) < PODGROUP_GRACE_SECONDS:
                 continue
             self.host.delete(PODGROUPS.item(str(m.get("name")), self.host_ns))
         needed: set[tuple[str, str, str]] = set()
@@ -725,11 +725,6 @@ class TenantSyncer:
 
 
 def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return rfc3339(time.time())
 
 
-def _timestamp(text: Any) -> float:
-    try:
-        return float(calendar.timegm(time.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ")))
-    except (TypeError, ValueError):
-        return 0.0

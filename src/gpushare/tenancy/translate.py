@@ -27,10 +27,11 @@ from gpushare.api.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
+    PODGROUP_ANNOTATION,
+    PRIORITY_LABEL,
 )
 from gpushare.api.objects import Meta, Obj, metadata
 from gpushare.controllers.scheduling.grouping import (
-    PODGROUP_ANNOTATION,
     PODGROUP_API_VERSION,
     PREEMPTIBILITY_LABEL,
     QUEUE_LABEL,
@@ -39,7 +40,6 @@ from gpushare.controllers.scheduling.grouping import (
 )
 from gpushare.tenancy import names
 
-PRIORITY_LABEL = "priorityClassName"
 HOST_SCHEDULER = "gpushare"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 # Annotations the host's scheduler writes at binding time: never the tenant's to set.

@@ -7,18 +7,22 @@ import json
 import threading
 from collections.abc import Iterable
 
-from gpushare.api.contracts import NODE_ENFORCEMENT_ANNOTATION, NODE_GPUS_DECLARED_ANNOTATION
+from gpushare.api.contracts import GPU_RESOURCE as GPU
+from gpushare.api.contracts import (
+    HOSTNAME_LABEL,
+    NODE_ENFORCEMENT_ANNOTATION,
+    NODE_GPUS_DECLARED_ANNOTATION,
+)
 from gpushare.api.objects import Obj, metadata
 from gpushare.api.quantity import format_milli, to_milli
 from gpushare.controllers.scheduling.translate import bound_gpus, gpu_request
 from gpushare.tenancy import names
 
-GPU = "nvidia.com/gpu"
 SHARE_ANNOTATION = f"{names.GROUP}/gpu-share"
 USED_ANNOTATION = f"{names.GROUP}/gpu-allocated"
 NODE_GPUS_ANNOTATION = f"{names.GROUP}/node-gpus"
 PARENT_ANNOTATION = f"{names.GROUP}/parent-queue"
-_NODE_LABELS = ("kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch",
+_NODE_LABELS = (HOSTNAME_LABEL, "kubernetes.io/os", "kubernetes.io/arch",
                 "nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
 _NODE_ANNOTATIONS = (NODE_ENFORCEMENT_ANNOTATION, NODE_GPUS_DECLARED_ANNOTATION)
 

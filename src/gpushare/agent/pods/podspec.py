@@ -47,11 +47,6 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
 
 
-def containers_of(pod: Mapping[str, Any], init: bool) -> list[Mapping[str, Any]]:
-    spec = pod.get("spec") or {}
-    return list(spec.get("initContainers" if init else "containers") or [])
-
-
 def plan_container(
     pod: Mapping[str, Any],
     container: Mapping[str, Any],

@@ -12,6 +12,8 @@ from __future__ import annotations
 import orjson
 
 from gpushare.api.contracts import (
+    GPU_RESOURCE,
+    HOSTNAME_LABEL,
     NODE_GPUS_ANNOTATION,
     NODE_GPUS_DECLARED_ANNOTATION,
     STATIC_NODE_ANNOTATION,
@@ -57,7 +59,7 @@ def static_node(
     if memory_bytes <= 0:
         raise NodeSpecError(f"--memory {memory!r}: must be positive")
     all_labels = {
-        "kubernetes.io/hostname": name,
+        HOSTNAME_LABEL: name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
     }
@@ -83,7 +85,7 @@ def static_node(
              for d in inventory.devices]
         ).decode()
         annotations[GPUS_DECLARED_ANNOTATION] = "true"
-        capacity["nvidia.com/gpu"] = str(inventory.count)
+        capacity[GPU_RESOURCE] = str(inventory.count)
     all_labels.update(labels)
     return {
         "apiVersion": "v1",

@@ -10,19 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpushare.api.contracts import (
+    DEFAULT_QUEUE,
+    MIN_MEMBER_ANNOTATION,
+    PODGROUP_API_VERSION,
+    PREEMPTIBILITY_LABEL,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+)
+from gpushare.api.contracts import SKIP_PODGROUPER_LABEL as SKIP_LABEL
 from gpushare.api.objects import Meta, Obj, controller_reference, metadata
 
 # (kind, namespace, name, uid) -> the owner object, or None when it cannot be read
 OwnerLookup = Callable[[str, str, str, str], Obj | None]
 
-PODGROUP_API_VERSION = "scheduling.run.ai/v2alpha2"
-QUEUE_LABEL = "kai.scheduler/queue"
-PRIORITY_LABEL = "priorityClassName"
-PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
-MIN_MEMBER_ANNOTATION = "kai.scheduler/batch-min-member"
-SKIP_LABEL = "kai.scheduler/skip-podgrouper"
-PODGROUP_ANNOTATION = "pod-group-name"
-DEFAULT_QUEUE = "default-queue"
 PREEMPTIBILITY_VALUES = ("preemptible", "non-preemptible")
 
 # Workloads whose pods are each their own gang of one (serving replicas come and go alone).

@@ -12,13 +12,19 @@ from fractions import Fraction
 from typing import Any
 
 from gpushare.api.contracts import (
+    DEFAULT_QUEUE,
     GPU_INDICES_ANNOTATION,
+    GPU_MEMORY_LABEL,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
+    GPU_RESOURCE,
     BindingError,
     parse_indices,
     parse_portion_milli,
 )
+from gpushare.api.contracts import GPU_DEVICES_ANNOTATION as DEVICES_ANNOTATION
+from gpushare.api.contracts import GPU_FRACTION_ANNOTATION as FRACTION_ANNOTATION
+from gpushare.api.contracts import GPU_MEMORY_ANNOTATION as MEMORY_ANNOTATION
 from gpushare.api.objects import Meta, Obj, metadata
 from gpushare.api.quantity import QuantityError, to_int, to_milli
 from gpushare.api.timefmt import timestamp
@@ -30,15 +36,9 @@ from gpushare.model.quantities import CPU, MEMORY, to_fraction
 from gpushare.scheduler.config import NODE_POOL_LABEL
 from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-FRACTION_ANNOTATION = "gpu-fraction"
-MEMORY_ANNOTATION = "gpu-memory"
-DEVICES_ANNOTATION = "gpu-fraction-num-devices"
 INDICES_ANNOTATION = GPU_INDICES_ANNOTATION
 PORTION_ANNOTATION = GPU_PORTION_ANNOTATION
 MEMORY_MIB_ANNOTATION = GPU_MEMORY_MIB_ANNOTATION
-PODGROUP_ANNOTATION = "pod-group-name"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 PREEMPTION_DELAY_ANNOTATION = "kai.scheduler/preemption-delay"
 STALENESS_ANNOTATION = "kai.scheduler/staleness-grace-period"
@@ -197,7 +197,7 @@ def job_from_podgroup(pg: Obj, priorities: dict[str, int]) -> Job:
     return Job(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "default")),
-        queue=str(spec.get("queue") or "default-queue"),
+        queue=str(spec.get("queue") or DEFAULT_QUEUE),
         priority=priority,
         preemptible=preemptible,
         min_member=max(min_member, 0),

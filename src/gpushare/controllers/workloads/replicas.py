@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from gpushare.api.objects import Meta, Obj, metadata
+from gpushare.api.timefmt import rfc3339
 
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 
@@ -379,12 +380,6 @@ def _size_annotations(plan: DeploymentPlan, replicasets: list[Obj], name: str,
         plan.annotate.setdefault(name, {}).update(notes)
 
 
-def _rfc3339(at: float) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _progressed(old: Obj, status: Obj) -> bool:
     """Kubernetes' notion of progress: more updated, ready or available pods, or fewer
     pods of old templates."""
@@ -408,7 +403,7 @@ def _progress_condition(plan: DeploymentPlan, deployment: Obj, status: Obj, done
                     None)
     deadline = (deployment.get("spec") or {}).get("progressDeadlineSeconds")
     deadline = DEFAULT_PROGRESS_DEADLINE if deadline is None else int(deadline)
-    stamp = _rfc3339(now)
+    stamp = rfc3339(now)
     if done:
         condition = {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
                      "message": f'ReplicaSet "{name}" has successfully progressed.'}
@@ -481,8 +476,8 @@ def _plan_status(plan: DeploymentPlan, deployment: Obj, replicasets: list[Obj],
         available_condition["lastTransitionTime"] = previous.get("lastTransitionTime")
         available_condition["lastUpdateTime"] = previous.get("lastUpdateTime")
     else:
-        available_condition["lastTransitionTime"] = _rfc3339(clock)
-        available_condition["lastUpdateTime"] = _rfc3339(clock)
+        available_condition["lastTransitionTime"] = rfc3339(clock)
+        available_condition["lastUpdateTime"] = rfc3339(clock)
     done = (updated == wanted and totals["replicas"] == wanted and available >= wanted
             and current is not None)
     progressing = _progress_condition(plan, deployment, status, done, name,

@@ -3,16 +3,30 @@ every shape rule. Pure functions returning field causes: metadata (label and ann
 maps, finalizers, ownerReferences), resource quantities, pod spec and status shapes (also
 used by the node agent on the pods it is given), RBAC subjects, roleRefs and rules,
 structural CRD schemas. Rules about meaning rather than shape (names, GPU annotations,
-workloads, queues) are in `validation`."""
+workloads, queues) are in the API server's `validation`. Pure: the API server, the agent
+and the syncer all check with these."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from gpushare.api.quantity import QuantityError, parse_quantity
-from gpushare.apiserver.errors import Cause
+
+
+@dataclass
+class Cause:
+    """One field's fault, as a Kubernetes `Status` lists it under ``details.causes``."""
+
+    field: str
+    message: str
+    reason: str = "FieldValueInvalid"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": self.message, "field": self.field}
+
 
 _QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                         r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
