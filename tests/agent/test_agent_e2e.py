@@ -20,7 +20,7 @@ import pytest
 from process_probes import gone, processes_named
 
 from gpushare.cli.compose import api_server
-from gpushare.controllers import node_lifecycle
+from gpushare.controllers.nodes import node_lifecycle
 from gpushare.kube.client import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, KubeClient
 
 NODE = "e2e-node"

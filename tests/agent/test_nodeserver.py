@@ -33,8 +33,8 @@ from gpushare.agent.endpoint.spdy import (
 from gpushare.agent.endpoint.streams import ExecTarget
 from gpushare.agent.node.nodeauth import CallerCheck
 from gpushare.agent.runtime.logstore import log_path
+from gpushare.api.contracts import NODE_CLIENT_NAME
 from gpushare.apiserver.auth.tls import NODE_CLIENT_CERT, NODE_CLIENT_KEY
-from gpushare.contracts import NODE_CLIENT_NAME
 from node_pki import client_cert, node_tls
 
 

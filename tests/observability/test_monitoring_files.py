@@ -18,7 +18,7 @@ from gpushare.agent.node.inventory import declared_gpus
 from gpushare.agent.runtime.telemetry import AgentMetrics
 from gpushare.apiserver.telemetry.metrics import Metrics
 from gpushare.cli.compose import api_server
-from gpushare.controllers.scheduler_metrics import SchedulerMetrics
+from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics
 
 ROOT = Path(__file__).resolve().parents[2] / "deploy/monitoring"
 NAME = re.compile(r"\b((?:queue|gpushare|apiserver|task|e2e|action)_[a-z0-9_]+)\b")

@@ -49,9 +49,10 @@ from gpushare.agent.runtime.supervisor import (
     kill_unrecorded,
 )
 from gpushare.agent.runtime.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
-from gpushare.apiserver.schema import shapes
-from gpushare.bodies import field_dict
-from gpushare.contracts import GPU_USAGE_ANNOTATION
+from gpushare.api import shapes
+from gpushare.api.contracts import GPU_USAGE_ANNOTATION
+from gpushare.api.objects import field_dict
+from gpushare.api.timefmt import rfc3339, rfc3339_micro
 from gpushare.kube.client import (
     CONFIGMAPS,
     NODES,
@@ -63,7 +64,6 @@ from gpushare.kube.client import (
 )
 from gpushare.kube.informer import Informer
 from gpushare.kube.lease import renew_node_lease
-from gpushare.kube.timefmt import rfc3339, rfc3339_micro
 
 log = logging.getLogger("gpushare.agent")
 

@@ -33,6 +33,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpushare.api.contracts import GPU_RESOURCE
 from gpushare.cli.demo_gpu import (
     ENFORCEMENT,
     gpu_manifest,
@@ -333,7 +334,7 @@ class _Kubectl:
 
     def allocated(self, queue: str) -> str | None:
         status = self.json("get", "queue", queue).get("status", {})
-        return (status.get("allocated") or {}).get("nvidia.com/gpu")
+        return (status.get("allocated") or {}).get(GPU_RESOURCE)
 
     def wait(self, timeout: float, what: str, check: Callable[[], bool]) -> None:
         deadline = time.monotonic() + timeout

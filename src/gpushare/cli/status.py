@@ -11,19 +11,21 @@ from typing import Annotated, Any
 
 import typer
 
-from gpushare.contracts import (
+from gpushare.api.contracts import (
+    DEFAULT_QUEUE,
     GPU_INDICES_ANNOTATION,
     GPU_PORTION_ANNOTATION,
     MILLI,
     NODE_ENFORCEMENT_ANNOTATION,
+    QUEUE_LABEL,
     BindingError,
     parse_portion_milli,
 )
-from gpushare.kube.quantity import parse_quantity
+from gpushare.api.contracts import GPU_RESOURCE as GPU
+from gpushare.api.contracts import SCHEDULER_NAMES as SCHEDULERS
+from gpushare.api.objects import Obj
+from gpushare.api.quantity import parse_quantity
 
-Obj = dict[str, Any]
-GPU = "nvidia.com/gpu"
-SCHEDULERS = ("gpushare", "kai-scheduler")
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -80,7 +82,7 @@ def _slices(pods: list[Obj]) -> dict[tuple[str, str], list[Obj]]:
         for index in indices:
             out.setdefault((node, index), []).append({
                 "pod": f"{meta.get('namespace')}/{meta.get('name')}",
-                "queue": (meta.get("labels") or {}).get("kai.scheduler/queue", "default-queue"),
+                "queue": (meta.get("labels") or {}).get(QUEUE_LABEL, DEFAULT_QUEUE),
                 "portion": milli / MILLI,
                 "portion_milli": milli,
             })
@@ -129,7 +131,7 @@ def _pending(pods: list[Obj], events: list[Obj]) -> list[Obj]:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         rows.append({
             "pod": key,
-            "queue": (meta.get("labels") or {}).get("kai.scheduler/queue", "default-queue"),
+            "queue": (meta.get("labels") or {}).get(QUEUE_LABEL, DEFAULT_QUEUE),
             "reason": reasons.get(key, ("", "not decided yet"))[1],
         })
     return sorted(rows, key=lambda r: (r["queue"], r["pod"]))

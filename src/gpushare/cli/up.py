@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpushare.api.contracts import DEFAULT_QUEUE as DEFAULT_QUEUE_NAME
+from gpushare.api.contracts import GPU_RESOURCE
+
 if TYPE_CHECKING:
     from gpushare.apiserver.http.server import ApiServer
 
@@ -103,9 +106,12 @@ def controllers(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run all controllers in one process (pod-grouper, workloads, scheduler, queue status)."""
-    from gpushare.controllers.manager import DEFAULT, start_controllers
-    from gpushare.controllers.pod_grouper import SCHEDULER_NAMES
-    from gpushare.controllers.scheduler_config import SchedulerConfigError, load_scheduler_config
+    from gpushare.api.contracts import SCHEDULER_NAMES
+    from gpushare.controller_manager import DEFAULT, start_controllers
+    from gpushare.controllers.scheduling.scheduler_config import (
+        SchedulerConfigError,
+        load_scheduler_config,
+    )
 
     _setup_logging(verbose)
     path = _kubeconfig_path(kubeconfig)
@@ -180,7 +186,7 @@ def node_add(
 
     It is tainted gpushare.io/no-agent=true:NoSchedule: only pods that tolerate it land."""
     from gpushare.controllers.events import now_rfc3339
-    from gpushare.controllers.static_nodes import (
+    from gpushare.controllers.nodes.static_nodes import (
         NodeSpecError,
         parse_labels,
         register_static_node,
@@ -281,7 +287,7 @@ def _wait_until_up(
 DEFAULT_QUEUE = {
     "apiVersion": "scheduling.run.ai/v2",
     "kind": "Queue",
-    "metadata": {"name": "default-queue"},
+    "metadata": {"name": DEFAULT_QUEUE_NAME},
     "spec": {"resources": {r: {"quota": 0, "limit": -1, "overQuotaWeight": 1}
                            for r in ("gpu", "cpu", "memory")}},
 }
@@ -409,9 +415,9 @@ def format_queue_table(queues: list[dict]) -> str:
                 str(spec.get("priority", 100)),
                 _amount(gpu.get("quota")),
                 _amount(gpu.get("limit")),
-                (status.get("fairShare") or {}).get("nvidia.com/gpu", "-"),
-                (status.get("allocated") or {}).get("nvidia.com/gpu", "-"),
-                (status.get("requested") or {}).get("nvidia.com/gpu", "-"),
+                (status.get("fairShare") or {}).get(GPU_RESOURCE, "-"),
+                (status.get("allocated") or {}).get(GPU_RESOURCE, "-"),
+                (status.get("requested") or {}).get(GPU_RESOURCE, "-"),
             ))
             walk(name, depth + 1)
 
@@ -497,7 +503,7 @@ def up(
             raise typer.Exit(2) from None
     controller_args: list[str] = []
     if scheduler_config is not None:
-        from gpushare.controllers.scheduler_config import (
+        from gpushare.controllers.scheduling.scheduler_config import (
             SchedulerConfigError,
             load_scheduler_config,
         )

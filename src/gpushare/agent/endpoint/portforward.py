@@ -39,7 +39,7 @@ from gpushare.agent.endpoint.spdy import (
     parse_frames,
 )
 from gpushare.agent.endpoint.wsconn import WsConn
-from gpushare.contracts import node_hop_subprotocol
+from gpushare.api.contracts import node_hop_subprotocol
 
 # kubectl asks the API server for "SPDY/3.1+portforward.k8s.io"; the API server asks the
 # agent for the same name in token form

@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from gpushare.api.serviceaccounts import ROOT_CA_CONFIGMAP
 from gpushare.kube.client import CONFIGMAPS, ApiError, KubeClient, Resource
 
 log = logging.getLogger("gpushare.agent")
@@ -71,7 +72,7 @@ def cluster_ca(kube: KubeClient) -> bytes:
     path = getattr(kube.api_client.configuration, "ssl_ca_cert", None)
     if path:
         return Path(path).read_bytes()
-    body = kube.get(CONFIGMAPS.item("kube-root-ca.crt", "default"))
+    body = kube.get(CONFIGMAPS.item(ROOT_CA_CONFIGMAP, "default"))
     pem = ((body or {}).get("data") or {}).get("ca.crt")
     if not pem:
         raise CertificateUnavailable(

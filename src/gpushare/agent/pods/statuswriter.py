@@ -12,8 +12,8 @@ import threading
 import time
 from typing import Any
 
+from gpushare.api.timefmt import rfc3339
 from gpushare.kube.client import EVENTS, PODS, ApiError, KubeClient
-from gpushare.kube.timefmt import rfc3339
 
 log = logging.getLogger("gpushare.agent")
 

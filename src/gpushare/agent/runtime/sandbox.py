@@ -60,6 +60,7 @@ from pathlib import Path
 import psutil
 
 from gpushare.agent.runtime.logstore import META_DIR
+from gpushare.api.serviceaccounts import TOKEN_MOUNT_PATH
 
 log = logging.getLogger("gpushare.agent")
 
@@ -72,7 +73,7 @@ STATE_FILE = "sandbox.json"
 SA_DIR = "serviceaccount"  # in the metadata directory
 SA_COPY = ".serviceaccount"  # in the pod directory (setuid mode)
 SA_ENV = "GPUSHARE_SERVICEACCOUNT_DIR"
-SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_MOUNT = TOKEN_MOUNT_PATH
 _SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
 _ALWAYS_HIDDEN = ("/root", "/home")
 _GPU_DEVICE_PREFIX = "nvidia"

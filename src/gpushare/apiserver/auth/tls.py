@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gpushare.contracts import NODE_CLIENT_NAME
+from gpushare.api.contracts import NODE_CLIENT_NAME
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"

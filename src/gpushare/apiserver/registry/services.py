@@ -9,8 +9,8 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
+from gpushare.api.objects import field_dict, field_list
 from gpushare.apiserver.errors import Cause
-from gpushare.bodies import field_dict, field_list
 
 _RANGE = ipaddress.ip_network("10.96.0.0/12")
 _NODE_PORTS = range(30000, 32768)

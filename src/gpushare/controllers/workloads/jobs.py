@@ -10,9 +10,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.controllers.translate import timestamp
-
-Obj = dict[str, Any]
+from gpushare.api.objects import Obj
+from gpushare.api.timefmt import timestamp
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 CONTROLLER_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")

@@ -12,11 +12,10 @@ import secrets
 import string
 import threading
 import time
-from typing import Any
 
+from gpushare.api.objects import Obj, controller_reference
 from gpushare.controllers.events import EventRecorder, now_rfc3339
-from gpushare.controllers.grouping import controller_reference
-from gpushare.controllers.jobs import finished_condition, plan_job
+from gpushare.controllers.workloads.jobs import finished_condition, plan_job
 from gpushare.kube.client import JOBS, PODS, ApiError, KubeClient, Stopper
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
@@ -25,7 +24,6 @@ log = logging.getLogger(__name__)
 
 WORKERS = 4  # concurrent reconciles: API round trips overlap
 
-Obj = dict[str, Any]
 EXPECTATION_SECONDS = 30.0  # forget an unseen create after this long (it may have been lost)
 _ALPHABET = string.ascii_lowercase + string.digits
 

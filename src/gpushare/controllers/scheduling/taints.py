@@ -13,9 +13,9 @@ the API. ``PreferNoSchedule`` is a preference and does not filter.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-Obj = dict[str, Any]
+from gpushare.api.objects import Obj
+
 Taint = tuple[str, str, str]  # key, value, effect
 
 #: Not a valid label key, so no real label can clash with it.

@@ -1,4 +1,5 @@
-"""Kubernetes time formats."""
+"""Kubernetes time formats: the one home of RFC 3339, written and read. Pure: the callers
+read the clock."""
 
 from __future__ import annotations
 
@@ -22,7 +23,24 @@ def rfc3339_nano(epoch_ns: int) -> str:
 
 
 def parse_rfc3339(text: str) -> float:
+    """RFC 3339 to epoch seconds; ValueError when it is not one."""
     text = text.strip()
     if text.endswith("Z"):
         text = text[:-1] + "+00:00"
     return datetime.fromisoformat(text).timestamp()
+
+
+def parse_time(value: object) -> datetime | None:
+    """RFC 3339 to an aware datetime; None when missing or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def timestamp(text: object) -> float:
+    """RFC 3339 to epoch seconds; missing or unreadable is 0 (the oldest)."""
+    parsed = parse_time(text)
+    return 0.0 if parsed is None else parsed.timestamp()

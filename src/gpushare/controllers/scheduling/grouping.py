@@ -9,20 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-Obj = dict[str, Any]
+from gpushare.api.contracts import (
+    DEFAULT_QUEUE,
+    MIN_MEMBER_ANNOTATION,
+    PODGROUP_API_VERSION,
+    PREEMPTIBILITY_LABEL,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+)
+from gpushare.api.contracts import SKIP_PODGROUPER_LABEL as SKIP_LABEL
+from gpushare.api.objects import Meta, Obj, controller_reference, metadata
+
 # (kind, namespace, name, uid) -> the owner object, or None when it cannot be read
 OwnerLookup = Callable[[str, str, str, str], Obj | None]
 
-PODGROUP_API_VERSION = "scheduling.run.ai/v2alpha2"
-QUEUE_LABEL = "kai.scheduler/queue"
-PRIORITY_LABEL = "priorityClassName"
-PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
-MIN_MEMBER_ANNOTATION = "kai.scheduler/batch-min-member"
-SKIP_LABEL = "kai.scheduler/skip-podgrouper"
-PODGROUP_ANNOTATION = "pod-group-name"
-DEFAULT_QUEUE = "default-queue"
 PREEMPTIBILITY_VALUES = ("preemptible", "non-preemptible")
 
 # Workloads whose pods are each their own gang of one (serving replicas come and go alone).
@@ -70,25 +71,12 @@ class PodGroupPlan:
         }
 
 
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
-
-
 def _labels(obj: Obj) -> dict[str, str]:
-    return _meta(obj).get("labels") or {}
+    return Meta.of(obj).labels
 
 
 def _annotations(obj: Obj) -> dict[str, str]:
-    return _meta(obj).get("annotations") or {}
-
-
-def controller_reference(obj: Obj) -> Obj | None:
-    """The owner that controls ``obj``: the controller=true reference, else the first."""
-    refs = _meta(obj).get("ownerReferences") or []
-    for ref in refs:
-        if ref.get("controller"):
-            return ref
-    return refs[0] if refs else None
+    return Meta.of(obj).annotations
 
 
 def _stub(ref: Obj, namespace: str) -> Obj:
@@ -104,7 +92,7 @@ def _stub(ref: Obj, namespace: str) -> Obj:
 def owner_chain(pod: Obj, lookup: OwnerLookup) -> list[Obj]:
     """``[pod, owner, owner's owner, ...]`` up to the top owner."""
     chain = [pod]
-    namespace = _meta(pod).get("namespace", "")
+    namespace = metadata(pod).get("namespace", "")
     current = pod
     for _ in range(MAX_CHAIN):
         ref = controller_reference(current)
@@ -123,7 +111,7 @@ def owner_chain(pod: Obj, lookup: OwnerLookup) -> list[Obj]:
 
 
 def reference_to(obj: Obj) -> Obj:
-    meta = _meta(obj)
+    meta = metadata(obj)
     return {
         "apiVersion": obj.get("apiVersion", "v1"),
         "kind": obj.get("kind", "Pod"),
@@ -148,7 +136,7 @@ def plan_podgroup(chain: list[Obj], default_queue: str = DEFAULT_QUEUE) -> PodGr
         group_owner = chain[-2]  # every run of a CronJob is its own gang
     else:
         group_owner = top
-    owner_meta = _meta(group_owner)
+    owner_meta = metadata(group_owner)
     warnings: list[str] = []
 
     min_member = 1
@@ -183,7 +171,7 @@ def plan_podgroup(chain: list[Obj], default_queue: str = DEFAULT_QUEUE) -> PodGr
 
     return PodGroupPlan(
         name=f"pg-{owner_meta.get('name', '')}-{owner_meta.get('uid', '')}",
-        namespace=str(_meta(pod).get("namespace", "default")),
+        namespace=str(metadata(pod).get("namespace", "default")),
         owner=reference_to(group_owner),
         min_member=min_member,
         queue=queue,

@@ -1,5 +1,7 @@
-"""The names gpushare's parts use between themselves (``docs/contracts.md``), and the codec
-of the GPU binding the scheduler loop writes on a pod and translate and the agent read.
+"""The names users and gpushare's parts share (``docs/contracts.md``): what users write on
+their objects (KAI Scheduler's labels and annotations, the GPU resource), what the parts
+write for each other, and the codec of the GPU binding the scheduler loop writes on a pod
+and translate and the agent read. Every such name is spelled here and only here.
 
 Pure: no I/O. The binding's portion travels in exact milli-GPUs: the scheduler decides
 milli-GPUs, the annotation writes them as a decimal with at most three places ("0.33",
@@ -12,6 +14,26 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 MILLI = 1000
+
+# What users write (KAI Scheduler's names): the queue and gang of a pod or workload.
+QUEUE_LABEL = "kai.scheduler/queue"
+DEFAULT_QUEUE = "default-queue"
+PRIORITY_LABEL = "priorityClassName"
+PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
+MIN_MEMBER_ANNOTATION = "kai.scheduler/batch-min-member"
+SKIP_PODGROUPER_LABEL = "kai.scheduler/skip-podgrouper"
+PODGROUP_ANNOTATION = "pod-group-name"
+PODGROUP_API_VERSION = "scheduling.run.ai/v2alpha2"
+# The scheduler names whose pods gpushare schedules (``spec.schedulerName``).
+SCHEDULER_NAMES = ("gpushare", "kai-scheduler")
+# GPUs: the extended resource, a pod's fraction or memory request, node labels.
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_FRACTION_ANNOTATION = "gpu-fraction"
+GPU_MEMORY_ANNOTATION = "gpu-memory"
+GPU_DEVICES_ANNOTATION = "gpu-fraction-num-devices"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+# The well-known node label every Node carries.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 # Written by the scheduler loop on a pod when it binds it.
 GPU_INDICES_ANNOTATION = "gpushare.io/gpu-indices"

@@ -13,10 +13,10 @@ import threading
 import time
 from typing import Any
 
+from gpushare.api.objects import Obj, controller_reference
 from gpushare.controllers.events import EventRecorder, now_rfc3339
-from gpushare.controllers.grouping import controller_reference
-from gpushare.controllers.job_controller import random_suffix
-from gpushare.controllers.replicas import (
+from gpushare.controllers.workloads.job_controller import random_suffix
+from gpushare.controllers.workloads.replicas import (
     plan_deployment,
     plan_replicaset,
     with_replica_failure,
@@ -36,7 +36,6 @@ from gpushare.kube.informers import InformerFactory
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 EXPECTATION_SECONDS = 30.0
 WORKERS = 4
 

@@ -20,12 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.contracts import GpuBinding
+from gpushare.api.contracts import GPU_RESOURCE, QUEUE_LABEL, SCHEDULER_NAMES, GpuBinding
+from gpushare.api.objects import Obj
+from gpushare.api.quantity import format_bytes, format_milli
 from gpushare.controllers.events import EventRecorder, now_rfc3339
-from gpushare.controllers.heap import HeapKeeper
-from gpushare.controllers.mirror import ORPHAN_QUEUE, Mirror
-from gpushare.controllers.scheduler_metrics import SchedulerMetrics
-from gpushare.controllers.scheduling_status import mark_unschedulable, record_scheduled
+from gpushare.controllers.scheduling.heap import HeapKeeper
+from gpushare.controllers.scheduling.mirror import ORPHAN_QUEUE, Mirror
+from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics
+from gpushare.controllers.scheduling.scheduling_status import mark_unschedulable, record_scheduled
 from gpushare.kube.client import (
     NODES,
     PODGROUPS,
@@ -38,7 +40,6 @@ from gpushare.kube.client import (
 )
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
-from gpushare.kube.quantity import format_bytes, format_milli
 from gpushare.model import PodStatus
 from gpushare.scheduler.actions.registry import get_action
 from gpushare.scheduler.config import Config
@@ -48,7 +49,6 @@ from gpushare.scheduler.state import ClusterState
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 COMPONENT = "gpushare-scheduler"
 TIMED_ACTIONS = frozenset({"stalegangeviction"})
 BUSY_DELTAS = 100  # changes queued at a cycle's start that count as "under load"
@@ -115,7 +115,7 @@ def resource_list(values: dict[str, float]) -> dict[str, str]:
     cpu = values.get("cpu", 0.0)
     mem = values.get("memory", 0.0)
     if math.isfinite(gpu):
-        out["nvidia.com/gpu"] = format_milli(max(round(gpu * 1000), 0))
+        out[GPU_RESOURCE] = format_milli(max(round(gpu * 1000), 0))
     if math.isfinite(cpu):
         out["cpu"] = format_milli(max(round(cpu), 0))
     if math.isfinite(mem):
@@ -171,7 +171,7 @@ class SchedulerLoop:
         stopper: Stopper,
         events: EventRecorder,
         *,
-        scheduler_names: tuple[str, ...] = ("gpushare", "kai-scheduler"),
+        scheduler_names: tuple[str, ...] = SCHEDULER_NAMES,
         config: Config | None = None,
         bind_workers: int = 16,
         min_interval: float = 0.05,
@@ -552,7 +552,7 @@ class SchedulerLoop:
             return str(((pg or {}).get("spec") or {}).get("queue", ""))
         raw = mirror.raw_pods.get(key) or {}
         return str(((raw.get("metadata") or {}).get("labels") or {}).get(
-            "kai.scheduler/queue", ""))
+            QUEUE_LABEL, ""))
 
     def _write_condition(self, job_key: str, queue: str, reason: str) -> None:
         namespace, _, name = job_key.partition("/")

@@ -8,20 +8,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from gpushare.contracts import (
+from gpushare.api.contracts import (
+    DEFAULT_QUEUE,
     GPU_INDICES_ANNOTATION,
+    GPU_MEMORY_LABEL,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
+    GPU_RESOURCE,
     BindingError,
     parse_indices,
     parse_portion_milli,
 )
-from gpushare.controllers import taints as node_taints
-from gpushare.kube.quantity import QuantityError, to_int, to_milli
+from gpushare.api.contracts import GPU_DEVICES_ANNOTATION as DEVICES_ANNOTATION
+from gpushare.api.contracts import GPU_FRACTION_ANNOTATION as FRACTION_ANNOTATION
+from gpushare.api.contracts import GPU_MEMORY_ANNOTATION as MEMORY_ANNOTATION
+from gpushare.api.objects import Meta, Obj, metadata
+from gpushare.api.quantity import QuantityError, to_int, to_milli
+from gpushare.api.timefmt import timestamp
+from gpushare.controllers.scheduling import taints as node_taints
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.gpu_products import PRODUCTS
 from gpushare.model.pod import GpuRequest
@@ -29,17 +36,9 @@ from gpushare.model.quantities import CPU, MEMORY, to_fraction
 from gpushare.scheduler.config import NODE_POOL_LABEL
 from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
 
-Obj = dict[str, Any]
-
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-FRACTION_ANNOTATION = "gpu-fraction"
-MEMORY_ANNOTATION = "gpu-memory"
-DEVICES_ANNOTATION = "gpu-fraction-num-devices"
 INDICES_ANNOTATION = GPU_INDICES_ANNOTATION
 PORTION_ANNOTATION = GPU_PORTION_ANNOTATION
 MEMORY_MIB_ANNOTATION = GPU_MEMORY_MIB_ANNOTATION
-PODGROUP_ANNOTATION = "pod-group-name"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 PREEMPTION_DELAY_ANNOTATION = "kai.scheduler/preemption-delay"
 STALENESS_ANNOTATION = "kai.scheduler/staleness-grace-period"
@@ -76,25 +75,11 @@ def parse_duration(text: str | None) -> float:
     return sign * total
 
 
-def timestamp(text: str | None) -> float:
-    """RFC 3339 to epoch seconds; missing is 0 (the oldest)."""
-    if not text:
-        return 0.0
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-
-
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
-
-
 # ------------------------------------------------------------------------------ nodes
 
 
 def node_from_api(node: Obj) -> Node:
-    meta = _meta(node)
+    meta = metadata(node)
     status = node.get("status") or {}
     alloc = status.get("allocatable") or status.get("capacity") or {}
     labels = dict(meta.get("labels") or {})
@@ -145,7 +130,7 @@ def _milli_quantity(value: Any) -> int:
 def queue_from_api(queue: Obj) -> Queue:
     """A Queue; omitted resource fields take the model's defaults (quota 0, no limit,
     weight 1), so a queue that leaves out ``memory`` still runs pods that ask for memory."""
-    meta = _meta(queue)
+    meta = metadata(queue)
     spec = queue.get("spec") or {}
     name = str(meta.get("name", ""))
     resources: dict[str, ResourceSpec] = {}
@@ -192,7 +177,7 @@ def _amount(
 
 
 def job_from_podgroup(pg: Obj, priorities: dict[str, int]) -> Job:
-    meta = _meta(pg)
+    meta = metadata(pg)
     spec = pg.get("spec") or {}
     annotations = meta.get("annotations") or {}
     priority_name = spec.get("priorityClassName") or ""
@@ -212,7 +197,7 @@ def job_from_podgroup(pg: Obj, priorities: dict[str, int]) -> Job:
     return Job(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "default")),
-        queue=str(spec.get("queue") or "default-queue"),
+        queue=str(spec.get("queue") or DEFAULT_QUEUE),
         priority=priority,
         preemptible=preemptible,
         min_member=max(min_member, 0),
@@ -249,8 +234,8 @@ def _annotation_value(
 
 def gpu_request(pod: Obj) -> GpuRequest:
     """What the pod asks of GPUs, from its annotations and container limits."""
-    annotations = _meta(pod).get("annotations") or {}
-    name = _meta(pod).get("name", "")
+    annotations = Meta.of(pod).annotations
+    name = metadata(pod).get("name", "")
     devices = 1
     if annotations.get(DEVICES_ANNOTATION):
         devices = _annotation_value(annotations, DEVICES_ANNOTATION, name, int,
@@ -315,7 +300,7 @@ def _pod_quantity(value: Any, path: str, milli: bool) -> int:
 
 def bound_gpus(pod: Obj) -> tuple[tuple[int, ...], int]:
     """The GPU indices and milli-portion written on a bound pod."""
-    annotations = _meta(pod).get("annotations") or {}
+    annotations = Meta.of(pod).annotations
     try:
         indices = parse_indices(str(annotations.get(INDICES_ANNOTATION, "")))
     except BindingError:
@@ -335,7 +320,7 @@ def pod_status(pod: Obj) -> PodStatus:
     if phase == "Failed":
         return PodStatus.FAILED
     node = (pod.get("spec") or {}).get("nodeName")
-    if node and _meta(pod).get("deletionTimestamp"):
+    if node and metadata(pod).get("deletionTimestamp"):
         return PodStatus.RELEASING
     if node:
         return PodStatus.RUNNING
@@ -407,7 +392,7 @@ def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float,
                  taint_sets: Iterable[tuple[node_taints.Taint, ...]] = ()) -> Pod:
     """The core's pod; ``taint_sets`` are the distinct blocking taint sets of the
     cluster's nodes, of which the pod may use those it tolerates."""
-    meta = _meta(pod)
+    meta = metadata(pod)
     spec = pod.get("spec") or {}
     status = pod_status(pod)
     cpu, memory = cpu_memory_requests(pod)

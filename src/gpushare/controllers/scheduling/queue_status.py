@@ -12,13 +12,13 @@ import logging
 import threading
 from typing import Any
 
-from gpushare.controllers.scheduler_loop import SchedulerLoop
+from gpushare.api.objects import Obj
+from gpushare.controllers.scheduling.scheduler_loop import SchedulerLoop
 from gpushare.kube.client import QUEUES, ApiError, KubeClient, Stopper
 from gpushare.kube.informers import InformerFactory
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 STATUS_FIELDS = ("fairShare", "allocated", "allocatedNonPreemptible", "requested", "childQueues")
 
 

@@ -15,17 +15,15 @@ from typing import Any
 
 import orjson
 
-Obj = dict[str, Any]
+from gpushare.api.objects import Meta, Obj, metadata
+from gpushare.api.timefmt import rfc3339
+
 TEMPLATE_HASH_LABEL = "pod-template-hash"
-
-
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
 
 
 def _live(pod: Obj) -> bool:
     phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not _meta(pod).get("deletionTimestamp")
+    return phase not in ("Succeeded", "Failed") and not metadata(pod).get("deletionTimestamp")
 
 
 def _ready(pod: Obj) -> bool:
@@ -34,7 +32,7 @@ def _ready(pod: Obj) -> bool:
 
 
 def owner_reference(obj: Obj, api_version: str, kind: str) -> Obj:
-    meta = _meta(obj)
+    meta = metadata(obj)
     return {"apiVersion": api_version, "kind": kind, "name": meta.get("name", ""),
             "uid": meta.get("uid", ""), "controller": True, "blockOwnerDeletion": True}
 
@@ -52,7 +50,7 @@ def plan_replicaset(rs: Obj, pods: list[Obj], new_suffix: Any,
     ``owner`` is the (apiVersion, kind) the pods' owner reference names (a
     ReplicationController keeps pods the same way)."""
     plan = ReplicaPlan()
-    meta, spec = _meta(rs), rs.get("spec") or {}
+    meta, spec = metadata(rs), rs.get("spec") or {}
     wanted = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
     live = [p for p in pods if _live(p)]
     if len(live) < wanted:
@@ -66,9 +64,9 @@ def plan_replicaset(rs: Obj, pods: list[Obj], new_suffix: Any,
             _ready(p),
             -_created(p),
         ))
-        plan.delete = [str(_meta(p).get("name")) for p in order[: len(live) - wanted]]
+        plan.delete = [str(metadata(p).get("name")) for p in order[: len(live) - wanted]]
     remaining = len(live) + len(plan.create) - len(plan.delete)
-    ready = sum(1 for p in live if _ready(p) and str(_meta(p).get("name")) not in plan.delete)
+    ready = sum(1 for p in live if _ready(p) and str(metadata(p).get("name")) not in plan.delete)
     status = {
         "replicas": remaining,
         "fullyLabeledReplicas": remaining,
@@ -102,13 +100,13 @@ def with_replica_failure(status: Obj, message: str | None, now: str) -> Obj:
 
 
 def _created(pod: Obj) -> float:
-    from gpushare.controllers.translate import timestamp
+    from gpushare.api.timefmt import timestamp
 
-    return timestamp(_meta(pod).get("creationTimestamp"))
+    return timestamp(metadata(pod).get("creationTimestamp"))
 
 
 def _pod_from_template(rs: Obj, name: str, owner: tuple[str, str]) -> Obj:
-    meta, spec = _meta(rs), rs.get("spec") or {}
+    meta, spec = metadata(rs), rs.get("spec") or {}
     template = copy.deepcopy(spec.get("template") or {})
     tmeta = template.get("metadata") or {}
     return {
@@ -155,7 +153,7 @@ def _replicas(obj: Obj, default: int = 1) -> int:
 
 def _revision(rs: Obj) -> int:
     try:
-        return int((_meta(rs).get("annotations") or {}).get(REVISION_ANNOTATION, "0"))
+        return int((Meta.of(rs).annotations).get(REVISION_ANNOTATION, "0"))
     except (TypeError, ValueError):
         return 0
 
@@ -190,7 +188,7 @@ def rolling_bounds(deployment: Obj, wanted: int) -> tuple[int, int]:
 
 def _new_replicaset(deployment: Obj, name: str, digest: str, replicas: int,
                     revision: int) -> Obj:
-    meta, spec = _meta(deployment), deployment.get("spec") or {}
+    meta, spec = metadata(deployment), deployment.get("spec") or {}
     template = spec.get("template") or {}
     labels = dict((template.get("metadata") or {}).get("labels") or {})
     labels[TEMPLATE_HASH_LABEL] = digest
@@ -236,7 +234,7 @@ DEFAULT_PROGRESS_DEADLINE = 600
 
 def _annotation_int(rs: Obj, key: str) -> int | None:
     try:
-        return int((_meta(rs).get("annotations") or {})[key])
+        return int((Meta.of(rs).annotations)[key])
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -266,9 +264,9 @@ def _proportional_scale(active: list[Obj], wanted: int, allowed: int,
         share = round(have * allowed / sized_for) - have if sized_for > 0 else 0
         remaining = to_add - added
         share = min(share, remaining) if to_add > 0 else max(share, remaining)
-        sizes[str(_meta(rs).get("name"))] = have + share
+        sizes[str(metadata(rs).get("name"))] = have + share
         added += share
-    first = str(_meta(order[0]).get("name"))
+    first = str(metadata(order[0]).get("name"))
     sizes[first] += to_add - added
     return {name: max(size, 0) for name, size in sizes.items()}
 
@@ -288,13 +286,13 @@ def plan_deployment(deployment: Obj, replicasets: list[Obj],
     makes no progress for ``progressDeadlineSeconds`` gets ``Progressing=False`` with
     reason ``ProgressDeadlineExceeded``. ``now`` is the wall clock (epoch seconds)."""
     plan = DeploymentPlan()
-    meta, spec = _meta(deployment), deployment.get("spec") or {}
+    meta, spec = metadata(deployment), deployment.get("spec") or {}
     wanted = _replicas(deployment)
     template = spec.get("template") or {}
     digest = template_hash(template)
     name = f"{meta.get('name')}-{digest}"
-    current = next((rs for rs in replicasets if _meta(rs).get("name") == name), None)
-    olds = sorted((rs for rs in replicasets if _meta(rs).get("name") != name),
+    current = next((rs for rs in replicasets if metadata(rs).get("name") == name), None)
+    olds = sorted((rs for rs in replicasets if metadata(rs).get("name") != name),
                   key=lambda rs: (_revision(rs), _created(rs)))
     top = max((_revision(rs) for rs in olds), default=0)
     revision = _revision(current) if current is not None else 0
@@ -335,7 +333,7 @@ def plan_deployment(deployment: Obj, replicasets: list[Obj],
 def _plan_recreate(plan: DeploymentPlan, olds: list[Obj], wanted: int, new_spec: int) -> int:
     for rs in olds:
         if _replicas(rs, 0):
-            plan.scale[str(_meta(rs).get("name"))] = 0
+            plan.scale[str(metadata(rs).get("name"))] = 0
     old_total = sum(_replicas(rs, 0) for rs in olds)
     old_pods = sum(int((rs.get("status") or {}).get("replicas") or 0) for rs in olds)
     return wanted if old_total == 0 and old_pods == 0 else new_spec
@@ -362,7 +360,7 @@ def _plan_rolling(plan: DeploymentPlan, deployment: Obj, current: Obj | None,
         if have == 0:
             continue
         cut = min(have, remove)
-        plan.scale[str(_meta(rs).get("name"))] = have - cut
+        plan.scale[str(metadata(rs).get("name"))] = have - cut
         remove -= cut
     return target_new
 
@@ -373,19 +371,13 @@ def _size_annotations(plan: DeploymentPlan, replicasets: list[Obj], name: str,
     ``max-replicas``), which tells a later resize from a rollout step."""
     notes = {DESIRED_ANNOTATION: str(wanted), MAX_ANNOTATION: str(allowed)}
     for rs in replicasets:
-        rs_name = str(_meta(rs).get("name"))
+        rs_name = str(metadata(rs).get("name"))
         size = target_new if rs_name == name else plan.scale.get(rs_name, _replicas(rs, 0))
-        have = _meta(rs).get("annotations") or {}
+        have = Meta.of(rs).annotations
         if size > 0 and any(have.get(k) != v for k, v in notes.items()):
             plan.annotate.setdefault(rs_name, {}).update(notes)
-    if not any(str(_meta(rs).get("name")) == name for rs in replicasets):
+    if not any(str(metadata(rs).get("name")) == name for rs in replicasets):
         plan.annotate.setdefault(name, {}).update(notes)
-
-
-def _rfc3339(at: float) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _progressed(old: Obj, status: Obj) -> bool:
@@ -411,7 +403,7 @@ def _progress_condition(plan: DeploymentPlan, deployment: Obj, status: Obj, done
                     None)
     deadline = (deployment.get("spec") or {}).get("progressDeadlineSeconds")
     deadline = DEFAULT_PROGRESS_DEADLINE if deadline is None else int(deadline)
-    stamp = _rfc3339(now)
+    stamp = rfc3339(now)
     if done:
         condition = {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
                      "message": f'ReplicaSet "{name}" has successfully progressed.'}
@@ -421,7 +413,7 @@ def _progress_condition(plan: DeploymentPlan, deployment: Obj, status: Obj, done
                      "message": f'Created new replica set "{name}"' if created
                      else f'ReplicaSet "{name}" is progressing.'}
     else:
-        from gpushare.controllers.translate import timestamp
+        from gpushare.api.timefmt import timestamp
 
         last = timestamp(previous.get("lastUpdateTime")) or now
         if previous.get("reason") == "ProgressDeadlineExceeded":
@@ -451,7 +443,7 @@ def _plan_status(plan: DeploymentPlan, deployment: Obj, replicasets: list[Obj],
                  now: float | None) -> None:
     import time
 
-    meta = _meta(deployment)
+    meta = metadata(deployment)
     totals = {"replicas": 0, "readyReplicas": 0, "availableReplicas": 0}
     for rs in replicasets:
         rs_status = rs.get("status") or {}
@@ -484,8 +476,8 @@ def _plan_status(plan: DeploymentPlan, deployment: Obj, replicasets: list[Obj],
         available_condition["lastTransitionTime"] = previous.get("lastTransitionTime")
         available_condition["lastUpdateTime"] = previous.get("lastUpdateTime")
     else:
-        available_condition["lastTransitionTime"] = _rfc3339(clock)
-        available_condition["lastUpdateTime"] = _rfc3339(clock)
+        available_condition["lastTransitionTime"] = rfc3339(clock)
+        available_condition["lastUpdateTime"] = rfc3339(clock)
     done = (updated == wanted and totals["replicas"] == wanted and available >= wanted
             and current is not None)
     progressing = _progress_condition(plan, deployment, status, done, name,

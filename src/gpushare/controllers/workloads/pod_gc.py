@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
+from gpushare.api.objects import Obj
 from gpushare.kube.client import NODES, PODS, ApiError, KubeClient, Stopper
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 WORKERS = 2
 SWEEP_SECONDS = 20.0  # also look for orphans this often (a missed node deletion)
 

@@ -3,62 +3,43 @@ every shape rule. Pure functions returning field causes: metadata (label and ann
 maps, finalizers, ownerReferences), resource quantities, pod spec and status shapes (also
 used by the node agent on the pods it is given), RBAC subjects, roleRefs and rules,
 structural CRD schemas. Rules about meaning rather than shape (names, GPU annotations,
-workloads, queues) are in `validation`."""
+workloads, queues) are in the API server's `validation`. Pure: the API server, the agent
+and the syncer all check with these."""
 
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
-from gpushare.apiserver.errors import Cause
+from gpushare.api.quantity import QuantityError, parse_quantity
+
+
+@dataclass
+class Cause:
+    """One field's fault, as a Kubernetes `Status` lists it under ``details.causes``."""
+
+    field: str
+    message: str
+    reason: str = "FieldValueInvalid"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": self.message, "field": self.field}
+
 
 _QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                         r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_QUANTITY = re.compile(r"^([+-]?(\d+\.?\d*|\.\d+))(([eE][+-]?\d+)|Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G"
-                       r"|T|P|E)?$")
-_SUFFIX: dict[str, Decimal] = {
-    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50), "Ei": Decimal(2**60), "n": Decimal("1e-9"), "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9),
-    "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
-# Kubernetes keeps quantities in an int64 of milli-units at most: larger values are refused.
-MAX_QUANTITY = Decimal(2**63 - 1) / 1000
 _POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
 def quantity_value(value: Any) -> Decimal | None:
     """The value of a Kubernetes quantity ("100m", "2Gi", "1e3", 4), or None if invalid,
-    not finite or out of range."""
-    if isinstance(value, bool):
+    not finite or out of range (`gpushare.api.quantity`)."""
+    try:
+        return parse_quantity(value)
+    except QuantityError:
         return None
-    if isinstance(value, int):
-        number = Decimal(value)
-    elif isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return None
-        number = Decimal(str(value))
-    elif isinstance(value, str):
-        match = _QUANTITY.match(value.strip())
-        if not match:
-            return None
-        try:
-            number = Decimal(match.group(1))
-            suffix = match.group(3) or ""
-            if suffix[:1] in ("e", "E"):
-                exponent = int(suffix[1:])
-                if abs(exponent) > 30:
-                    return None
-                number = number.scaleb(exponent)
-            elif suffix:
-                number = number * _SUFFIX[suffix]
-        except (InvalidOperation, ValueError):
-            return None
-    else:
-        return None
-    if not number.is_finite() or abs(number) > MAX_QUANTITY:
-        return None
-    return number
 
 
 def _strings(value: Any, path: str, causes: list[Cause]) -> None:

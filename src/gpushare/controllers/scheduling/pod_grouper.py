@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
+from gpushare.api.contracts import PODGROUP_ANNOTATION, SCHEDULER_NAMES
+from gpushare.api.objects import Obj
 from gpushare.controllers.events import EventRecorder
-from gpushare.controllers.grouping import (
+from gpushare.controllers.scheduling.grouping import (
     DEFAULT_QUEUE,
-    PODGROUP_ANNOTATION,
     owner_chain,
     plan_podgroup,
     skips_grouping,
@@ -31,11 +31,9 @@ ANNOTATION_WORKERS = 8
 ANNOTATION_YIELD_SECONDS = 0.01
 ANNOTATION_MAX_WAIT_SECONDS = 5.0  # under steady churn, annotations still get written
 
-SCHEDULER_NAMES = ("gpushare", "kai-scheduler")
 OWNER_CACHE_SECONDS = 5.0
 OWNER_CACHE_SIZE = 10000  # past this, expired entries are dropped
 
-Obj = dict[str, Any]
 
 
 class PodGrouper:

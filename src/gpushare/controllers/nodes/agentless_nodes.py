@@ -10,11 +10,11 @@ declared capacity for as long as it exists.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from gpushare.api.objects import Obj
+from gpushare.api.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
 from gpushare.kube.client import NODES, ApiError, KubeClient
 from gpushare.kube.lease import renew_node_lease
-from gpushare.kube.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,6 @@ HOLDER = "gpushare-controllers"
 LEASE_SECONDS = 40
 RENEW_SECONDS = 10.0
 
-Obj = dict[str, Any]
 
 
 def _ready(node: Obj) -> Obj | None:

@@ -5,7 +5,7 @@ An agent renews its Node's `Ready` condition (`lastHeartbeatTime`) and its Lease
 `Ready` to `Unknown` (reason `NodeStatusUnknown`) and adds the `node.kubernetes.io/unreachable`
 NoSchedule taint, so nothing new lands there; the taint goes again once the node is Ready.
 Nodes annotated `gpushare.io/static-node: "true"` have no agent: this controller renews
-their Lease and Ready condition instead (`controllers/agentless_nodes.py`).
+their Lease and Ready condition instead (`controllers/nodes/agentless_nodes.py`).
 
 Entry point: `run(client, stop_event, grace_s=40, interval_s=5)`.
 """
@@ -20,13 +20,13 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from gpushare.contracts import STATIC_NODE_ANNOTATION
-from gpushare.controllers import agentless_nodes
+from gpushare.api.contracts import STATIC_NODE_ANNOTATION
+from gpushare.api.timefmt import parse_rfc3339, rfc3339
+from gpushare.controllers.nodes import agentless_nodes
 from gpushare.kube.client import NODES, KubeClient
 from gpushare.kube.lease import node_lease
-from gpushare.kube.timefmt import parse_rfc3339, rfc3339
 
-log = logging.getLogger("gpushare.controllers.node_lifecycle")
+log = logging.getLogger("gpushare.controllers.nodes.node_lifecycle")
 
 STATIC_NODE = STATIC_NODE_ANNOTATION
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"

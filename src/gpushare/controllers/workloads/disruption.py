@@ -14,18 +14,14 @@ import math
 import threading
 from typing import Any
 
+from gpushare.api.objects import Meta, Obj, metadata
 from gpushare.controllers.events import now_rfc3339
 from gpushare.kube.client import PODS, ApiError, KubeClient, Resource, Stopper
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
 
-Obj = dict[str, Any]
 PDBS = Resource("policy/v1", "poddisruptionbudgets", True)
 WORKERS = 1
-
-
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
 
 
 def selects(selector: Any, labels: dict[str, str]) -> bool:
@@ -66,11 +62,11 @@ def _count(value: Any, expected: int) -> int:
 
 def pdb_status(pdb: Obj, pods: list[Obj], now: str) -> Obj:
     """The status the controller wants (merged over what is there)."""
-    meta, spec = _meta(pdb), pdb.get("spec") or {}
-    mine = [p for p in pods if _meta(p).get("namespace") == meta.get("namespace")
-            and not _meta(p).get("deletionTimestamp")
+    meta, spec = metadata(pdb), pdb.get("spec") or {}
+    mine = [p for p in pods if metadata(p).get("namespace") == meta.get("namespace")
+            and not metadata(p).get("deletionTimestamp")
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-            and selects(spec.get("selector"), _meta(p).get("labels") or {})]
+            and selects(spec.get("selector"), Meta.of(p).labels)]
     expected = len(mine)
     healthy = sum(1 for p in mine if any(
         c.get("type") == "Ready" and c.get("status") == "True"
@@ -115,13 +111,13 @@ class DisruptionController:
 
     def _on_pdb(self, kind: str, pdb: Obj, old: Obj | None) -> None:
         if kind != "DELETED":
-            self.queue.add(f"{_meta(pdb).get('namespace')}/{_meta(pdb).get('name')}")
+            self.queue.add(f"{metadata(pdb).get('namespace')}/{metadata(pdb).get('name')}")
 
     def _on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
-        ns = _meta(pod).get("namespace")
+        ns = metadata(pod).get("namespace")
         for pdb in self.pdbs.items():
-            if _meta(pdb).get("namespace") == ns:
-                self.queue.add(f"{ns}/{_meta(pdb).get('name')}")
+            if metadata(pdb).get("namespace") == ns:
+                self.queue.add(f"{ns}/{metadata(pdb).get('name')}")
 
     def reconcile(self, key: str) -> None:
         pdb = self.pdbs.get(key)

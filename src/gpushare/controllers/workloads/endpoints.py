@@ -18,6 +18,7 @@ import logging
 import threading
 from typing import Any
 
+from gpushare.api.objects import Meta, Obj, metadata
 from gpushare.kube.client import (
     ENDPOINTS,
     ENDPOINTSLICES,
@@ -32,15 +33,10 @@ from gpushare.kube.informers import InformerFactory
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 WORKERS = 2
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 MANAGED_BY = "endpointslice-controller.k8s.io"
-
-
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
 
 
 def _ready(pod: Obj) -> bool:
@@ -52,17 +48,17 @@ def selected_pods(service: Obj, pods: list[Obj]) -> list[Obj]:
     """The Service's pods: in its namespace, matching its selector, with an IP, not
     finished or being deleted; by name."""
     selector = (service.get("spec") or {}).get("selector") or {}
-    ns = _meta(service).get("namespace")
+    ns = metadata(service).get("namespace")
     out = []
     for pod in pods:
-        labels = _meta(pod).get("labels") or {}
+        labels = Meta.of(pod).labels
         status = pod.get("status") or {}
-        if (_meta(pod).get("namespace") == ns and selector
+        if (metadata(pod).get("namespace") == ns and selector
                 and all(labels.get(k) == v for k, v in selector.items())
-                and status.get("podIP") and not _meta(pod).get("deletionTimestamp")
+                and status.get("podIP") and not metadata(pod).get("deletionTimestamp")
                 and status.get("phase") not in ("Succeeded", "Failed")):
             out.append(pod)
-    return sorted(out, key=lambda p: str(_meta(p).get("name")))
+    return sorted(out, key=lambda p: str(metadata(p).get("name")))
 
 
 def _target_port(port: Obj, pod: Obj | None) -> int | None:
@@ -92,7 +88,7 @@ def _ports(service: Obj, pod: Obj | None) -> list[Obj]:
 
 
 def _address(pod: Obj) -> Obj:
-    meta = _meta(pod)
+    meta = metadata(pod)
     return {"ip": (pod.get("status") or {}).get("podIP"),
             "nodeName": (pod.get("spec") or {}).get("nodeName"),
             "targetRef": {"kind": "Pod", "namespace": meta.get("namespace"),
@@ -112,19 +108,19 @@ def desired_endpoints(service: Obj, pods: list[Obj]) -> Obj:
             subset["notReadyAddresses"] = not_ready
         subsets.append(subset)
     return {"apiVersion": "v1", "kind": "Endpoints",
-            "metadata": {"name": _meta(service).get("name"),
-                         "namespace": _meta(service).get("namespace"),
-                         "labels": dict(_meta(service).get("labels") or {})},
+            "metadata": {"name": metadata(service).get("name"),
+                         "namespace": metadata(service).get("namespace"),
+                         "labels": dict(Meta.of(service).labels)},
             "subsets": subsets}
 
 
 def slice_name(service: Obj) -> str:
-    uid = str(_meta(service).get("uid", ""))
-    return f"{_meta(service).get('name')}-{hashlib.sha256(uid.encode()).hexdigest()[:5]}"
+    uid = str(metadata(service).get("uid", ""))
+    return f"{metadata(service).get('name')}-{hashlib.sha256(uid.encode()).hexdigest()[:5]}"
 
 
 def desired_slice(service: Obj, pods: list[Obj]) -> Obj:
-    meta = _meta(service)
+    meta = metadata(service)
     chosen = selected_pods(service, pods)
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
@@ -161,22 +157,22 @@ class EndpointsController:
         return start_workers(self.queue, self.reconcile, self.stopper, self.name, WORKERS)
 
     def _on_service(self, kind: str, service: Obj, old: Obj | None) -> None:
-        meta = _meta(service)
+        meta = metadata(service)
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         if kind == "DELETED" and (service.get("spec") or {}).get("selector"):
             self._gone[key] = True
         self.queue.add(key)
 
     def _on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
-        ns = _meta(pod).get("namespace")
-        labels = _meta(pod).get("labels") or {}
-        before = _meta(old or {}).get("labels") or {}
+        ns = metadata(pod).get("namespace")
+        labels = Meta.of(pod).labels
+        before = Meta.of(old or {}).labels
         for service in self.services.items():
             selector = (service.get("spec") or {}).get("selector") or {}
-            if _meta(service).get("namespace") != ns or not selector:
+            if metadata(service).get("namespace") != ns or not selector:
                 continue
             if any(all(ls.get(k) == v for k, v in selector.items()) for ls in (labels, before)):
-                self.queue.add(f"{ns}/{_meta(service).get('name')}")
+                self.queue.add(f"{ns}/{metadata(service).get('name')}")
 
     def reconcile(self, key: str) -> None:
         ns, name = key.split("/", 1)

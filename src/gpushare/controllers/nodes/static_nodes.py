@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import orjson
 
-from gpushare.contracts import (
+from gpushare.api.contracts import (
+    GPU_RESOURCE,
+    HOSTNAME_LABEL,
     NODE_GPUS_ANNOTATION,
     NODE_GPUS_DECLARED_ANNOTATION,
     STATIC_NODE_ANNOTATION,
 )
-from gpushare.controllers.no_agent import TAINT
+from gpushare.api.quantity import format_bytes, to_int, to_milli
+from gpushare.controllers.nodes.no_agent import TAINT
 from gpushare.kube.client import NODES, ApiError, KubeClient
-from gpushare.kube.quantity import format_bytes, to_int, to_milli
 from gpushare.model.gpu_inventory import declared_gpus
 
 GPUS_ANNOTATION = NODE_GPUS_ANNOTATION
@@ -57,7 +59,7 @@ def static_node(
     if memory_bytes <= 0:
         raise NodeSpecError(f"--memory {memory!r}: must be positive")
     all_labels = {
-        "kubernetes.io/hostname": name,
+        HOSTNAME_LABEL: name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
     }
@@ -83,13 +85,13 @@ def static_node(
              for d in inventory.devices]
         ).decode()
         annotations[GPUS_DECLARED_ANNOTATION] = "true"
-        capacity["nvidia.com/gpu"] = str(inventory.count)
+        capacity[GPU_RESOURCE] = str(inventory.count)
     all_labels.update(labels)
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": all_labels, "annotations": annotations},
-        # Nothing runs here: only pods that tolerate the taint land (controllers/no_agent.py).
+        # Nothing runs here: only pods that tolerate the taint land (controllers/nodes/no_agent.py).
         "spec": {"taints": [dict(TAINT)]} if taint else {},
         "status": {
             "capacity": capacity,

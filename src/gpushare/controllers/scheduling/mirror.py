@@ -20,16 +20,17 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from gpushare.controllers.taints import Taint, blocking_taints
-from gpushare.controllers.translate import (
-    PODGROUP_ANNOTATION,
+from gpushare.api.contracts import DEFAULT_QUEUE, PODGROUP_ANNOTATION, SCHEDULER_NAMES
+from gpushare.api.objects import Obj
+from gpushare.api.timefmt import timestamp
+from gpushare.controllers.scheduling.taints import Taint, blocking_taints
+from gpushare.controllers.scheduling.translate import (
     TranslateError,
     cpu_memory_requests,
     job_from_podgroup,
     node_from_api,
     pod_from_api,
     queue_from_api,
-    timestamp,
 )
 from gpushare.model import Job, PodStatus, Queue
 from gpushare.model.pod import ON_NODE
@@ -39,7 +40,6 @@ from gpushare.scheduler.state import ClusterState, StateError
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 #: Where the jobs of a deleted (or never created) queue are kept in the core's state: a
 #: root of its own, outside every team's tree, with no quota and a limit of zero, so that
@@ -74,7 +74,7 @@ class JobMemory:
 @dataclass(slots=True)
 class Mirror:
     state: ClusterState = field(default_factory=ClusterState)
-    scheduler_names: tuple[str, ...] = ("gpushare", "kai-scheduler")
+    scheduler_names: tuple[str, ...] = SCHEDULER_NAMES
     priorities: dict[str, int] = field(default_factory=dict)
     raw_nodes: dict[str, Obj] = field(default_factory=dict)
     raw_queues: dict[str, Obj] = field(default_factory=dict)
@@ -260,7 +260,7 @@ class Mirror:
                 return  # a status write: nothing the core reads
             self._unindex_job(key, old)
         self.raw_podgroups[key] = obj
-        queue = str((obj.get("spec") or {}).get("queue") or "default-queue")
+        queue = str((obj.get("spec") or {}).get("queue") or DEFAULT_QUEUE)
         self._jobs_by_queue.setdefault(queue, set()).add(key)
         self._apply_job(key)
         for uid in _owner_uids(obj):
@@ -272,7 +272,7 @@ class Mirror:
                     self._apply_pod(pod_key)
 
     def _unindex_job(self, key: str, pg: Obj) -> None:
-        queue = str((pg.get("spec") or {}).get("queue") or "default-queue")
+        queue = str((pg.get("spec") or {}).get("queue") or DEFAULT_QUEUE)
         jobs = self._jobs_by_queue.get(queue)
         if jobs is not None:
             jobs.discard(key)
@@ -323,10 +323,6 @@ class Mirror:
     def _drop_orphan_queue(self) -> None:
         if not self._orphans and ORPHAN_QUEUE in self.state.queues:
             self.state.remove_queue(ORPHAN_QUEUE)
-
-    def orphaned(self, job_key: str) -> bool:
-        """Whether the job's queue is missing (it is kept outside the queue tree)."""
-        return job_key in self._orphans
 
     def pending_pods_of(self, job_key: str) -> list[str]:
         """The job's pods that wait to be placed, in creation order."""

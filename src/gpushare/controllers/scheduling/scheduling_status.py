@@ -12,14 +12,13 @@ and the ``Scheduled`` event.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from gpushare.api.objects import Obj
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.kube.client import PODS, ApiError, KubeClient
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 UNSCHEDULABLE = "Unschedulable"
 
 

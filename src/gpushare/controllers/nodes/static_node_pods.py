@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
-from gpushare.controllers.static_nodes import STATIC_NODE_ANNOTATION
+from gpushare.api.objects import Obj
+from gpushare.controllers.nodes.static_nodes import STATIC_NODE_ANNOTATION
 from gpushare.kube.client import NODES, PODS, KubeClient, Stopper
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
@@ -20,7 +20,6 @@ log = logging.getLogger(__name__)
 
 WORKERS = 4  # concurrent reconciles: API round trips overlap
 
-Obj = dict[str, Any]
 
 
 def is_static(node: Obj | None) -> bool:
