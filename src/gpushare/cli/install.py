@@ -11,13 +11,14 @@ manager ``gpushare-install``); ``uninstall`` deletes them again, CRDs only with
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
+
+from gpushare.tools import require_tool
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 FIELD_MANAGER = "gpushare-install"
@@ -94,9 +95,7 @@ def manifests_write(
 
 def render(overlay: Path) -> list[dict[str, Any]]:
     """The overlay rendered by ``kubectl kustomize``."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise RuntimeError("kubectl is needed to render the kustomize tree")
+    kubectl = require_tool("kubectl")  # ToolMissing (a RuntimeError) names how to get it
     done = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True,
                           text=True, timeout=120)
     if done.returncode != 0:
