@@ -148,7 +148,7 @@ def install(
              "cluster-with-agent, standalone; or a path")] = "cluster",
 ) -> None:
     """Apply deploy/ (CRDs, RBAC, the controllers' Deployment) with server-side apply."""
-    from gpushare.cli.up import _kubeconfig_path
+    from gpushare.cli.kubeconfig import kubeconfig_path
     from gpushare.kube.client import ApiError, KubeClient
 
     directory = Path(overlay) if Path(overlay).is_dir() else DEPLOY / "overlays" / overlay
@@ -157,7 +157,7 @@ def install(
     except RuntimeError as error:
         typer.echo(f"error: --overlay {overlay}: {error}", err=True)
         raise typer.Exit(2) from None
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=2)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=2)
     try:
         for line in apply_all(client, objects):
             typer.echo(f"{line} serverside-applied")
@@ -175,12 +175,12 @@ def uninstall(
         "--crds", help="also delete the CRDs, and with them every Queue and PodGroup")] = False,
 ) -> None:
     """Delete what install applied (the CRDs only with --crds)."""
-    from gpushare.cli.up import _kubeconfig_path
+    from gpushare.cli.kubeconfig import kubeconfig_path
     from gpushare.kube.client import KubeClient
 
     directory = Path(overlay) if Path(overlay).is_dir() else DEPLOY / "overlays" / overlay
     objects = render(directory)
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=2)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=2)
     try:
         for obj in sorted(objects, key=_rank, reverse=True):
             if obj["kind"] == "CustomResourceDefinition" and not crds:

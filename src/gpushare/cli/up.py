@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpushare.cli.kubeconfig import kubeconfig_path
+
 if TYPE_CHECKING:
     from gpushare.apiserver.server import ApiServer
 
@@ -34,20 +36,6 @@ def _stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     return stop
-
-
-def _kubeconfig_path(kubeconfig: str | None) -> str:
-    """The kubeconfig to use; ``""`` (the pod's ServiceAccount) when none is given or found
-    inside a pod."""
-    default = Path.home() / ".kube" / "config"
-    if not kubeconfig and not os.environ.get("KUBECONFIG") and not default.is_file() and (
-        os.environ.get("KUBERNETES_SERVICE_HOST")
-    ):
-        return ""
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(default)
-    if not Path(path).is_file():
-        raise typer.BadParameter(f"{path}: no such kubeconfig", param_hint="--kubeconfig")
-    return path
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -108,7 +96,7 @@ def controllers(
     from gpushare.controllers.scheduler_config import SchedulerConfigError, load_scheduler_config
 
     _setup_logging(verbose)
-    path = _kubeconfig_path(kubeconfig)
+    path = kubeconfig_path(kubeconfig)
     config = None
     if scheduler_config is not None:
         try:
@@ -194,7 +182,7 @@ def node_add(
     except NodeSpecError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig))
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig))
     try:
         register_static_node(client, body)
     except ApiError as error:
@@ -347,7 +335,7 @@ def queue_create(
         spec["priority"] = priority
     body = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name},
             "spec": spec}
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=1)
     try:
         try:
             client.create(QUEUES.collection(), body)
@@ -374,7 +362,7 @@ def queue_list(
     """Each queue's GPU quota, limit, fair share, allocated and requested, as a tree."""
     from gpushare.kube.client import QUEUES, KubeClient
 
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=1)
     try:
         queues = client.list(QUEUES.collection()).get("items") or []
     finally:
