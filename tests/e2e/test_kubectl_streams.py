@@ -91,8 +91,7 @@ class Streams:
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Streams]:
-    if not Path(KUBECTL).exists():
-        pytest.skip(f"needs {KUBECTL}")
+    assert Path(KUBECTL).exists(), f"kubectl not found ({KUBECTL}): `make test` installs it"
     cluster = Streams(tmp_path_factory.mktemp("streams"))
     try:
         cluster.run_pod("shell", ["sh", "-c", "echo started; while true; do echo tick; "

@@ -18,7 +18,6 @@ keep their rate (step 6). With declared GPUs those steps are skipped.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import statistics
 import subprocess
@@ -44,6 +43,7 @@ from gpushare.cli.demo_gpu import (
     shares,
     stopped_by_enforcement,
 )
+from gpushare.tools import ToolMissing, require_tool
 
 TEAMS = ("nlp", "vision", "recsys")
 
@@ -68,10 +68,11 @@ def demo(
     keep: Annotated[bool, typer.Option(help="leave the control plane running at the end")] = False,
 ) -> None:
     """Run the three-team pattern: a virtual cluster per team, burst, then reclaim 330m each."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        typer.echo("error: the demo drives the control plane with kubectl; install it", err=True)
-        raise typer.Exit(2)
+    try:
+        kubectl = require_tool("kubectl")
+    except ToolMissing as missing:
+        typer.echo(f"error: the demo drives the control plane with kubectl: {missing}", err=True)
+        raise typer.Exit(2) from None
     gpus = gpus or (None if _nvml_gpu_count() else "1xL40S")
     if keep and data_dir is None:
         data_dir = Path(tempfile.mkdtemp(prefix="gpushare-demo-"))
@@ -397,7 +398,7 @@ def _wait_for_node(proc: subprocess.Popen[bytes], kubeconfig: Path, log_path: Pa
             raise DemoFailed(f"gpushare up exited {proc.returncode}:\n{log_path.read_text()}")
         if kubeconfig.exists():
             done = subprocess.run(
-                ["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
+                [require_tool("kubectl"), "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
                  "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}"],
                 capture_output=True, text=True, check=False)
             if "True" in done.stdout:

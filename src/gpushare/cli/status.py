@@ -200,10 +200,10 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable")] = False,
 ) -> None:
     """Queues, GPUs and what is pending, on one screen."""
-    from gpushare.cli.up import _kubeconfig_path
+    from gpushare.cli.kubeconfig import kubeconfig_path
     from gpushare.kube.client import EVENTS, NODES, PODS, QUEUES, ApiError, KubeClient
 
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=4)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=4)
     try:
         lists = {}
         for name, path in (("queues", QUEUES.collection()), ("nodes", NODES.collection()),

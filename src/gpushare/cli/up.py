@@ -18,6 +18,7 @@ import typer
 
 from gpushare.api.contracts import DEFAULT_QUEUE as DEFAULT_QUEUE_NAME
 from gpushare.api.contracts import GPU_RESOURCE
+from gpushare.cli.kubeconfig import kubeconfig_path
 
 if TYPE_CHECKING:
     from gpushare.apiserver.http.server import ApiServer
@@ -37,20 +38,6 @@ def _stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     return stop
-
-
-def _kubeconfig_path(kubeconfig: str | None) -> str:
-    """The kubeconfig to use; ``""`` (the pod's ServiceAccount) when none is given or found
-    inside a pod."""
-    default = Path.home() / ".kube" / "config"
-    if not kubeconfig and not os.environ.get("KUBECONFIG") and not default.is_file() and (
-        os.environ.get("KUBERNETES_SERVICE_HOST")
-    ):
-        return ""
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(default)
-    if not Path(path).is_file():
-        raise typer.BadParameter(f"{path}: no such kubeconfig", param_hint="--kubeconfig")
-    return path
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -114,7 +101,7 @@ def controllers(
     )
 
     _setup_logging(verbose)
-    path = _kubeconfig_path(kubeconfig)
+    path = kubeconfig_path(kubeconfig)
     config = None
     if scheduler_config is not None:
         try:
@@ -200,7 +187,7 @@ def node_add(
     except NodeSpecError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig))
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig))
     try:
         register_static_node(client, body)
     except ApiError as error:
@@ -353,7 +340,7 @@ def queue_create(
         spec["priority"] = priority
     body = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name},
             "spec": spec}
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=1)
     try:
         try:
             client.create(QUEUES.collection(), body)
@@ -380,7 +367,7 @@ def queue_list(
     """Each queue's GPU quota, limit, fair share, allocated and requested, as a tree."""
     from gpushare.kube.client import QUEUES, KubeClient
 
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=1)
     try:
         queues = client.list(QUEUES.collection()).get("items") or []
     finally:
