@@ -20,11 +20,12 @@ from gpushare.apiserver.auth import components
 from gpushare.apiserver.auth.access import TokenFile
 from gpushare.apiserver.auth.serviceaccounts import SIGNING_KEY as SA_SIGNING_KEY
 from gpushare.apiserver.auth.serviceaccounts import TokenSigner
-from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_client
+from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_ca, ensure_node_client
 from gpushare.apiserver.http.app import App
 from gpushare.apiserver.http.limits import DEFAULT_MAX_BODY_BYTES
 from gpushare.apiserver.http.nodeproxy import client_context
 from gpushare.apiserver.http.plugins import PluginFactory
+from gpushare.apiserver.registry import certificates
 from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.registry.certificates import NodeServingSigner
 from gpushare.apiserver.storage.encryption import Transformer
@@ -129,10 +130,11 @@ class ApiServer:
                            transformer=Transformer.for_data_dir(self.data_dir),
                            commit_thread=commit_thread)
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
-        # the cluster CA signs node agents' serving certificates and the client certificate
-        # the API server shows them, with or without TLS on the API itself
-        node_ca, node_cert, node_key = ensure_node_client(self.data_dir / "pki")
-        root_ca = (self.ca_path or node_ca).read_text()
+        # the cluster CA signs the client certificate the API server shows node agents; their
+        # serving certificates come from a CA of their own, trusted only on the way to them
+        cluster_ca, node_cert, node_key = ensure_node_client(self.data_dir / "pki")
+        node_ca = ensure_node_ca(self.data_dir / "pki")
+        root_ca = (self.ca_path or cluster_ca).read_text()
         self.api = Api(self.store, root_ca_pem=root_ca)
         self.api.publish_root_ca_everywhere()
         self.api.publish_api_endpoints(host, self.port)
@@ -144,6 +146,8 @@ class ApiServer:
                        anonymous_metrics=anonymous_metrics, signer=signer,
                        node_signer=NodeServingSigner(self.data_dir / "pki"),
                        node_tls=client_context(node_ca, node_cert, node_key))
+        # the server's own safeguards first: who asked for a certificate
+        self.app.install(certificates.plugin(self.api))
         for plugin in plugins:  # what the composing process plugs in (tenancy, dashboard)
             self.app.install(plugin(self.api))
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
