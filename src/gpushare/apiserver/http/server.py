@@ -28,6 +28,7 @@ from gpushare.apiserver.http.plugins import PluginFactory
 from gpushare.apiserver.registry import certificates
 from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.registry.certificates import NodeServingSigner
+from gpushare.apiserver.storage import snapshot
 from gpushare.apiserver.storage.encryption import Transformer
 from gpushare.apiserver.storage.store import DEFAULT_EVENT_LOG_BYTES, Store
 
@@ -100,6 +101,7 @@ class ApiServer:
                  plugins: Sequence[PluginFactory] = ()) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        snapshot.check_store_file(self.data_dir)  # a lost state.db is not a new cluster
         restrict_data_dir(self.data_dir)
         # One server per data directory: two would each trust their own copy in memory.
         self._lock = (self.data_dir / LOCK_NAME).open("a")
