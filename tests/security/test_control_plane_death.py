@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -52,6 +53,7 @@ def _pod_process(platform: Platform, marker: str) -> psutil.Process:
 
 def test_children_stop_with_gpushare_up_and_give_an_impostor_nothing(tmp_path: Path) -> None:
     platform = start_platform(tmp_path / "data")
+    marker = f"orphan-marker-{uuid.uuid4().hex}"  # this run's pod, no other
     try:
         server = yaml.safe_load((platform.data / "admin.kubeconfig").read_text())
         port = int(server["clusters"][0]["cluster"]["server"].rsplit(":", 1)[1])
@@ -59,7 +61,6 @@ def test_children_stop_with_gpushare_up_and_give_an_impostor_nothing(tmp_path: P
         children = up.children()
         assert {"agent", "controllers"} <= {" ".join(c.cmdline()).split(" -m gpushare.cli.main ")
                                             [-1].split()[0] for c in children}, children
-        marker = "orphan-marker-5171"
         platform.host.apply(QUEUE)
         platform.host.apply(pod_manifest("lingering", queue="solo", command=(
             f"import time; print('{marker}', flush=True); time.sleep(3600)  # {marker}")))
@@ -90,8 +91,9 @@ def test_children_stop_with_gpushare_up_and_give_an_impostor_nothing(tmp_path: P
                   if any(token in data for token in tokens)]
         assert not leaked, f"a child handed its token to the impostor: {leaked}"
     finally:
-        for process in psutil.Process().children(recursive=True):
-            if "gpushare.cli.main" in " ".join(process.cmdline()):
+        for process in psutil.process_iter(["cmdline"]):  # what a failed run left behind
+            cmdline = " ".join(process.info["cmdline"] or ())
+            if marker in cmdline or str(tmp_path) in cmdline:
                 process.kill()
         platform.stop()
 
