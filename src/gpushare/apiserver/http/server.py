@@ -28,7 +28,7 @@ from gpushare.apiserver.http.plugins import PluginFactory
 from gpushare.apiserver.registry import certificates
 from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.registry.certificates import NodeServingSigner
-from gpushare.apiserver.storage import snapshot
+from gpushare.apiserver.storage import snapshot, space
 from gpushare.apiserver.storage.encryption import Transformer
 from gpushare.apiserver.storage.store import DEFAULT_EVENT_LOG_BYTES, Store
 
@@ -98,7 +98,9 @@ class ApiServer:
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES,
                  anonymous_metrics: bool = False, commit_thread: bool = True,
-                 plugins: Sequence[PluginFactory] = ()) -> None:
+                 plugins: Sequence[PluginFactory] = (),
+                 storage_quota_bytes: int = space.DEFAULT_QUOTA_BYTES,
+                 storage_reserve_bytes: int = space.DEFAULT_RESERVE_BYTES) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         snapshot.check_store_file(self.data_dir)  # a lost state.db is not a new cluster
@@ -131,6 +133,10 @@ class ApiServer:
                            event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes,
                            transformer=Transformer.for_data_dir(self.data_dir),
                            commit_thread=commit_thread)
+        self.space = space.SpaceQuota(self.data_dir, storage_quota_bytes,
+                                      storage_reserve_bytes)
+        self.space.load(self.store.db)
+        self.store.space = self.space
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
         # the cluster CA signs the client certificate the API server shows node agents; their
         # serving certificates come from a CA of their own, trusted only on the way to them
@@ -148,6 +154,7 @@ class ApiServer:
                        anonymous_metrics=anonymous_metrics, signer=signer,
                        node_signer=NodeServingSigner(self.data_dir / "pki"),
                        node_tls=client_context(node_ca, node_cert, node_key))
+        self.space.register(self.app.metrics.registry)
         # the server's own safeguards first: who asked for a certificate
         self.app.install(certificates.plugin(self.api))
         for plugin in plugins:  # what the composing process plugs in (tenancy, dashboard)
