@@ -37,7 +37,6 @@ from cryptography.x509.oid import NameOID
 from gpushare.apiserver.auth.access import ROOT_CLUSTER
 from gpushare.apiserver.auth.privilege import REQUEST_USER
 from gpushare.apiserver.auth.tls import NODE_PREFIX, NODES_GROUP, CsrRefused, sign_node_serving
-from gpushare.apiserver.http.plugins import ServerPlugin
 from gpushare.apiserver.objects import deep_copy, now_rfc3339
 from gpushare.apiserver.registry.api import Api
 from gpushare.apiserver.resources import ResourceInfo
@@ -113,11 +112,6 @@ class RequesterAdmission:
         if user is not None:
             spec["username"] = user.name
             spec["groups"] = list(user.groups)
-
-
-def plugin(api: Api) -> ServerPlugin:
-    """Record each certificate request's requester (what the signer checks)."""
-    return ServerPlugin("certificate-requester", admission=[RequesterAdmission()])
 
 
 class NodeServingSigner:
