@@ -7,9 +7,10 @@ issues that identity; `components.node_identity`). RBAC gives every node the sam
 
 * **Nodes**: it writes (update, patch, delete, its status) only the Node of its name, and
   creates only that one; it reads any (as kubelets do).
-* **Pods**: it reads, deletes and writes the status of the pods bound to it
-  (`spec.nodeName`) only; listing and watching stay allowed (it watches its own with a
-  field selector).
+* **Pods**: it reads, deletes and writes the status and annotations of the pods bound to
+  it (`spec.nodeName`) only, and changes nothing else of them (spec, labels, owners,
+  finalizers); listing and watching stay allowed (it watches its own with a field
+  selector).
 * **Secrets, ConfigMaps, PersistentVolumeClaims, ServiceAccounts** (and their tokens): by
   name only, and only those a pod bound to it references (volumes, projected sources,
   env and envFrom, image pull secrets, the pod's ServiceAccount); never listed or watched.
@@ -146,10 +147,29 @@ class NodeRestriction:
     def __call__(self, api: Any, cluster: str, info: ResourceInfo, obj: dict[str, Any],
                  old: dict[str, Any] | None) -> None:
         node = node_of(REQUEST_USER.get())
-        if node is None or cluster != ROOT_CLUSTER or info.group_resource != "nodes":
+        if node is None or cluster != ROOT_CLUSTER:
+            return
+        if info.group_resource == "pods" and old is not None:
+            self._pod_write(node, obj, old)
+            return
+        if info.group_resource != "nodes":
             return
         name = (obj.get("metadata") or {}).get("name")
         if name != node:
             raise ApiError(403, f'nodes "{name}" is forbidden: node {node!r} may only '
                                 f"create or change its own Node", "Forbidden",
                            {"name": str(name), "kind": "nodes"})
+
+    @staticmethod
+    def _pod_write(node: str, obj: dict[str, Any], old: dict[str, Any]) -> None:
+        """A node changes a pod's status and annotations, nothing else of it."""
+        meta, old_meta = obj.get("metadata") or {}, old.get("metadata") or {}
+        changed = [f"metadata.{k}" for k in ("labels", "ownerReferences", "finalizers")
+                   if meta.get(k) != old_meta.get(k)]
+        if obj.get("spec") != old.get("spec"):
+            changed.append("spec")
+        if changed:
+            name = str(meta.get("name"))
+            raise ApiError(403, f'pods "{name}" is forbidden: node {node!r} may change only '
+                                f"a pod's status and annotations, not {', '.join(changed)}",
+                           "Forbidden", {"name": name, "kind": "pods"})
