@@ -100,6 +100,8 @@ class AgentConfig:
     sandbox: str = "auto"
     #: Directories no pod may see besides the data directory (the kubeconfig's).
     sandbox_hidden: tuple[Path, ...] = ()
+    #: Host paths pods may read though the sandbox hides their place (--sandbox-read-only).
+    sandbox_read_only: tuple[Path, ...] = ()
 
 
 # How long forgetting a pod waits for its processes to end (SIGKILL, then the reaping).
@@ -185,7 +187,8 @@ class Agent:
             )
         self.node_server: NodeServer | None = None
         self.sandbox = sb.open_for_pods(
-            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden]),
+            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden],
+                             config.sandbox_read_only),
             config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)

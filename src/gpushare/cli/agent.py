@@ -58,6 +58,12 @@ def agent(
                           "bubblewrap namespaces when they work, else a per-pod user; "
                           "none when the agent is not root)")
     ] = "auto",
+    sandbox_read_only: Annotated[
+        list[Path] | None, typer.Option(
+            "--sandbox-read-only", help="a host path under /tmp, /run, /root or /home that "
+            "pods may read (bound read-only into every bwrap sandbox; repeatable). Nothing a "
+            "pod names itself is bound")
+    ] = None,
 ) -> None:
     """Register this machine as a Node and run the pods bound to it as local processes."""
     from gpushare import __version__
@@ -114,6 +120,7 @@ def agent(
         telemetry_s=metrics_interval,
         sandbox=sandbox,
         sandbox_hidden=(kubeconfig.resolve().parent,),
+        sandbox_read_only=tuple(sandbox_read_only or ()),
     )
     try:
         kube = KubeClient.from_kubeconfig(str(kubeconfig))

@@ -422,13 +422,18 @@ def _amount(value: object) -> str:
     return f"{float(value):g}"  # type: ignore[arg-type]
 
 
-def _component_kubeconfigs(server: ApiServer, data_dir: Path) -> dict[str, Path]:
+def _component_kubeconfigs(server: ApiServer, data_dir: Path,
+                           node: str | None) -> dict[str, Path]:
     """A kubeconfig (0600) per component identity (apiserver/auth/components.py), its token
-    issued on the first start and kept after."""
+    issued on the first start and kept after; the agent's is its node's own identity
+    (``system:node:<node>``), so that it may act only for that node."""
     from gpushare.apiserver.auth import components
 
     out: dict[str, Path] = {}
-    for name, identity in components.COMPONENTS.items():
+    identities = dict(components.COMPONENTS)
+    if node is not None:
+        identities["agent"] = components.node_identity(node)
+    for name, identity in identities.items():
         token = components.component_token(server.tokens, identity)
         out[name] = server.write_kubeconfig(data_dir / f"{name}.kubeconfig", token=token,
                                             user=identity.name)
@@ -442,11 +447,15 @@ def _free_port() -> int:
 
 
 def _child(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    from gpushare.cli.lifeline import die_with_parent
+
     log_file = log_path.open("ab")
     return subprocess.Popen(
         [sys.executable, "-m", "gpushare.cli.main", *args],
         stdout=log_file, stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C reaches us only; we stop the children in order
+        # killed outright, we take them with us: SIGTERM to each (cli/lifeline.py)
+        preexec_fn=die_with_parent(),
     )
 
 
@@ -523,7 +532,8 @@ def up(
     kubeconfig = data_dir / "admin.kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
     _ensure_default_queue(str(kubeconfig))
-    identities = _component_kubeconfigs(server, data_dir)
+    agent_node = None if no_agent else node_name or socket.gethostname()
+    identities = _component_kubeconfigs(server, data_dir, agent_node)
     logs = data_dir / "logs"
     logs.mkdir(exist_ok=True)
     commands: dict[str, list[str]] = {
@@ -532,10 +542,10 @@ def up(
         "controllers": ["controllers", "--kubeconfig", str(identities["controllers"]),
                         "--tenant-kubeconfig", str(identities["tenancy"]), *controller_args],
     }
-    agent_node = None if no_agent else node_name or socket.gethostname()
     if not no_agent:
         agent_gpus = _gpus_for_agent(gpus)
-        # The agent runs as system:gpushare-agent (agent/rbac.yaml), not as the admin.
+        # The agent runs as its node (system:node:<node>, group system:nodes, with the role
+        # of agent/rbac.yaml), not as the admin.
         commands["agent"] = [
             "agent", "--kubeconfig", str(identities["agent"]),
             "--node-name", str(agent_node),
