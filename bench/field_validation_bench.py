@@ -18,9 +18,10 @@ import time
 
 import orjson
 
-from gpushare.apiserver import fieldvalidation
-from gpushare.apiserver.api import Api
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.http import duplicates
+from gpushare.apiserver.registry.api import Api
+from gpushare.apiserver.schema import fieldvalidation
+from gpushare.apiserver.storage.store import Store
 
 
 def pod(name: str) -> dict:
@@ -58,7 +59,7 @@ def main() -> None:
             raw = [orjson.dumps(pod(f"x{i}")) for i in range(args.pods)]
             start = time.process_time()
             for text in raw:
-                fieldvalidation._json_duplicates(text)
+                duplicates._json_duplicates(text)
             scans.append((time.process_time() - start) / args.pods * 1e6)
             start = time.process_time()
             for text in raw:

@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpushare.agent import process as proc
-from gpushare.agent import sandbox as sb
-from gpushare.agent.logstore import META_DIR
+from gpushare.agent.runtime import process as proc
+from gpushare.agent.runtime import sandbox as sb
+from gpushare.agent.runtime.logstore import META_DIR
 
 COMMANDS = {
     "sh echo": ("/bin/sh", "-c", "echo ready"),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpushare.agent.inventory import GpuDevice, declared_gpus
-from gpushare.agent.nvml import GpuProcess, ProcessUtilization
+from gpushare.agent.gpu.nvml import GpuProcess, ProcessUtilization
+from gpushare.agent.node.inventory import GpuDevice, declared_gpus
 
 
 @dataclass

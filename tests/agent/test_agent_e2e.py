@@ -19,19 +19,20 @@ import psutil
 import pytest
 from process_probes import gone, processes_named
 
-from gpushare.apiserver.server import ApiServer
-from gpushare.controllers import node_lifecycle
+from gpushare.cli.compose import api_server
+from gpushare.controllers.nodes import node_lifecycle
 from gpushare.kube.client import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, KubeClient
+from gpushare.tools import find_tool
 
 NODE = "e2e-node"
 NS = "default"
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 
 
 class Cluster:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.server = ApiServer(root / "api").start()
+        self.server = api_server(root / "api").start()
         self.kubeconfig = root / "api" / "admin.kubeconfig"
         self.kube = KubeClient.from_kubeconfig(str(self.kubeconfig))
         self.agent: subprocess.Popen[bytes] | None = None
@@ -346,12 +347,12 @@ def test_watchdog_through_the_api_with_a_fake_nvml(tmp_path: Path) -> None:
     from fake_nvml import FakeNvml
 
     from gpushare.agent.agent import Agent, AgentConfig
-    from gpushare.agent.enforcement import Enforcement
-    from gpushare.agent.inventory import host_resources
-    from gpushare.agent.nvml import GpuProcess, probe_inventory
-    from gpushare.agent.supervisor import SupervisorConfig
+    from gpushare.agent.gpu.enforcement import Enforcement
+    from gpushare.agent.gpu.nvml import GpuProcess, probe_inventory
+    from gpushare.agent.node.inventory import host_resources
+    from gpushare.agent.runtime.supervisor import SupervisorConfig
 
-    server = ApiServer(tmp_path / "api").start()
+    server = api_server(tmp_path / "api").start()
     kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
     nvml = FakeNvml.with_gpus("1xH100", node="fake-gpu-node")
     inventory = probe_inventory(nvml)  # as if probed: not declared

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from test_agent_e2e import NODE, NS, Cluster, wait_for
 
-from gpushare.agent.gpu_share import GpuShare
-from gpushare.agent.ledger import CONDITION, OVERCOMMITTED, overcommit
+from gpushare.agent.gpu.gpu_share import GpuShare
+from gpushare.agent.pods.ledger import CONDITION, OVERCOMMITTED, overcommit
 from gpushare.kube.client import EVENTS, PODS, ApiError, KubeClient
 from gpushare.model.gpu_inventory import GpuDevice
 from store_edit import store_put

@@ -6,16 +6,16 @@ import base64
 
 import pytest
 
-from gpushare.agent.envexpand import expand
-from gpushare.agent.gpu_share import (
+from gpushare.agent.gpu.gpu_share import (
     GpuAssignmentError,
     MpsTarget,
     share_env,
     share_from_annotations,
     watchdog_limit_mib,
 )
-from gpushare.agent.inventory import declared_gpus, declared_uuid
-from gpushare.agent.podspec import PodSpecError, decode_secret, plan_container
+from gpushare.agent.node.inventory import declared_gpus, declared_uuid
+from gpushare.agent.pods.envexpand import expand
+from gpushare.agent.pods.podspec import PodSpecError, decode_secret, plan_container
 
 H100 = declared_gpus("node-a", "4xH100")
 

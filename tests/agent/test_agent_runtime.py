@@ -16,17 +16,17 @@ import pytest
 from fake_nvml import FakeNvml
 from process_probes import gone, processes_named
 
-from gpushare.agent.enforcement import EnforcementError, choose
-from gpushare.agent.gpu_share import share_from_annotations
-from gpushare.agent.inventory import GpuInventory, declared_gpus
-from gpushare.agent.logstore import LogRequest, log_path, read_log
-from gpushare.agent.monitor import GpuMonitor, WatchedPod
-from gpushare.agent.mps import MpsManager
-from gpushare.agent.nodeserver import parse_request
-from gpushare.agent.nvml import GpuProcess, ProcessUtilization, probe_inventory
-from gpushare.agent.podspec import plan_container
-from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig
-from gpushare.agent.watchdog import PodGpuUsage, PodLimit, attribute, violations
+from gpushare.agent.endpoint.nodeserver import parse_request
+from gpushare.agent.gpu.enforcement import EnforcementError, choose
+from gpushare.agent.gpu.gpu_share import share_from_annotations
+from gpushare.agent.gpu.mps import MpsManager
+from gpushare.agent.gpu.nvml import GpuProcess, ProcessUtilization, probe_inventory
+from gpushare.agent.gpu.watchdog import PodGpuUsage, PodLimit, attribute, violations
+from gpushare.agent.node.inventory import GpuInventory, declared_gpus
+from gpushare.agent.pods.podspec import plan_container
+from gpushare.agent.runtime.logstore import LogRequest, log_path, read_log
+from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
+from gpushare.agent.runtime.supervisor import PodSupervisor, SupervisorConfig
 
 FAST = SupervisorConfig(backoff_base_s=0.1, backoff_max_s=0.4, poll_s=0.05, default_grace_s=5)
 
@@ -383,7 +383,7 @@ def test_enforcement_choice() -> None:
 
 
 def test_logs_limit_bytes_and_since_seconds(tmp_path: Path) -> None:
-    from gpushare.agent.logstore import TimestampIndex
+    from gpushare.agent.runtime.logstore import TimestampIndex
 
     log = tmp_path / "0.log"
     log.write_bytes(b"old line\n")
@@ -421,7 +421,7 @@ def set_per_process_memory_fraction(fraction, device):
 
 
 def test_planner_puts_the_torch_hook_on_pythonpath_for_fractions() -> None:
-    from gpushare.agent.planning import TORCH_HOOK_DIR, make_planner
+    from gpushare.agent.runtime.planning import TORCH_HOOK_DIR, make_planner
 
     inventory = declared_gpus("n", "1xH100")
     container = {"name": "c", "command": ["python3"],
@@ -442,7 +442,7 @@ def test_torch_hook_sets_the_memory_fraction_at_first_cuda_use(tmp_path: Path) -
     import subprocess
     import sys
 
-    from gpushare.agent.planning import TORCH_HOOK_DIR
+    from gpushare.agent.runtime.planning import TORCH_HOOK_DIR
 
     (tmp_path / "torch" / "cuda").mkdir(parents=True)
     (tmp_path / "torch" / "__init__.py").write_text("")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import psutil
 
-from gpushare.agent import process as proc
-from gpushare.agent.logstore import META_DIR
-from gpushare.agent.supervisor import kill_leftovers, kill_unrecorded, started_groups
+from gpushare.agent.runtime import process as proc
+from gpushare.agent.runtime.logstore import META_DIR
+from gpushare.agent.runtime.supervisor import kill_leftovers, kill_unrecorded, started_groups
 
 
 def _start(pod_dir: Path, name: str) -> proc.ContainerProcess:

@@ -13,8 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from gpushare.agent import streams
-from gpushare.agent.streams import ERROR, STDERR, STDOUT, ExecTarget, StreamOptions, run_exec
+from gpushare.agent.endpoint import streams
+from gpushare.agent.endpoint.streams import (
+    ERROR,
+    STDERR,
+    STDOUT,
+    ExecTarget,
+    StreamOptions,
+    run_exec,
+)
 
 
 class SlowClient:

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from test_agent_e2e import NODE, NS, Cluster, wait_for
 
-from gpushare.agent import sandbox as sb
+from gpushare.agent.runtime import sandbox as sb
 from gpushare.kube.client import NODES, PODS, SECRETS
 
 # Runs in the pod with the system's Python (stdlib only): each target read or listed, the
@@ -300,17 +300,20 @@ def test_ids_are_the_lowest_free_and_mps_clients_share_their_gpus_uid(tmp_path: 
         sb.allocate_id(set(range(sb.ID_BASE, sb.ID_BASE + sb.ID_COUNT)))
 
 
-def test_image_paths_never_open_a_hidden_directory(tmp_path: Path) -> None:
+def test_image_paths_are_the_agents_choice_and_never_open_a_hidden_directory(
+        tmp_path: Path) -> None:
     data = tmp_path / "data"
     tool = tmp_path / "venv" / "bin"
     tool.mkdir(parents=True)
-    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (data / "pods").mkdir(parents=True)
-    paths = sb.image_paths([str(tool / "python"), str(data / "pods"), str(tmp_path)],
-                           {"PATH": f"{tool}:/usr/bin"}, [], [str(data)])
-    # the venv (found from its bin/ on PATH) is bound; the data dir and its parent are not
-    assert str(tmp_path / "venv") in paths
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    paths = sb.image_paths([str(chosen), str(data / "pods"), str(tmp_path)], [str(data)])
+    # what the operator chose is bound; the data dir and its parent are not
+    assert str(chosen) in paths
     assert not any(p == str(tmp_path) or p.startswith(str(data)) for p in paths)
+    # the agent's own installation is bound where the sandbox would hide it
+    assert all(p in paths for p in sb.agent_image_paths() if sb._under_private(p))
 
 
 def test_the_pods_path_leaves_out_home_directories() -> None:
@@ -343,11 +346,11 @@ def test_mps_pipes_leave_a_data_dir_other_users_cannot_reach(tmp_path: Path) -> 
 
 def test_the_token_is_written_for_the_pods_gid_and_renewed_late_in_its_life(
         tmp_path: Path) -> None:
-    from gpushare.agent.serviceaccount import ServiceAccountTokens
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
+    from gpushare.cli.compose import api_server
     from gpushare.kube.client import KubeClient
 
-    server = ApiServer(tmp_path / "api").start()
+    server = api_server(tmp_path / "api").start()
     try:
         kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
         pod = kube.create(PODS.collection(NS), {

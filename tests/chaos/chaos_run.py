@@ -49,7 +49,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from gpushare.agent.ledger import OVERCOMMITTED
+from gpushare.agent.pods.ledger import OVERCOMMITTED
 from gpushare.kube.client import CONFIGMAPS, JOBS, PODS, QUEUES, ApiError, KubeClient
 
 NODE = "chaos-node"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gpushare.agent.gpu_share import share_from_annotations
-from gpushare.contracts import (
+from gpushare.agent.gpu.gpu_share import share_from_annotations
+from gpushare.api.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
@@ -13,7 +13,7 @@ from gpushare.contracts import (
     parse_indices,
     parse_portion_milli,
 )
-from gpushare.controllers.translate import bound_gpus
+from gpushare.controllers.scheduling.translate import bound_gpus
 from gpushare.model.gpu_inventory import GpuDevice, GpuInventory
 
 
@@ -59,7 +59,7 @@ def test_the_agent_reads_every_portion_the_scheduler_can_write_exactly():
 
 
 def test_the_agent_refuses_portions_that_are_not_milli_gpus():
-    from gpushare.agent.gpu_share import GpuAssignmentError
+    from gpushare.agent.gpu.gpu_share import GpuAssignmentError
 
     inventory = GpuInventory((GpuDevice(0, "GPU-0", "NVIDIA-H100", 81559, 132),), declared=True)
     for text in ("0.3333", "1.5", "0", "x"):

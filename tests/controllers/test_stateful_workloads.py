@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpushare.controllers.cronjobs import SCHEDULED_ANNOTATION, plan_cronjob
-from gpushare.controllers.daemonsets import fits, plan_daemonset
-from gpushare.controllers.statefulsets import plan_statefulset
+from gpushare.controllers.workloads.cronjobs import SCHEDULED_ANNOTATION, plan_cronjob
+from gpushare.controllers.workloads.daemonsets import fits, plan_daemonset
+from gpushare.controllers.workloads.statefulsets import plan_statefulset
 
 
 def _ts(text: str) -> float:

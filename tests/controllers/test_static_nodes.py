@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpushare.controllers.static_nodes import (
+from gpushare.controllers.nodes.static_nodes import (
     STATIC_NODE_ANNOTATION,
     NodeSpecError,
     parse_labels,
@@ -51,7 +51,7 @@ def test_official_client_reads_agentless_and_partial_nodes(api, tmp_path):
     from kubernetes import client as k8s
     from kubernetes import config
 
-    from gpushare.controllers.static_nodes import register_static_node
+    from gpushare.controllers.nodes.static_nodes import register_static_node
     from gpushare.kube.client import NODES
 
     register_static_node(api, static_node("n1", "1xL4", "4", "8Gi", {}, "2026-01-01T00:00:00Z"))
@@ -72,7 +72,7 @@ def test_a_node_stored_without_nodeinfo_fields_is_completed_at_start(tmp_path):
     from kubernetes import client as k8s
     from kubernetes import config
 
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.apiserver.http.server import ApiServer
     from store_edit import store_put
 
     data = tmp_path / "data"

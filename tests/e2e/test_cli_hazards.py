@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 GPUSHARE = [sys.executable, "-m", "gpushare.cli.main"]
 

@@ -169,7 +169,7 @@ def test_up_says_why_a_child_fails_and_exits_non_zero(tmp_path: Path):
 
 
 def test_up_without_a_gpu_declares_one_and_says_so(tmp_path: Path):
-    from gpushare.agent.nvml import NvmlUnavailable, PynvmlBackend
+    from gpushare.agent.gpu.nvml import NvmlUnavailable, PynvmlBackend
 
     try:
         PynvmlBackend().close()

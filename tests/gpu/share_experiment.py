@@ -30,15 +30,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpushare.agent.enforcement import choose
-from gpushare.agent.gpu_share import share_from_annotations
-from gpushare.agent.inventory import GpuInventory
-from gpushare.agent.logstore import log_path
-from gpushare.agent.monitor import GpuMonitor, WatchedPod
-from gpushare.agent.mps import MpsManager
-from gpushare.agent.nvml import PynvmlBackend, probe_inventory
-from gpushare.agent.planning import make_planner
-from gpushare.agent.supervisor import PodSupervisor, SupervisorConfig
+from gpushare.agent.gpu.enforcement import choose
+from gpushare.agent.gpu.gpu_share import share_from_annotations
+from gpushare.agent.gpu.mps import MpsManager
+from gpushare.agent.gpu.nvml import PynvmlBackend, probe_inventory
+from gpushare.agent.node.inventory import GpuInventory
+from gpushare.agent.runtime.logstore import log_path
+from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
+from gpushare.agent.runtime.planning import make_planner
+from gpushare.agent.runtime.supervisor import PodSupervisor, SupervisorConfig
 
 WORKER = Path(__file__).resolve().parent / "matmul_worker.py"
 PASS_ENV = ("PATH", "HOME", "LANG", "LD_LIBRARY_PATH", "PYTHONPATH")

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from test_gpu_share import _gpu_present
 
-from gpushare.agent import process as proc
-from gpushare.agent import sandbox as sb
-from gpushare.agent.logstore import META_DIR
+from gpushare.agent.runtime import process as proc
+from gpushare.agent.runtime import sandbox as sb
+from gpushare.agent.runtime.logstore import META_DIR
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
 
@@ -61,8 +61,8 @@ def _wait(check, timeout: float) -> None:
 
 
 def test_two_sandboxed_mps_clients_share_the_gpu_at_once(data_dir: Path) -> None:
-    from gpushare.agent.mps import MpsManager
-    from gpushare.agent.nvml import PynvmlBackend, probe_inventory
+    from gpushare.agent.gpu.mps import MpsManager
+    from gpushare.agent.gpu.nvml import PynvmlBackend, probe_inventory
 
     inventory = probe_inventory(PynvmlBackend())
     if shutil.which("nvidia-cuda-mps-control") is None:

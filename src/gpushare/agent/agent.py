@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import shutil
 import socket
 import threading
@@ -21,40 +20,41 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpushare.agent import ledger
-from gpushare.agent import node as nodes
-from gpushare.agent import sandbox as sb
-from gpushare.agent.enforcement import Enforcement
-from gpushare.agent.gpu_share import (
+from gpushare.agent.endpoint.nodeserver import NodeHandlers, NodeServer
+from gpushare.agent.endpoint.streams import ExecTarget
+from gpushare.agent.gpu.enforcement import Enforcement
+from gpushare.agent.gpu.gpu_share import (
     GpuAssignmentError,
     GpuShare,
     share_from_annotations,
 )
-from gpushare.agent.inventory import GpuInventory, HostResources
-from gpushare.agent.logstore import META_DIR, pod_dir, pods_root
-from gpushare.agent.monitor import GpuMonitor, WatchedPod
-from gpushare.agent.nodeauth import CallerCheck
-from gpushare.agent.nodecert import NodeTls, ensure_serving_certificate
-from gpushare.agent.nodeserver import NodeHandlers, NodeServer
-from gpushare.agent.nvml import NvmlBackend
-from gpushare.agent.planning import make_planner
-from gpushare.agent.podspec import ContainerPlan, decode_secret
-from gpushare.agent.serviceaccount import ServiceAccountTokens
-from gpushare.agent.streams import ExecTarget
-from gpushare.agent.supervisor import (
+from gpushare.agent.gpu.nvml import NvmlBackend
+from gpushare.agent.gpu.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
+from gpushare.agent.node import node as nodes
+from gpushare.agent.node.inventory import GpuInventory, HostResources
+from gpushare.agent.node.nodeauth import CallerCheck
+from gpushare.agent.node.nodecert import NodeTls, ensure_serving_certificate
+from gpushare.agent.pods import ledger
+from gpushare.agent.pods.podspec import ContainerPlan, decode_secret
+from gpushare.agent.pods.statuswriter import StatusSink, StatusWriter
+from gpushare.agent.runtime import sandbox as sb
+from gpushare.agent.runtime.logstore import META_DIR, pod_dir, pods_root
+from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
+from gpushare.agent.runtime.planning import make_planner
+from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
+from gpushare.agent.runtime.supervisor import (
     PodSupervisor,
     SupervisorConfig,
     kill_leftovers,
     kill_unrecorded,
 )
-from gpushare.agent.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
-from gpushare.agent.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
-from gpushare.apiserver import shapes
-from gpushare.bodies import field_dict
-from gpushare.contracts import GPU_USAGE_ANNOTATION
+from gpushare.agent.runtime.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
+from gpushare.api import shapes
+from gpushare.api.contracts import GPU_USAGE_ANNOTATION
+from gpushare.api.objects import field_dict
+from gpushare.api.timefmt import rfc3339, rfc3339_micro
 from gpushare.kube.client import (
     CONFIGMAPS,
-    EVENTS,
     NODES,
     PODS,
     SECRETS,
@@ -64,7 +64,6 @@ from gpushare.kube.client import (
 )
 from gpushare.kube.informer import Informer
 from gpushare.kube.lease import renew_node_lease
-from gpushare.kube.timefmt import rfc3339, rfc3339_micro
 
 log = logging.getLogger("gpushare.agent")
 
@@ -101,28 +100,12 @@ class AgentConfig:
     sandbox: str = "auto"
     #: Directories no pod may see besides the data directory (the kubeconfig's).
     sandbox_hidden: tuple[Path, ...] = ()
+    #: Host paths pods may read though the sandbox hides their place (--sandbox-read-only).
+    sandbox_read_only: tuple[Path, ...] = ()
 
 
 # How long forgetting a pod waits for its processes to end (SIGKILL, then the reaping).
 FORGET_WAIT_S = 10.0
-
-
-class _StatusSink:
-    def __init__(self, agent: Agent, namespace: str, name: str, uid: str) -> None:
-        self._agent, self._ns, self._name, self._uid = agent, namespace, name, uid
-
-    def report(self, status: dict[str, Any]) -> None:
-        self._agent._writes.put(("status", self._ns, self._name, self._uid, status))
-
-    def terminated(self) -> None:
-        self._agent._writes.put(("delete", self._ns, self._name, self._uid, None))
-
-    def event(self, reason: str, message: str, warning: bool = False) -> None:
-        pod = {"metadata": {"namespace": self._ns, "name": self._name, "uid": self._uid}}
-        self._agent._writes.put(
-            ("event", self._ns, self._name, self._uid,
-             (pod, reason, message, "Warning" if warning else "Normal"))
-        )
 
 
 class _ApiValues:
@@ -177,7 +160,8 @@ class Agent:
                                       field_selector=self._on_this_node,
                                       watch_timeout_seconds=config.watch_timeout_s)
         self._skipped: set[str] = set()  # uids of pods skipped as malformed (event sent)
-        self._writes: queue.Queue[tuple[str, str, str, str, Any]] = queue.Queue()
+        self.writer = StatusWriter(kube, config.node_name, self._stop)
+        self._writes = self.writer.writes
         self._values = _ApiValues(kube)
         self._threads: list[threading.Thread] = []
         self._ready_since = time.time()
@@ -203,7 +187,8 @@ class Agent:
             )
         self.node_server: NodeServer | None = None
         self.sandbox = sb.open_for_pods(
-            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden]),
+            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden],
+                             config.sandbox_read_only),
             config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
@@ -259,7 +244,7 @@ class Agent:
             raise
         for target, name in (
             (self._heartbeat_loop, "heartbeat"),
-            (self._write_loop, "status writer"),
+            (self.writer.run, "status writer"),
             (self._monitor_loop, "gpu monitor"),
             (self._certificate_loop, "certificate renewal"),
         ):
@@ -532,7 +517,7 @@ class Agent:
                     self.inventory.declared,
                     self.config.address,
                 ),
-                _StatusSink(self, namespace, name, uid),
+                StatusSink(self._writes, namespace, name, uid),
                 self.config.supervisor,
                 state,
             )
@@ -636,92 +621,8 @@ class Agent:
 
     # --- API writes -----------------------------------------------------------------
 
-    def _write_loop(self) -> None:
-        while not (self._stop.is_set() and self._writes.empty()):
-            try:
-                kind, namespace, name, uid, payload = self._writes.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            # coalesce: only the latest status of a pod matters
-            if kind == "status":
-                payload = self._latest_status(namespace, name, payload)
-            for attempt in range(5):
-                try:
-                    if kind == "status":
-                        self.kube.merge_patch(
-                            PODS.item(name, namespace, "status"), {"status": payload}
-                        )
-                    elif kind == "delete":
-                        self._delete_pod_now(namespace, name, uid)
-                    elif kind == "annotations":
-                        self.kube.merge_patch(
-                            PODS.item(name, namespace), {"metadata": {"annotations": payload}}
-                        )
-                    elif kind == "event":
-                        self.event(*payload)
-                    break
-                except ApiError as exc:
-                    if exc.status in (404, 409, 422):
-                        break
-                    time.sleep(0.2 * (attempt + 1))
-                except Exception as exc:
-                    log.warning("API write %s %s/%s failed: %s", kind, namespace, name, exc)
-                    time.sleep(0.2 * (attempt + 1))
-
-    def _delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
-        """Finish a graceful deletion once the processes are gone (the kubelet's last step)."""
-        try:
-            self.kube.delete(PODS.item(name, namespace), uid=uid or None, grace_period_seconds=0)
-        except ApiError as exc:
-            if not exc.conflict:  # a newer pod of the same name: not ours to delete
-                raise
-
-    def _latest_status(self, namespace: str, name: str, payload: Any) -> Any:
-        pending: list[tuple[str, str, str, str, Any]] = []
-        while True:
-            try:
-                item = self._writes.get_nowait()
-            except queue.Empty:
-                break
-            if item[0] == "status" and item[1] == namespace and item[2] == name:
-                payload = item[4]
-            else:
-                pending.append(item)
-        for item in pending:
-            self._writes.put(item)
-        return payload
-
     def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> None:
-        meta = pod.get("metadata") or {}
-        now = time.time()
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{meta.get('name')}.{time.time_ns():x}",
-                "namespace": meta.get("namespace", "default"),
-            },
-            "involvedObject": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "namespace": meta.get("namespace", "default"),
-                "name": meta.get("name"),
-                "uid": meta.get("uid"),
-            },
-            "reason": reason,
-            "message": message,
-            "type": kind,
-            "count": 1,
-            "firstTimestamp": rfc3339(now),
-            "lastTimestamp": rfc3339(now),
-            "source": {"component": "gpushare-agent", "host": self.config.node_name},
-            "reportingComponent": "gpushare-agent",
-            "reportingInstance": self.config.node_name,
-        }
-        try:
-            self.kube.create(EVENTS.collection(body["metadata"]["namespace"]), body)
-        except Exception as exc:
-            log.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc)
+        self.writer.event(pod, reason, message, kind)
 
     # --- GPU watchdog and usage -----------------------------------------------------
 

@@ -58,16 +58,22 @@ def agent(
                           "bubblewrap namespaces when they work, else a per-pod user; "
                           "none when the agent is not root)")
     ] = "auto",
+    sandbox_read_only: Annotated[
+        list[Path] | None, typer.Option(
+            "--sandbox-read-only", help="a host path under /tmp, /run, /root or /home that "
+            "pods may read (bound read-only into every bwrap sandbox; repeatable). Nothing a "
+            "pod names itself is bound")
+    ] = None,
 ) -> None:
     """Register this machine as a Node and run the pods bound to it as local processes."""
     from gpushare import __version__
     from gpushare.agent.agent import Agent, AgentConfig, default_hostname
-    from gpushare.agent.enforcement import EnforcementError, choose
-    from gpushare.agent.inventory import declared_gpus, host_resources
-    from gpushare.agent.mps import MpsManager
-    from gpushare.agent.nvml import NvmlUnavailable, PynvmlBackend, probe_inventory
-    from gpushare.agent.sandbox import mps_base
-    from gpushare.agent.supervisor import SupervisorConfig
+    from gpushare.agent.gpu.enforcement import EnforcementError, choose
+    from gpushare.agent.gpu.mps import MpsManager
+    from gpushare.agent.gpu.nvml import NvmlUnavailable, PynvmlBackend, probe_inventory
+    from gpushare.agent.node.inventory import declared_gpus, host_resources
+    from gpushare.agent.runtime.sandbox import mps_base
+    from gpushare.agent.runtime.supervisor import SupervisorConfig
     from gpushare.kube.client import KubeClient
     from gpushare.model.gpu_products import GpuSpecError
 
@@ -114,13 +120,14 @@ def agent(
         telemetry_s=metrics_interval,
         sandbox=sandbox,
         sandbox_hidden=(kubeconfig.resolve().parent,),
+        sandbox_read_only=tuple(sandbox_read_only or ()),
     )
     try:
         kube = KubeClient.from_kubeconfig(str(kubeconfig))
     except Exception as exc:
         typer.echo(f"error: --kubeconfig {kubeconfig}: {exc}", err=True)
         raise typer.Exit(2) from None
-    from gpushare.agent.sandbox import SandboxError
+    from gpushare.agent.runtime.sandbox import SandboxError
 
     try:
         runner = Agent(kube, config, inventory, host_resources(), chosen, nvml)

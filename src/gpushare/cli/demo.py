@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import shutil
 import signal
 import statistics
 import subprocess
@@ -34,6 +33,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpushare.api.contracts import GPU_RESOURCE
 from gpushare.cli.demo_gpu import (
     ENFORCEMENT,
     gpu_manifest,
@@ -44,6 +44,7 @@ from gpushare.cli.demo_gpu import (
     shares,
     stopped_by_enforcement,
 )
+from gpushare.tools import ToolMissing, require_tool
 
 TEAMS = ("nlp", "vision", "recsys")
 
@@ -68,10 +69,11 @@ def demo(
     keep: Annotated[bool, typer.Option(help="leave the control plane running at the end")] = False,
 ) -> None:
     """Run the three-team pattern: a virtual cluster per team, burst, then reclaim 330m each."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        typer.echo("error: the demo drives the control plane with kubectl; install it", err=True)
-        raise typer.Exit(2)
+    try:
+        kubectl = require_tool("kubectl")
+    except ToolMissing as missing:
+        typer.echo(f"error: the demo drives the control plane with kubectl: {missing}", err=True)
+        raise typer.Exit(2) from None
     if data_dir is not None:
         refusal = _unusable(data_dir)
         if refusal:
@@ -339,7 +341,7 @@ class _Kubectl:
 
     def allocated(self, queue: str) -> str | None:
         status = self.json("get", "queue", queue).get("status", {})
-        return (status.get("allocated") or {}).get("nvidia.com/gpu")
+        return (status.get("allocated") or {}).get(GPU_RESOURCE)
 
     def wait(self, timeout: float, what: str, check: Callable[[], bool]) -> None:
         deadline = time.monotonic() + timeout
@@ -370,7 +372,7 @@ def _unusable(root: Path) -> str | None:
     """Why the demo cannot use `root`, or None: a control plane runs there (its lock is
     held), or an earlier run left its state (the demo's story needs an empty cluster).
     Nothing in `root` is touched."""
-    from gpushare.apiserver.server import DB_NAME, LOCK_NAME
+    from gpushare.apiserver.http.server import DB_NAME, LOCK_NAME
 
     lock = root / LOCK_NAME
     if lock.exists():
@@ -397,7 +399,7 @@ def _control_plane(root: Path, gpus: str | None, keep: bool) -> Iterator[Path]:
 
     The control plane's lock is taken before anything in `root` is removed or truncated,
     and let go just before ``gpushare up`` takes it."""
-    from gpushare.apiserver.server import LOCK_NAME
+    from gpushare.apiserver.http.server import LOCK_NAME
 
     kubeconfig = root / "admin.kubeconfig"
     args = [sys.executable, "-m", "gpushare.cli.main", "up", "--data-dir", str(root),
@@ -440,7 +442,7 @@ def _wait_for_node(proc: subprocess.Popen[bytes], kubeconfig: Path, log_path: Pa
             raise DemoFailed(f"gpushare up exited {proc.returncode}:\n{log_path.read_text()}")
         if kubeconfig.exists():
             done = subprocess.run(
-                ["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
+                [require_tool("kubectl"), "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
                  "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}"],
                 capture_output=True, text=True, check=False)
             if "True" in done.stdout:

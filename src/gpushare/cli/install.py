@@ -11,7 +11,6 @@ manager ``gpushare-install``); ``uninstall`` deletes them again, CRDs only with
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,6 +19,7 @@ import typer
 import yaml
 
 from gpushare.cli import helpformat
+from gpushare.tools import require_tool
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 FIELD_MANAGER = "gpushare-install"
@@ -32,7 +32,7 @@ manifests_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
 
 def crd_documents() -> list[dict[str, Any]]:
     """Queue, PodGroup and VirtualCluster CRDs as the embedded server defines them."""
-    from gpushare.apiserver import crds
+    from gpushare.apiserver.registry import crds
 
     found = [crds.queue_crd(), crds.podgroup_crd()]
     try:
@@ -51,7 +51,7 @@ def crd_documents() -> list[dict[str, Any]]:
 
 
 def render_crds() -> str:
-    return HEADER.format(source="gpushare.apiserver.crds and gpushare.tenancy.policy") + (
+    return HEADER.format(source="gpushare.apiserver.registry.crds and gpushare.tenancy.policy") + (
         yaml.safe_dump_all(crd_documents(), sort_keys=False))
 
 
@@ -97,9 +97,7 @@ def manifests_write(
 
 def render(overlay: Path) -> list[dict[str, Any]]:
     """The overlay rendered by ``kubectl kustomize``."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise RuntimeError("kubectl is needed to render the kustomize tree")
+    kubectl = require_tool("kubectl")  # ToolMissing (a RuntimeError) names how to get it
     done = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True,
                           text=True, timeout=120)
     if done.returncode != 0:
@@ -152,7 +150,7 @@ def install(
              "cluster-with-agent, standalone; or a path")] = "cluster",
 ) -> None:
     """Apply deploy/ (CRDs, RBAC, the controllers' Deployment) with server-side apply."""
-    from gpushare.cli.up import _kubeconfig_path
+    from gpushare.cli.kubeconfig import kubeconfig_path
     from gpushare.kube.client import ApiError, KubeClient
 
     directory = Path(overlay) if Path(overlay).is_dir() else DEPLOY / "overlays" / overlay
@@ -161,7 +159,7 @@ def install(
     except RuntimeError as error:
         typer.echo(f"error: --overlay {overlay}: {error}", err=True)
         raise typer.Exit(2) from None
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=2)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=2)
     try:
         for line in apply_all(client, objects):
             typer.echo(f"{line} serverside-applied")
@@ -179,12 +177,12 @@ def uninstall(
         "--crds", help="also delete the CRDs, and with them every Queue and PodGroup")] = False,
 ) -> None:
     """Delete what install applied (the CRDs only with --crds)."""
-    from gpushare.cli.up import _kubeconfig_path
+    from gpushare.cli.kubeconfig import kubeconfig_path
     from gpushare.kube.client import KubeClient
 
     directory = Path(overlay) if Path(overlay).is_dir() else DEPLOY / "overlays" / overlay
     objects = render(directory)
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=2)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=2)
     try:
         for obj in sorted(objects, key=_rank, reverse=True):
             if obj["kind"] == "CustomResourceDefinition" and not crds:

@@ -6,6 +6,7 @@ import typer
 
 from gpushare.cli import (
     agent,
+    backup,
     demo,
     helpformat,
     install,
@@ -46,7 +47,7 @@ def version(
     typer.echo(__version__)
 
 
-for module in (demo, up, server, agent, simulate, tenant, status, install):
+for module in (demo, up, server, backup, agent, simulate, tenant, status, install):
     module.register(app)
 helpformat.install()
 

@@ -17,7 +17,8 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from gpushare.cli import helpformat, kubeconfigs
+from gpushare.cli import helpformat
+from gpushare.cli.kubeconfig import HELP_WITH_DATA_DIR, kubeconfig_path
 
 tenant_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
                          help="Virtual clusters: each team its own Kubernetes cluster on "
@@ -25,7 +26,7 @@ tenant_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
 
 DataDir = Annotated[Path, typer.Option(help="the API server's data directory (tokens.yaml, "
                                             "admin.kubeconfig)")]
-KubeconfigOpt = Annotated[Path | None, typer.Option(help=kubeconfigs.HELP_WITH_DATA_DIR)]
+KubeconfigOpt = Annotated[Path | None, typer.Option(help=HELP_WITH_DATA_DIR)]
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +36,7 @@ def register(app: typer.Typer) -> None:
 def _client(data_dir: Path, kubeconfig: Path | None) -> Any:
     from gpushare.kube.client import KubeClient
 
-    return KubeClient.from_kubeconfig(kubeconfigs.resolve(kubeconfig, data_dir))
+    return KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig, data_dir))
 
 
 def _fail(message: str) -> typer.Exit:
@@ -230,10 +231,10 @@ def _wait_phase(client: Any, name: str, phases: tuple[str, ...], timeout: float
 
 def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
                 user: str | None) -> dict[str, Any]:
-    from gpushare.apiserver.server import kubeconfig as make_kubeconfig
+    from gpushare.apiserver.http.server import kubeconfig as make_kubeconfig
     from gpushare.tenancy.tokens import tenant_token
 
-    admin = yaml.safe_load(Path(kubeconfigs.resolve(kubeconfig, data_dir)).read_text())
+    admin = yaml.safe_load(Path(kubeconfig_path(kubeconfig, data_dir)).read_text())
     cluster = admin["clusters"][0]["cluster"]
     server = str(cluster["server"]).split("/clusters/", 1)[0].rstrip("/")
     name = vc["metadata"]["name"]

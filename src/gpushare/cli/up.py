@@ -16,14 +16,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpushare.cli import helpformat, kubeconfigs
+from gpushare.api.contracts import DEFAULT_QUEUE as DEFAULT_QUEUE_NAME
+from gpushare.api.contracts import GPU_RESOURCE
+from gpushare.cli import helpformat
+from gpushare.cli.kubeconfig import HELP as KUBECONFIG_HELP
+from gpushare.cli.kubeconfig import kubeconfig_path
 
 if TYPE_CHECKING:
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.apiserver.http.server import ApiServer
 
 log = logging.getLogger("gpushare.up")
 
-KUBECONFIG_HELP = kubeconfigs.HELP
 
 
 def _stop_on_signals() -> threading.Event:
@@ -36,12 +39,6 @@ def _stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     return stop
-
-
-def _kubeconfig_path(kubeconfig: str | None) -> str:
-    """The kubeconfig to use (``cli/kubeconfigs.py``: --kubeconfig, $KUBECONFIG,
-    ~/.kube/config, the pod's ServiceAccount)."""
-    return kubeconfigs.resolve(kubeconfig)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -98,12 +95,15 @@ def controllers(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run all controllers in one process (pod-grouper, workloads, scheduler, queue status)."""
-    from gpushare.controllers.manager import DEFAULT, start_controllers
-    from gpushare.controllers.pod_grouper import SCHEDULER_NAMES
-    from gpushare.controllers.scheduler_config import SchedulerConfigError, load_scheduler_config
+    from gpushare.api.contracts import SCHEDULER_NAMES
+    from gpushare.controller_manager import DEFAULT, start_controllers
+    from gpushare.controllers.scheduling.scheduler_config import (
+        SchedulerConfigError,
+        load_scheduler_config,
+    )
 
     _setup_logging(verbose)
-    path = _kubeconfig_path(kubeconfig)
+    path = kubeconfig_path(kubeconfig)
     config = None
     if scheduler_config is not None:
         try:
@@ -176,7 +176,7 @@ def node_add(
 
     It is tainted gpushare.io/no-agent=true:NoSchedule: only pods that tolerate it land."""
     from gpushare.controllers.events import now_rfc3339
-    from gpushare.controllers.static_nodes import (
+    from gpushare.controllers.nodes.static_nodes import (
         NodeSpecError,
         parse_labels,
         register_static_node,
@@ -190,7 +190,7 @@ def node_add(
     except NodeSpecError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig))
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig))
     try:
         register_static_node(client, body)
     except ApiError as error:
@@ -218,7 +218,7 @@ def _gpus_for_agent(gpus: str | None) -> str | None:
     terminal: the agent would otherwise exit at once, machine after machine)."""
     if gpus:
         return gpus
-    from gpushare.agent.nvml import NvmlUnavailable, PynvmlBackend
+    from gpushare.agent.gpu.nvml import NvmlUnavailable, PynvmlBackend
 
     try:
         PynvmlBackend().close()
@@ -277,7 +277,7 @@ def _wait_until_up(
 DEFAULT_QUEUE = {
     "apiVersion": "scheduling.run.ai/v2",
     "kind": "Queue",
-    "metadata": {"name": "default-queue"},
+    "metadata": {"name": DEFAULT_QUEUE_NAME},
     "spec": {"resources": {r: {"quota": 0, "limit": -1, "overQuotaWeight": 1}
                            for r in ("gpu", "cpu", "memory")}},
 }
@@ -345,7 +345,7 @@ def queue_create(
         spec["priority"] = priority
     body = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name},
             "spec": spec}
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=1)
     try:
         try:
             client.create(QUEUES.collection(), body)
@@ -372,7 +372,7 @@ def queue_list(
     """Each queue's GPU quota, limit, fair share, allocated and requested, as a tree."""
     from gpushare.kube.client import QUEUES, KubeClient
 
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=1)
     try:
         queues = client.list(QUEUES.collection()).get("items") or []
     finally:
@@ -407,9 +407,9 @@ def format_queue_table(queues: list[dict]) -> str:
                 str(spec.get("priority", 100)),
                 _amount(gpu.get("quota")),
                 _amount(gpu.get("limit")),
-                (status.get("fairShare") or {}).get("nvidia.com/gpu", "-"),
-                (status.get("allocated") or {}).get("nvidia.com/gpu", "-"),
-                (status.get("requested") or {}).get("nvidia.com/gpu", "-"),
+                (status.get("fairShare") or {}).get(GPU_RESOURCE, "-"),
+                (status.get("allocated") or {}).get(GPU_RESOURCE, "-"),
+                (status.get("requested") or {}).get(GPU_RESOURCE, "-"),
             ))
             walk(name, depth + 1)
 
@@ -427,13 +427,18 @@ def _amount(value: object) -> str:
     return f"{float(value):g}"  # type: ignore[arg-type]
 
 
-def _component_kubeconfigs(server: ApiServer, data_dir: Path) -> dict[str, Path]:
-    """A kubeconfig (0600) per component identity (apiserver/components.py), its token
-    issued on the first start and kept after."""
-    from gpushare.apiserver import components
+def _component_kubeconfigs(server: ApiServer, data_dir: Path,
+                           node: str | None) -> dict[str, Path]:
+    """A kubeconfig (0600) per component identity (apiserver/auth/components.py), its token
+    issued on the first start and kept after; the agent's is its node's own identity
+    (``system:node:<node>``), so that it may act only for that node."""
+    from gpushare.apiserver.auth import components
 
     out: dict[str, Path] = {}
-    for name, identity in components.COMPONENTS.items():
+    identities = dict(components.COMPONENTS)
+    if node is not None:
+        identities["agent"] = components.node_identity(node)
+    for name, identity in identities.items():
         token = components.component_token(server.tokens, identity)
         out[name] = server.write_kubeconfig(data_dir / f"{name}.kubeconfig", token=token,
                                             user=identity.name)
@@ -447,11 +452,15 @@ def _free_port() -> int:
 
 
 def _child(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    from gpushare.cli.lifeline import die_with_parent
+
     log_file = log_path.open("ab")
     return subprocess.Popen(
         [sys.executable, "-m", "gpushare.cli.main", *args],
         stdout=log_file, stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C reaches us only; we stop the children in order
+        # killed outright, we take them with us: SIGTERM to each (cli/lifeline.py)
+        preexec_fn=die_with_parent(),
     )
 
 
@@ -495,7 +504,7 @@ def up(
             raise typer.Exit(2) from None
     controller_args: list[str] = []
     if scheduler_config is not None:
-        from gpushare.controllers.scheduler_config import (
+        from gpushare.controllers.scheduling.scheduler_config import (
             SchedulerConfigError,
             load_scheduler_config,
         )
@@ -507,7 +516,7 @@ def up(
             raise typer.Exit(2) from None
         controller_args = ["--scheduler-config", str(scheduler_config.resolve())]
     try:
-        from gpushare.apiserver.server import ApiServer
+        from gpushare.cli.compose import api_server
     except ImportError as error:
         typer.echo(f"error: the API server is not available: {error}", err=True)
         raise typer.Exit(1) from None
@@ -515,7 +524,7 @@ def up(
     data_dir.mkdir(parents=True, exist_ok=True)
     stop = _stop_on_signals()
     try:
-        server = ApiServer(str(data_dir), "127.0.0.1", port or _free_port(),
+        server = api_server(str(data_dir), "127.0.0.1", port or _free_port(),
                            anonymous_metrics=anonymous_metrics)
     except OSError as error:
         typer.echo(f"error: --port {port}: {error.strerror or error}; choose another port"
@@ -528,7 +537,8 @@ def up(
     kubeconfig = data_dir / "admin.kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
     _ensure_default_queue(str(kubeconfig))
-    identities = _component_kubeconfigs(server, data_dir)
+    agent_node = None if no_agent else node_name or socket.gethostname()
+    identities = _component_kubeconfigs(server, data_dir, agent_node)
     logs = data_dir / "logs"
     logs.mkdir(exist_ok=True)
     commands: dict[str, list[str]] = {
@@ -537,10 +547,10 @@ def up(
         "controllers": ["controllers", "--kubeconfig", str(identities["controllers"]),
                         "--tenant-kubeconfig", str(identities["tenancy"]), *controller_args],
     }
-    agent_node = None if no_agent else node_name or socket.gethostname()
     if not no_agent:
         agent_gpus = _gpus_for_agent(gpus)
-        # The agent runs as system:gpushare-agent (agent/rbac.yaml), not as the admin.
+        # The agent runs as its node (system:node:<node>, group system:nodes, with the role
+        # of agent/rbac.yaml), not as the admin.
         commands["agent"] = [
             "agent", "--kubeconfig", str(identities["agent"]),
             "--node-name", str(agent_node),

@@ -1,6 +1,6 @@
 """The API server's side of tenancy: admission and request policy in tenant clusters.
 
-Installed by the API server at start (``install``):
+Plugged into the API server by the process that composes it (``server_plugin``):
 
 * in the host cluster, VirtualCluster objects are validated (fields named, nothing stored
   on a bad one) and the VirtualCluster CRD is kept installed;
@@ -19,18 +19,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpushare.api.contracts import PRIORITY_LABEL, QUEUE_LABEL
 from gpushare.apiserver.errors import ApiError, invalid
+from gpushare.apiserver.http.plugins import ServerPlugin
 from gpushare.tenancy import names
 from gpushare.tenancy.policy import TenantPolicy, validate_virtual_cluster, virtualcluster_crd
 
 if TYPE_CHECKING:
-    from gpushare.apiserver.api import Api
-    from gpushare.apiserver.app import App
-    from gpushare.apiserver.auth import Attributes, User
+    from gpushare.apiserver.auth.access import Attributes, User
+    from gpushare.apiserver.registry.api import Api
     from gpushare.apiserver.resources import ResourceInfo
 
-QUEUE_LABEL = "kai.scheduler/queue"
-PRIORITY_LABEL = "priorityClassName"
 PRIORITYCLASS_GR = "scheduling.k8s.io/priorityclasses"
 CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"
 PODGROUP_GR = "scheduling.run.ai/podgroups"
@@ -62,7 +61,7 @@ def _forbidden(kind: str, name: str, message: str) -> ApiError:
 
 
 class TenantAdmission:
-    """``Api.admission_hooks`` entry."""
+    """``ServerPlugin.admission`` entry."""
 
     def __call__(self, api: Api, cluster: str, info: ResourceInfo, obj: dict[str, Any],
                  old: dict[str, Any] | None) -> None:
@@ -190,7 +189,8 @@ class TenantAdmission:
 
 
 def request_policy(api: Api) -> Any:
-    """``App.request_policies`` entry: the verbs a tenant cannot use in its own cluster."""
+    """``ServerPlugin.request_policies`` entry: the verbs a tenant cannot use in its own
+    cluster."""
 
     def refuse(cluster: str, user: User, attrs: Attributes) -> str | None:
         if cluster == names.HOST_CLUSTER or user.is_admin:
@@ -215,7 +215,7 @@ def request_policy(api: Api) -> Any:
 
 
 def log_target(api: Api) -> Any:
-    """``App.log_targets`` entry: where the logs of a tenant pod are."""
+    """``ServerPlugin.log_targets`` entry: where the logs of a tenant pod are."""
 
     def target(cluster: str, ns: str, name: str) -> tuple[str, str, str] | None:
         if policy_of(api, cluster) is None:
@@ -233,11 +233,15 @@ def log_target(api: Api) -> Any:
     return target
 
 
-def install(api: Api, app: App) -> None:
-    """Hook tenancy into an API server; keeps the VirtualCluster CRD installed."""
-    api.admission_hooks.append(TenantAdmission())
-    app.request_policies.append(request_policy(api))
-    app.log_targets.append(log_target(api))
+def server_plugin(api: Api) -> ServerPlugin:
+    """What tenancy plugs into the API server (`ApiServer(plugins=[...])`)."""
+    return ServerPlugin("tenancy", admission=[TenantAdmission()],
+                        request_policies=[request_policy(api)], log_targets=[log_target(api)],
+                        on_start=ensure_virtualcluster_crd)
+
+
+def ensure_virtualcluster_crd(api: Api) -> None:
+    """Keep the VirtualCluster CRD installed in the host cluster, as this version ships it."""
     reg = api.registry(names.HOST_CLUSTER)
     crd_info = reg.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
     assert crd_info is not None

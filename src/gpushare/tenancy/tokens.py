@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from gpushare.apiserver.auth import TokenFile
+from gpushare.apiserver.auth.access import TokenFile
 from gpushare.tenancy import names
 
 

@@ -1,0 +1,603 @@
+"""One pod's life on this node: init containers, then the containers, restarts, deletion.
+
+A `PodSupervisor` runs in a thread of its own. It does not talk to the API: it hands status
+dicts to a `PodStatusSink`, which the agent turns into API writes (and which the GPU
+experiment replaces by a recorder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpushare.agent.pods.podspec import ContainerPlan, PodSpecError
+from gpushare.agent.pods.podstatus import ContainerRecord, PodView, build_status, phase_of
+from gpushare.agent.runtime import process as proc
+from gpushare.agent.runtime.logstore import META_DIR, TimestampIndex, ensure_log_file, log_path
+from gpushare.agent.runtime.sandbox import SandboxState
+
+log = logging.getLogger("gpushare.agent")
+
+RESET_BACKOFF_AFTER_S = 600.0  # as the kubelet: ten minutes of running resets the back-off
+
+Planner = Callable[[dict[str, Any], bool], ContainerPlan]  # (container, init) -> plan
+
+
+class PodStatusSink(Protocol):
+    def report(self, status: dict[str, Any]) -> None: ...
+
+    def terminated(self) -> None:
+        """All processes are gone after a deletion: the pod object may be removed."""
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        """Something `kubectl describe pod` should show (Started, BackOff, Killing...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorConfig:
+    host_ip: str = "127.0.0.1"
+    backoff_base_s: float = 10.0
+    backoff_max_s: float = 300.0
+    poll_s: float = 0.1
+    default_grace_s: float = 30.0
+
+
+@dataclass(slots=True)
+class _Slot:
+    spec: dict[str, Any]
+    record: ContainerRecord
+    process: proc.ContainerProcess | None = None
+    run: int = 0  # run number (log file) of the current or last run
+    next_start: float = 0.0  # monotonic time
+    index: TimestampIndex | None = None
+    launching: bool = False  # the log file may exist before the process does
+    streak: int = 0  # quick exits in a row: the back-off exponent
+    plan: ContainerPlan | None = None  # what the current run was started with
+
+
+class PodSupervisor:
+    def __init__(
+        self,
+        pod: dict[str, Any],
+        directory: Path,
+        planner: Planner,
+        sink: PodStatusSink,
+        config: SupervisorConfig,
+        sandbox: SandboxState | None = None,
+    ) -> None:
+        self.pod = pod
+        self.sandbox = sandbox  # None: the processes run as the agent's user, unconfined
+        self.directory = directory
+        self.uid = str((pod.get("metadata") or {}).get("uid", ""))
+        self._planner = planner
+        self._sink = sink
+        self._config = config
+        spec = pod.get("spec") or {}
+        self.restart_policy = spec.get("restartPolicy") or "Always"
+        self._init = [
+            _Slot(spec=c, record=ContainerRecord(name=c.get("name", ""), init=True))
+            for c in spec.get("initContainers") or []
+        ]
+        self._main = [
+            _Slot(spec=c, record=ContainerRecord(name=c.get("name", "")))
+            for c in spec.get("containers") or []
+        ]
+        self._lock = threading.Lock()
+        self._stop_grace: float | None = None  # set when the pod is being deleted
+        self._kill: tuple[str, str] | None = None  # (reason, message) from the watchdog
+        self._detached = False
+        self._shutdown_grace: float | None = None
+        self._failed: tuple[str, str] | None = None
+        self._finished = threading.Event()
+        # Set when the pod's processes have ended for good, before that is published: from
+        # then on its GPU share is free for the pod the scheduler binds in its place.
+        self._released = threading.Event()
+        self._scheduled_at = time.time()
+        self._started_at: float | None = None
+        self._last_report: dict[str, Any] | None = None
+        self._thread: threading.Thread | None = None
+        self.meta = directory / META_DIR
+
+    # --- control from the agent's threads ---------------------------------------------
+
+    def start(self) -> None:
+        key = f"{(self.pod.get('metadata') or {}).get('namespace')}/{self.name}"
+        self._thread = threading.Thread(target=self._run, name=f"pod {key}", daemon=True)
+        self._thread.start()
+
+    @property
+    def name(self) -> str:
+        return str((self.pod.get("metadata") or {}).get("name", ""))
+
+    def stop(self, grace_s: float | None) -> None:
+        """The pod is being deleted: SIGTERM, wait up to the grace period, SIGKILL."""
+        with self._lock:
+            grace = self._config.default_grace_s if grace_s is None else grace_s
+            if self._stop_grace is None or grace < self._stop_grace:
+                self._stop_grace = grace
+
+    def kill(self, reason: str, message: str) -> None:
+        """The watchdog found the pod over its share: SIGKILL now and fail the pod."""
+        with self._lock:
+            if self._kill is None:
+                self._kill = (reason, message)
+
+    def shutdown(self, grace_s: float) -> None:
+        """The agent is stopping: end the processes like a node going down, but leave the pod
+        (no deletion); a restarted agent applies the restart policy to the ended runs."""
+        with self._lock:
+            self._shutdown_grace = grace_s
+
+    def detach(self) -> None:
+        """Stop supervising without touching the processes (as if the agent had died)."""
+        with self._lock:
+            self._detached = True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._finished.wait(timeout)
+
+    @property
+    def finished(self) -> bool:
+        return self._finished.is_set()
+
+    def wait_released(self, timeout: float) -> bool:
+        """Wait until the pod no longer holds its GPU share (see `holds_gpu`)."""
+        deadline = time.monotonic() + timeout
+        while self.holds_gpu:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._released.wait(min(left, 0.05))
+        return True
+
+    @property
+    def holds_gpu(self) -> bool:
+        """Whether the pod may still use its GPU share: not once it has ended for good
+        (a terminal phase, or stopped for its deletion), although its supervisor keeps its
+        status and logs until the pod object is gone. The scheduler frees the share when
+        it sees the end published, so this turns false before that is published."""
+        return not (self._released.is_set() or self._finished.is_set())
+
+    def process_groups(self) -> list[int]:
+        return [s.process.pgid for s in self._init + self._main if s.process is not None]
+
+    def container_groups(self) -> list[tuple[str, int]]:
+        """(container name, process group) of each container running now."""
+        return [(s.record.name, s.process.pgid) for s in self._init + self._main
+                if s.process is not None]
+
+    def container_running(self, container: str) -> bool:
+        """Whether the container's current run is going (a log follow ends with the run)."""
+        return any(
+            slot.record.name == container and (slot.process is not None or slot.launching)
+            for slot in self._init + self._main
+        )
+
+    def exec_plan(self, container: str) -> ContainerPlan | None:
+        """The command, environment and working dir of the container's running run (for
+        `kubectl exec`); None when it is not running. A run adopted after an agent
+        restart is planned again from the spec."""
+        for slot in self._init + self._main:
+            if slot.record.name != container or slot.process is None:
+                continue
+            if slot.plan is None:
+                slot.plan = self._planner(slot.spec, slot.record.init)
+            return slot.plan
+        return None
+
+    def _event(self, reason: str, message: str, warning: bool = False) -> None:
+        emit = getattr(self._sink, "event", None)
+        if emit is not None:
+            emit(reason, message, warning)
+
+    # --- the pod's thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._restore()
+            self._publish()
+            while True:
+                with self._lock:
+                    stop_grace, kill, detached = self._stop_grace, self._kill, self._detached
+                    shutdown = self._shutdown_grace
+                if detached:
+                    break
+                if shutdown is not None and stop_grace is None and kill is None:
+                    self._end_processes(shutdown, final=False)
+                    break
+                if kill is not None:
+                    self._do_kill(*kill)
+                    break
+                if stop_grace is not None:
+                    self._do_stop(stop_grace)
+                    self._sink.terminated()
+                    break
+                try:
+                    changed = self._step()
+                except Exception:  # keep supervising; the next pass tries again
+                    log.exception("pod %s: supervision step failed", self.name)
+                    changed = False
+                if changed:
+                    if self._phase() in ("Succeeded", "Failed"):
+                        self._released.set()
+                    self._save()
+                    self._publish()
+                if self._phase() in ("Succeeded", "Failed"):
+                    self._released.set()
+                    self._idle_until_deleted()
+                    break
+                time.sleep(self._config.poll_s)
+        finally:
+            self._finished.set()
+
+    def _idle_until_deleted(self) -> None:
+        """A finished pod keeps its logs and status until it is deleted."""
+        while True:
+            with self._lock:
+                grace, detached = self._stop_grace, self._detached
+                shutdown = self._shutdown_grace is not None
+            if detached or (shutdown and grace is None):
+                return
+            if grace is not None:
+                self._sink.terminated()
+                return
+            time.sleep(self._config.poll_s * 2)
+
+    def _phase(self) -> str:
+        failed = self._failed[0] if self._failed else None
+        return phase_of([s.record for s in self._init], [s.record for s in self._main], failed)
+
+    def _step(self) -> bool:
+        now = time.monotonic()
+        changed = False
+        for slot in self._init + self._main:
+            if slot.index is not None:
+                slot.index.observe()
+        # init containers one after the other, each must succeed
+        for slot in self._init:
+            if slot.record.succeeded:
+                continue
+            if slot.record.done:  # failed for good
+                return changed
+            changed |= self._advance(slot, now, init=True)
+            return changed
+        for slot in self._main:
+            if not slot.record.done:
+                changed |= self._advance(slot, now, init=False)
+        return changed
+
+    def _advance(self, slot: _Slot, now: float, init: bool) -> bool:
+        if slot.process is None:
+            if now < slot.next_start:
+                return False
+            return self._launch(slot, init)
+        code = slot.process.poll()
+        if code is None:
+            return False
+        self._finish_run(slot, code)
+        return True
+
+    def _finish_run(
+        self,
+        slot: _Slot,
+        code: int,
+        reason: str | None = None,
+        message: str | None = None,
+        final: bool = False,
+        quiet: bool = False,
+    ) -> None:
+        """Record how a run ended; schedule the restart its policy asks for unless `final`."""
+        record = slot.record
+        if slot.index is not None:
+            slot.index.observe()
+        record.exit_code = code
+        record.reason = reason or ("Completed" if code == 0 else "Error")
+        record.message = message
+        record.started_at = record.running_since
+        record.finished_at = time.time()
+        record.running_since = None
+        slot.process = None
+        if not final and self._should_restart(code, init=record.init):
+            ran = record.finished_at - (record.started_at or record.finished_at)
+            if ran >= RESET_BACKOFF_AFTER_S:  # a run that lasted starts the back-off afresh
+                slot.streak = 0
+            delay = min(
+                self._config.backoff_max_s,
+                self._config.backoff_base_s * (2 ** min(slot.streak, 16)),
+            )
+            slot.streak += 1
+            slot.next_start = time.monotonic() + delay
+            record.waiting_reason = "CrashLoopBackOff"
+            record.waiting_message = (
+                f"back-off {delay:g}s restarting failed container={record.name} "
+                f"pod={self.name}_{(self.pod.get('metadata') or {}).get('namespace')}"
+            )
+            if not quiet:
+                self._event("BackOff", f"Back-off restarting container {record.name} "
+                            f"(exit code {code}, next start in {delay:g}s)", warning=True)
+        else:
+            record.done = True
+            record.waiting_reason = None
+
+    def _should_restart(self, code: int, init: bool) -> bool:
+        if self.restart_policy == "Never":
+            return False
+        if init or self.restart_policy == "OnFailure":
+            return code != 0
+        return True  # Always
+
+    def _launch(self, slot: _Slot, init: bool) -> bool:
+        record = slot.record
+        try:
+            plan = self._planner(slot.spec, init)
+        except Exception as exc:  # a bad spec, or the API unreachable for a configMap: retry
+            record.waiting_reason = "CreateContainerConfigError"
+            record.waiting_message = (
+                str(exc) if isinstance(exc, PodSpecError) else f"{type(exc).__name__}: {exc}"
+            )
+            self._event("Failed", f"Error: {record.waiting_message}", warning=True)
+            slot.next_start = time.monotonic() + max(1.0, self._config.backoff_base_s)
+            return True
+        slot.plan = plan
+        if record.exit_code is not None:  # this is a restart
+            record.last = record.terminated()
+            record.restart_count += 1
+        run = record.restart_count
+        log = log_path(self.directory, record.name, run)
+        slot.launching = True
+        ensure_log_file(log)
+        exit_file = self.meta / "exit" / f"{record.name}.{run}"
+        try:
+            slot.process = proc.start(
+                plan.argv, plan.env, self.directory / plan.working_dir, log, exit_file,
+                self.sandbox,
+            )
+        except proc.StartError as exc:
+            slot.launching = False
+            self._event("Failed", f"Error: {exc}", warning=True)
+            with log.open("a") as f:
+                f.write(f"{exc}\n")
+            record.running_since = time.time()
+            slot.run = run
+            self._finish_run(slot, 128, reason="StartError", message=str(exc))
+            return True
+        slot.launching = False
+        slot.run = run
+        slot.index = TimestampIndex(log)
+        record.running_since = time.time()
+        record.waiting_reason = None
+        record.waiting_message = None
+        if self._started_at is None:
+            self._started_at = record.running_since
+        self._event("Started", f"Started container {record.name}")
+        return True
+
+    def _all_slots(self) -> list[_Slot]:
+        return self._init + self._main
+
+    def _do_stop(self, grace: float) -> None:
+        self._end_processes(grace, final=True)
+
+    def _end_processes(self, grace: float, final: bool) -> None:
+        """SIGTERM, wait up to `grace`, SIGKILL. `final`: nothing of the pod runs again."""
+        running = [s for s in self._all_slots() if s.process is not None]
+        for slot in running:
+            self._event("Killing", f"Stopping container {slot.record.name} "
+                        f"(grace period {grace:g}s)")
+        for slot in running:
+            slot.process.signal_group(signal.SIGTERM)  # type: ignore[union-attr]
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(
+            s.process is not None and s.process.group_alive() for s in running
+        ):
+            time.sleep(self._config.poll_s)
+        for slot in running:
+            slot.process.signal_group(signal.SIGKILL)  # type: ignore[union-attr]
+        for slot in running:
+            self._reap(slot)
+            code = slot.process.poll() if slot.process is not None else None  # type: ignore[union-attr]
+            code = code if code is not None else proc.UNKNOWN_EXIT
+            if final:
+                self._finish_run_final(slot, code)
+            else:
+                self._finish_run(slot, code, quiet=True)
+        if final:
+            for slot in self._all_slots():
+                slot.record.done = True
+                slot.record.waiting_reason = None
+            self._released.set()
+        self._save()
+        self._publish()
+
+    def _reap(self, slot: _Slot) -> None:
+        process = slot.process
+        if process is None:
+            return
+        if process.popen is not None:
+            with contextlib.suppress(Exception):
+                process.popen.wait(timeout=5)
+        deadline = time.monotonic() + 5
+        while process.group_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def _finish_run_final(
+        self, slot: _Slot, code: int, reason: str | None = None, message: str | None = None
+    ) -> None:
+        self._finish_run(slot, code, reason, message, final=True)
+        slot.next_start = float("inf")
+
+    def _do_kill(self, reason: str, message: str) -> None:
+        running = [s for s in self._all_slots() if s.process is not None]
+        for slot in running:
+            slot.process.signal_group(signal.SIGKILL)  # type: ignore[union-attr]
+        for slot in running:
+            self._reap(slot)
+            code = slot.process.poll() if slot.process is not None else None  # type: ignore[union-attr]
+            self._finish_run_final(slot, code if code is not None else 137, reason, message)
+        for slot in self._all_slots():
+            slot.record.done = True
+            slot.record.waiting_reason = None
+        self._failed = (reason, message)
+        self._released.set()
+        self._save()
+        self._publish()
+        self._idle_until_deleted()
+
+    # --- status -------------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        phase = self._phase()
+        view = PodView(
+            phase=phase,
+            reason=self._failed[0] if self._failed else None,
+            message=self._failed[1] if self._failed else None,
+            initialized=all(s.record.succeeded for s in self._init),
+            scheduled_at=self._scheduled_at,
+            started_at=self._started_at or self._scheduled_at,
+            host_ip=self._config.host_ip,
+        )
+        status = build_status(
+            self.pod, view, [s.record for s in self._init], [s.record for s in self._main]
+        )
+        if status != self._last_report:
+            self._last_report = status
+            self._sink.report(status)
+
+    # --- surviving an agent restart ------------------------------------------------------
+
+    def _state_file(self) -> Path:
+        return self.meta / "state.json"
+
+    def _save(self) -> None:
+        state = {
+            "uid": self.uid,
+            "scheduledAt": self._scheduled_at,
+            "startedAt": self._started_at,
+            "failed": list(self._failed) if self._failed else None,
+            "containers": {
+                ("init:" if s.record.init else "") + s.record.name: {
+                    "restartCount": s.record.restart_count,
+                    "run": s.run,
+                    "runningSince": s.record.running_since,
+                    "exitCode": s.record.exit_code,
+                    "reason": s.record.reason,
+                    "message": s.record.message,
+                    "startedAt": s.record.started_at,
+                    "finishedAt": s.record.finished_at,
+                    "done": s.record.done,
+                    "last": s.record.last,
+                    "process": s.process.state() if s.process is not None else None,
+                }
+                for s in self._all_slots()
+            },
+        }
+        self.meta.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_file().with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self._state_file())
+
+    def _restore(self) -> None:
+        """Pick up processes a previous agent started for this same pod (same UID)."""
+        try:
+            state = json.loads(self._state_file().read_text())
+        except (OSError, ValueError):
+            return
+        if state.get("uid") != self.uid:
+            return
+        self._scheduled_at = state.get("scheduledAt") or self._scheduled_at
+        self._started_at = state.get("startedAt")
+        if state.get("failed"):
+            self._failed = tuple(state["failed"])  # type: ignore[assignment]
+        saved = state.get("containers") or {}
+        for slot in self._all_slots():
+            entry = saved.get(("init:" if slot.record.init else "") + slot.record.name)
+            if not entry:
+                continue
+            record = slot.record
+            record.restart_count = int(entry.get("restartCount") or 0)
+            record.exit_code = entry.get("exitCode")
+            record.reason = entry.get("reason")
+            record.message = entry.get("message")
+            record.started_at = entry.get("startedAt")
+            record.finished_at = entry.get("finishedAt")
+            record.done = bool(entry.get("done"))
+            record.last = entry.get("last") or {}
+            record.waiting_reason = (
+                None if (record.done or record.exit_code is not None) else (record.waiting_reason)
+            )
+            slot.run = int(entry.get("run") or 0)
+            if entry.get("process"):
+                slot.process = proc.adopt(entry["process"])
+                record.running_since = entry.get("runningSince") or time.time()
+                slot.index = TimestampIndex(log_path(self.directory, record.name, slot.run))
+            elif record.exit_code is not None and not record.done:
+                # it had ended and was waiting for its back-off: restart after one more
+                slot.next_start = time.monotonic() + self._config.backoff_base_s
+                record.waiting_reason = "CrashLoopBackOff"
+
+
+def _recorded_groups(directory: Path) -> list[proc.ContainerProcess]:
+    try:
+        state = json.loads((directory / META_DIR / "state.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [proc.adopt(entry["process"]) for entry in (state.get("containers") or {}).values()
+            if (entry or {}).get("process")]
+
+
+def started_groups(directory: Path) -> set[int]:
+    """Process groups of the container wrappers started for this pod directory, read from
+    the process table (the wrapper's first argument is its exit file, in the directory).
+
+    An agent killed between starting a process and recording it in the state file leaves
+    a process that no state file names: this finds it."""
+    marker = proc._WRAPPER.encode()
+    prefix = (str(directory / META_DIR) + "/").encode()
+    found: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            if marker not in args:
+                continue
+            at = args.index(marker) + 1
+            if at < len(args) and args[at].startswith(prefix):
+                found.add(os.getpgid(int(entry)))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def kill_leftovers(directory: Path) -> list[int]:
+    """SIGKILL the process groups of a pod directory whose pod no longer exists: those
+    its state file records and any other started for it."""
+    killed: list[int] = []
+    for process in _recorded_groups(directory):
+        if process.poll() is None or process.group_alive():
+            proc.kill_group(process.pgid)
+            killed.append(process.pgid)
+    for pgid in sorted(started_groups(directory) - set(killed)):
+        proc.kill_group(pgid)
+        killed.append(pgid)
+    return killed
+
+
+def kill_unrecorded(directory: Path) -> list[int]:
+    """SIGKILL the process groups started for a pod that its state file does not record
+    (so that no restarted agent adopts one and starts another beside it)."""
+    recorded = {p.pgid for p in _recorded_groups(directory)}
+    killed = sorted(started_groups(directory) - recorded)
+    for pgid in killed:
+        proc.kill_group(pgid)
+    return killed
