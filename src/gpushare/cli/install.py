@@ -147,6 +147,8 @@ def install(
     overlay: Annotated[str, typer.Option(
         help="deploy/overlays/NAME: cluster (kube-controller-manager present), "
              "cluster-with-agent, standalone; or a path")] = "cluster",
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="print the objects it would apply, as YAML, and apply nothing")] = False,
 ) -> None:
     """Apply deploy/ (CRDs, RBAC, the controllers' Deployment) with server-side apply."""
     from gpushare.cli.up import _kubeconfig_path
@@ -158,6 +160,9 @@ def install(
     except RuntimeError as error:
         typer.echo(f"error: --overlay {overlay}: {error}", err=True)
         raise typer.Exit(2) from None
+    if dry_run:
+        typer.echo(yaml.safe_dump_all(sorted(objects, key=_rank), sort_keys=False), nl=False)
+        return
     client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=2)
     try:
         for line in apply_all(client, objects):
