@@ -38,3 +38,17 @@ def test_installed_wheel_dry_run_matches_checkout(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     printed = [d for d in yaml.safe_load_all(done.stdout) if d]
     assert printed == sorted(render(DEPLOY / "overlays" / "cluster"), key=_rank)
+
+
+def test_install_image_points_every_gpushare_container_at_the_registry() -> None:
+    env_path = "/usr/local/bin:/usr/bin:/bin"
+    done = subprocess.run([sys.executable, "-m", "gpushare.cli.main", "install", "--dry-run",
+                           "--overlay", "cluster-with-agent",
+                           "--image", "registry.example:5000/gpushare:9.9"],
+                          capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT / "src"), "PATH": env_path})
+    assert done.returncode == 0, done.stderr
+    images = [c["image"] for d in yaml.safe_load_all(done.stdout) if d
+              for c in (((d.get("spec") or {}).get("template") or {}).get("spec")
+                        or {}).get("containers", [])]
+    assert len(images) == 2 and set(images) == {"registry.example:5000/gpushare:9.9"}

@@ -142,11 +142,26 @@ def apply_all(client: Any, objects: list[dict[str, Any]]) -> list[str]:
     return done
 
 
+SHIPPED_IMAGE = "gpushare:"
+
+
+def set_image(objects: list[dict[str, Any]], image: str) -> None:
+    """Point every container that runs the shipped gpushare image at ``image``."""
+    for obj in objects:
+        pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in pod.get("containers", []) + pod.get("initContainers", []):
+            if str(container.get("image", "")).startswith(SHIPPED_IMAGE):
+                container["image"] = image
+
+
 def install(
     kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig of the cluster")] = None,
     overlay: Annotated[str, typer.Option(
         help="deploy/overlays/NAME: cluster (kube-controller-manager present), "
              "cluster-with-agent, standalone; or a path")] = "cluster",
+    image: Annotated[str | None, typer.Option(
+        help="the gpushare image in a registry (REGISTRY/gpushare:TAG), for every container "
+             "that runs gpushare")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="print the objects it would apply, as YAML, and apply nothing")] = False,
 ) -> None:
@@ -160,6 +175,8 @@ def install(
     except RuntimeError as error:
         typer.echo(f"error: --overlay {overlay}: {error}", err=True)
         raise typer.Exit(2) from None
+    if image is not None:
+        set_image(objects, image)
     if dry_run:
         typer.echo(yaml.safe_dump_all(sorted(objects, key=_rank), sort_keys=False), nl=False)
         return
