@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpushare.apiserver.http.server import ApiServer
+from gpushare.cli.compose import api_server
 
 GPUSHARE = [sys.executable, "-m", "gpushare.cli.main"]
 
@@ -23,7 +23,7 @@ def _run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
 
 
 def test_demo_refuses_a_directory_whose_control_plane_runs(tmp_path: Path) -> None:
-    server = ApiServer(tmp_path, "127.0.0.1", 0)
+    server = api_server(tmp_path, "127.0.0.1", 0)
     server.start()
     try:
         (tmp_path / "up.log").write_text("the running control plane's log\n")
@@ -40,7 +40,7 @@ def test_demo_refuses_a_directory_whose_control_plane_runs(tmp_path: Path) -> No
 
 
 def test_demo_says_at_once_why_a_used_directory_will_not_do(tmp_path: Path) -> None:
-    ApiServer(tmp_path, "127.0.0.1", 0).stop()  # an earlier run: its state is there
+    api_server(tmp_path, "127.0.0.1", 0).stop()  # an earlier run: its state is there
     done = _run("demo", "--data-dir", str(tmp_path), "--gpus", "1xL40S")
     assert done.returncode == 2
     assert "holds the state of an earlier run" in done.stderr
@@ -49,7 +49,7 @@ def test_demo_says_at_once_why_a_used_directory_will_not_do(tmp_path: Path) -> N
 
 def test_every_command_follows_kubeconfig_env(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    server = ApiServer(data, "127.0.0.1", 0)
+    server = api_server(data, "127.0.0.1", 0)
     server.start()
     try:
         # A kubeconfig that is not DATA_DIR/admin.kubeconfig, named only by $KUBECONFIG.
