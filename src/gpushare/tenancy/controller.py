@@ -109,7 +109,6 @@ class TenancyController:
         self.queue = WorkQueue()
         self.syncers: dict[str, TenantSyncer] = {}
         self._provisioned: dict[str, str] = {}  # tenant -> uid provisioned
-        self._status_written: dict[str, Obj] = {}
         self._lock = threading.Lock()
         self.vcs.add_handler(lambda kind, vc, old: self.queue.add(
             str((vc.get("metadata") or {}).get("name"))))
