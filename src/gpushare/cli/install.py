@@ -30,7 +30,7 @@ manifests_app = typer.Typer(help="The deploy/ manifests generated from the code.
 
 def crd_documents() -> list[dict[str, Any]]:
     """Queue, PodGroup and VirtualCluster CRDs as the embedded server defines them."""
-    from gpushare.apiserver.registry import crds
+    from gpushare.api import crds
 
     found = [crds.queue_crd(), crds.podgroup_crd()]
     try:
