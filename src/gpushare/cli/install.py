@@ -32,7 +32,7 @@ manifests_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
 
 def crd_documents() -> list[dict[str, Any]]:
     """Queue, PodGroup and VirtualCluster CRDs as the embedded server defines them."""
-    from gpushare.apiserver.registry import crds
+    from gpushare.api import crds
 
     found = [crds.queue_crd(), crds.podgroup_crd()]
     try:
