@@ -61,6 +61,7 @@ from gpushare.kube.informer import Informer
 log = logging.getLogger("gpushare.agent")
 
 AUTO, ISOLATED, HOST = "auto", "isolated", "host"
+CONDITION = "PodNetworkIsolated"  # the Node condition (`kubectl describe node`)
 MODES = (AUTO, ISOLATED, HOST)
 RESOLV_CONF, HOSTS = "resolv.conf", "hosts"
 
@@ -146,6 +147,14 @@ class PodNetwork:
                 f"({self.layout.cidr}); tenants apart, the node's ports closed to pods, "
                 "Services and DNS")
 
+    def condition(self, heartbeat: str, since: str) -> dict[str, Any]:
+        """The Node condition saying whether pods get networks of their own (times in
+        RFC 3339)."""
+        return {"type": CONDITION, "status": "True" if self.available else "False",
+                "reason": "Isolated" if self.available else "NodeNetwork",
+                "message": self.describe(), "lastHeartbeatTime": heartbeat,
+                "lastTransitionTime": since}
+
     def refusal(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
         """(reason, message) when the pod may not run on this node's network."""
         namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
@@ -175,7 +184,8 @@ class PodNetwork:
                 att = Attachment.from_json(path.read_text())
                 self._attached[att.uid] = att
         self._apply()
-        resolver = ClusterResolver(lambda: self._names, self._by_ip.get, host_nameserver())
+        resolver = ClusterResolver(lambda: self._names, lambda ip: self._by_ip.get(ip),
+                                   host_nameserver())
         self._dns = ClusterDns(resolver, self.layout.gateway, self._dns_port)
         self._dns.start()
         if self.kube is not None:
