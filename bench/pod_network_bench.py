@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
+
 from gpushare.kube.client import NODES, PODS, KubeClient
 
 NODE = "bench-node"
@@ -39,7 +40,7 @@ def _wait(check, timeout: float = 60.0):  # type: ignore[no-untyped-def]
 
 
 def run_mode(root: Path, mode: str, pods: int) -> list[float]:
-    server = ApiServer(root / mode / "api").start()
+    server = api_server(root / mode / "api").start()
     kubeconfig = root / mode / "api" / "admin.kubeconfig"
     kube = KubeClient.from_kubeconfig(str(kubeconfig))
     agent = subprocess.Popen(

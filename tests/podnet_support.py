@@ -14,7 +14,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
+
 from gpushare.kube.client import NAMESPACES, NODES, PODS, KubeClient
 
 NODE = "net-node"
@@ -42,7 +43,7 @@ class Net:
         self.cidr = cidr
         self.gateway = cidr.replace("0/24", "1")
         self.bridge = "gpushare" + cidr.split(".")[2]
-        self.server = ApiServer(root / "api").start()
+        self.server = api_server(root / "api").start()
         self.kubeconfig = root / "api" / "admin.kubeconfig"
         self.kube = KubeClient.from_kubeconfig(str(self.kubeconfig))
         self.controllers = start_controllers(str(self.kubeconfig))

@@ -40,6 +40,8 @@ from gpushare.agent.pods.statuswriter import StatusSink, StatusWriter
 from gpushare.agent.runtime import sandbox as sb
 from gpushare.agent.runtime.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
+from gpushare.agent.runtime.network.addressing import NetworkError
+from gpushare.agent.runtime.network.podnet import open_network
 from gpushare.agent.runtime.planning import make_planner
 from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
 from gpushare.agent.runtime.supervisor import (
@@ -100,6 +102,12 @@ class AgentConfig:
     sandbox: str = "auto"
     #: Directories no pod may see besides the data directory (the kubeconfig's).
     sandbox_hidden: tuple[Path, ...] = ()
+    #: The pods' network: auto (isolated when the node can), isolated, or host.
+    pod_network: str = "auto"
+    #: The node's pod CIDR (auto: 10.244.<n>.0/24, the first free n from the data dir's).
+    pod_cidr: str = "auto"
+    #: The port of the cluster DNS on the bridge address (53; 0 for any, in tests).
+    dns_port: int = 53
 
 
 # How long forgetting a pod waits for its processes to end (SIGKILL, then the reaping).
@@ -188,6 +196,8 @@ class Agent:
             sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden]),
             config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
+        self.network = open_network(kube, config.pod_network, config.pod_cidr,
+                                    config.data_dir, config.dns_port)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------
@@ -225,7 +235,8 @@ class Agent:
     def _start_node_server(self) -> NodeServer:
         tls = self._serving_certificate()
         server = NodeServer(
-            NodeHandlers(self._locate, self._container_running, self._exec_target), tls,
+            NodeHandlers(self._locate, self._container_running, self._exec_target,
+                         self.pod_netns), tls,
             CallerCheck(self.kube, self.config.node_name).check, self.config.address,
             self.config.port)
         server.start()
@@ -234,6 +245,7 @@ class Agent:
     def start(self) -> None:
         self.node_server = self._start_node_server()
         try:
+            self.network.start()
             self.register()
             self._adopt_or_clean()
         except BaseException:
@@ -293,6 +305,10 @@ class Agent:
             busy = any(not e.supervisor.finished for e in self._pods.values())
         if self.enforcement.mps is not None and (stop_pods or not busy):
             self.enforcement.mps.stop_all()
+        # pods left running keep their network namespaces and the node's rules too
+        if stop_pods or not busy:
+            self.network.teardown()
+        self.network.stop()
 
     def wait(self) -> None:
         while not self._stop.wait(1.0):
@@ -337,7 +353,16 @@ class Agent:
                 },
             )
         self._ready_since = time.time()
-        self._patch_node_status({"status": body["status"]})
+        status = body["status"]
+        status["conditions"] = [*status.get("conditions", []), self._network_condition()]
+        self._patch_node_status({"status": status})
+        if self.network.layout is not None:
+            cidr = str(self.network.layout.cidr)
+            with contextlib.suppress(ApiError):  # the node's pod CIDR, as a kubelet's Node
+                self.kube.merge_patch(node, {"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}})
+
+    def _network_condition(self) -> dict[str, Any]:
+        return self.network.condition(rfc3339(time.time()), rfc3339(self._ready_since))
 
     def heartbeat(self) -> None:
         now = time.time()
@@ -349,6 +374,7 @@ class Agent:
                             nodes.ready_condition(now, self._ready_since),
                             nodes.sandbox_condition(*self._sandbox_summary(), now,
                                                     self._ready_since),
+                            self._network_condition(),
                         ],
                         "daemonEndpoints": {"kubeletEndpoint": {"Port": self.node_port}},
                     }
@@ -388,6 +414,9 @@ class Agent:
             )
             for p in pods
         }
+        removed = self.network.cleanup(uid for uid in live.values() if uid)
+        if removed:
+            log.info("removed the network namespaces of pods gone: %s", removed)
         root = pods_root(self.config.data_dir)
         for ns_dir in root.iterdir() if root.is_dir() else []:
             for directory in ns_dir.iterdir():
@@ -500,8 +529,17 @@ class Agent:
             if refused is not None:
                 self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
                 return
+            refused_network = self.network.refusal(pod)
+            if refused_network is not None:
+                self._fail_unstartable(pod, *refused_network)
+                return
             directory.mkdir(parents=True, exist_ok=True)
             state = self._sandbox_for(pod, directory, share, recorded == uid)
+            try:
+                state, pod_ip = self._attach_network(pod, state)
+            except NetworkError as exc:
+                self._fail_unstartable(pod, "FailedCreatePodSandBox", str(exc))
+                return
             supervisor = PodSupervisor(
                 pod,
                 directory,
@@ -514,7 +552,7 @@ class Agent:
                     self.inventory.declared,
                     self.config.address,
                 ),
-                StatusSink(self._writes, namespace, name, uid),
+                StatusSink(self._writes, namespace, name, uid, pod_ip),
                 self.config.supervisor,
                 state,
             )
@@ -536,7 +574,8 @@ class Agent:
             state = sb.new_state(
                 self.sandbox, directory, str(meta.get("name") or "pod")[:63],
                 sb.ids_in_use(pods_root(self.config.data_dir)), mps_gpu,
-                sb.gpu_devices() if share is not None else (), writable)
+                sb.gpu_devices(d.index for d in share.devices) if share is not None else (),
+                writable)
         sb.prepare(state, pods_root(self.config.data_dir))
         if self.tokens.wanted(pod):
             written = self.tokens.write(pod, state)
@@ -547,6 +586,28 @@ class Agent:
             self._writes.put(("annotations", meta.get("namespace", "default"),
                               meta.get("name", ""), "", {nodes.ANN_SANDBOX: _describe(state)}))
         return state
+
+    def _attach_network(self, pod: dict[str, Any],
+                        state: sb.SandboxState) -> tuple[sb.SandboxState, str | None]:
+        """The pod's network namespace and address (none for a platform pod on the node's
+        network), its resolv.conf and hosts bound in; (sandbox, pod IP)."""
+        if not self.network.wants_namespace(pod):
+            return state, None
+        att = self.network.attach(pod)
+        files = self.network.pod_files(att, state.meta / "network")
+        if (state.netns, state.files) != (att.netns_path, files):
+            state = replace(state, netns=att.netns_path, files=files)
+            sb.save_state(state)
+        return state, att.ip
+
+    def pod_netns(self, namespace: str, name: str) -> str | None:
+        """The network namespace (name) of a pod running here; None: the node's network."""
+        with self._lock:
+            for uid, entry in self._pods.items():
+                if (entry.namespace, entry.name) == (namespace, name):
+                    att = self.network.attached(uid)
+                    return att.netns if att is not None else None
+        return None
 
     def _mps_client(self, share: GpuShare | None) -> tuple[int | None, tuple[str, ...]]:
         """(GPU index, its pipe directory) when the pod will be a client of an MPS daemon."""
@@ -582,6 +643,10 @@ class Agent:
             with self._lock:
                 if self._pods.get(uid or "") is entry:
                     del self._pods[uid or ""]
+            try:
+                self.network.detach(uid or "")
+            except Exception:  # an agent restart's cleanup removes it then
+                log.exception("pod %s: removing its network namespace failed", uid)
             shutil.rmtree(entry.supervisor.directory, ignore_errors=True)
 
         threading.Thread(target=reap, daemon=True).start()
@@ -608,9 +673,13 @@ class Agent:
             if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)
         }
         env["HOSTNAME"] = (pod.get("metadata") or {}).get("name", "")
-        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox)
+        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox): a
+        # pod on its own network reaches it through the `kubernetes` Service only
+        service = self.network.api_env() if self.network.wants_namespace(pod) else {}
         api = urlsplit(self.kube.host)
-        if api.hostname:
+        if service:
+            env.update(service)
+        elif api.hostname:
             env["KUBERNETES_SERVICE_HOST"] = api.hostname
             env["KUBERNETES_SERVICE_PORT"] = str(
                 api.port or (443 if api.scheme == "https" else 80))

@@ -12,13 +12,10 @@ from typing import Any
 
 from gpushare.apiserver.errors import Cause
 from gpushare.bodies import field_dict, field_list
+from gpushare.contracts import API_SERVICE_IP
 
 _RANGE = ipaddress.ip_network("10.96.0.0/12")
-#: The `kubernetes` Service's address: pods reach the API server there (the node agent
-#: DNATs it), so the serving certificate names it (tls.py), with the Service's DNS names.
-API_CLUSTER_IP = "10.96.0.1"
-API_SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
-                     "kubernetes.default.svc.cluster.local")
+
 _NODE_PORTS = range(30000, 32768)
 
 
@@ -64,7 +61,7 @@ def allocate(obj: dict[str, Any], old: dict[str, Any] | None,
             "namespace") == "default"
         for address in _RANGE.hosts():
             text = str(address)
-            if text not in ips and (first or text != API_CLUSTER_IP):
+            if text not in ips and (first or text != API_SERVICE_IP):
                 spec["clusterIP"] = text
                 break
         else:
