@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 from gpushare.cli.compose import api_server
-
 from gpushare.kube.client import NODES, PODS, KubeClient
 
 NODE = "bench-node"

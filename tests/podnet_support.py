@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from gpushare.cli.compose import api_server
-
 from gpushare.kube.client import NAMESPACES, NODES, PODS, KubeClient
 
 NODE = "net-node"
