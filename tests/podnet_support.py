@@ -35,7 +35,7 @@ def wait_for(check: Any, timeout: float = 30.0, what: str = "condition") -> Any:
 
 
 class Net:
-    def __init__(self, root: Path, cidr: str) -> None:
+    def __init__(self, root: Path, cidr: str, mode: str = "auto") -> None:
         from gpushare.controllers.manager import start_controllers
 
         self.root = root
@@ -49,7 +49,8 @@ class Net:
         self.agent = subprocess.Popen(
             [PY, "-m", "gpushare.cli.main", "agent", "--kubeconfig", str(self.kubeconfig),
              "--node-name", NODE, "--gpus", "1xH100", "--data-dir", str(root / "agent"),
-             "--heartbeat", "0.5", "--restart-backoff", "0.2", "--pod-cidr", cidr],
+             "--heartbeat", "0.5", "--restart-backoff", "0.2", "--pod-cidr", cidr,
+             "--pod-network", mode],
             stdout=open(root / "agent.log", "ab"), stderr=subprocess.STDOUT)  # noqa: SIM115
         wait_for(lambda: self._ready(), 60, "the node Ready")
         for tenant in ("nlp", "vision"):

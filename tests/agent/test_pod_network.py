@@ -240,3 +240,34 @@ def test_services_go_to_pod_endpoints_only() -> None:
     checked = subprocess.run(["nft", "-c", "-f", "-"], input=text, capture_output=True,
                              text=True, check=False)
     assert checked.returncode == 0, checked.stderr
+
+
+def test_where_the_node_cannot_isolate_it_says_why_and_never_falls_back_silently(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(firewall, "nft_binary", lambda: None)
+    unavailable = open_network(None, "auto", CIDR, tmp_path)
+    assert not unavailable.available and "nftables (nft) is not installed" in unavailable.reason
+    condition = unavailable.condition("t", "t")
+    assert condition["type"] == "PodNetworkIsolated" and condition["status"] == "False"
+    assert "tenants' pods are refused" in condition["message"]
+    with pytest.raises(NetworkError, match="--pod-network isolated: nftables"):
+        open_network(None, "isolated", CIDR, tmp_path)
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    not_root = open_network(None, "auto", CIDR, tmp_path)
+    assert not not_root.available and "not root" in not_root.reason
+    with pytest.raises(NetworkError, match="--pod-network: 'flat'"):
+        open_network(None, "flat", CIDR, tmp_path)
+
+
+def test_headless_services_name_their_ready_pods_and_hostnames() -> None:
+    db = ServiceView("team", "db", None, (PortSpec("pg", 5432, "tcp"),), "namespace/team")
+    eps = {("team", "db"): [Endpoint("10.244.231.7", "db-0", {"pg": (5432, "tcp")}),
+                            Endpoint("10.244.231.8", None, {"pg": (5432, "tcp")})]}
+    pods = [PodName("team", "10.244.231.9", "worker", "db", "namespace/team"),
+            PodName("team", "10.244.231.10", "lonely", "nothing", "namespace/team")]
+    names = dns_names([db], eps, pods)
+    assert names["db.team.svc.cluster.local."].addresses == ("10.244.231.7", "10.244.231.8")
+    assert names["db-0.db.team.svc.cluster.local."].addresses == ("10.244.231.7",)
+    assert names["worker.db.team.svc.cluster.local."].addresses == ("10.244.231.9",)
+    assert "lonely.nothing.team.svc.cluster.local." not in names  # no such headless Service
+    assert proxy_table([db], eps, lambda ip: True) == []  # no ClusterIP to DNAT

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from gpushare.kube.client import PODS
-from podnet_support import CONNECT, PY, RESOLVE, SERVE, SLEEP, Net, serving, wait_for
+from gpushare.kube.client import NAMESPACES, NODES, PODS
+from podnet_support import CONNECT, NODE, PY, RESOLVE, SERVE, SLEEP, Net, serving, wait_for
 
 CIDR = "10.244.234.0/24"
 
@@ -76,3 +77,27 @@ def test_a_pod_cannot_take_a_port_of_the_node(net: Net) -> None:
              "the squatter bound")
     with socket.socket() as node_side:  # the node's port is still free to take
         node_side.bind(("0.0.0.0", free))
+
+
+def test_on_a_node_without_isolation_tenants_pods_are_refused_not_run_on_its_network(
+        tmp_path: Path) -> None:
+    cluster = Net(tmp_path, "10.244.235.0/24", mode="host")
+    try:
+        node = cluster.kube.get(NODES.item(NODE)) or {}
+        condition = next(c for c in node["status"]["conditions"]
+                         if c["type"] == "PodNetworkIsolated")
+        assert condition["status"] == "False"
+        assert "tenants' pods are refused" in condition["message"]
+        cluster.pod("vc-nlp", "tenant-pod", SERVE)
+        pod = wait_for(lambda: (p := cluster.kube.get(PODS.item("tenant-pod", "vc-nlp")))
+                       and (p.get("status") or {}).get("phase") == "Failed" and p, 30,
+                       "refused")
+        assert pod["status"]["reason"] == "NetworkUnavailable"
+        assert not pod["status"].get("containerStatuses")  # never started
+        # the platform's own pods run there, as the Node says
+        cluster.kube.create(NAMESPACES.collection(), {"metadata": {"name": "platform"}})
+        cluster.pod("platform", "platform-pod", SLEEP)
+        running = cluster.running("platform", "platform-pod")
+        assert running["status"]["podIP"] == "127.0.0.1"
+    finally:
+        cluster.stop()
