@@ -106,8 +106,6 @@ class AgentConfig:
     pod_network: str = "auto"
     #: The node's pod CIDR (auto: 10.244.<n>.0/24, the first free n from the data dir's).
     pod_cidr: str = "auto"
-    #: The port of the cluster DNS on the bridge address (53; 0 for any, in tests).
-    dns_port: int = 53
 
 
 # How long forgetting a pod waits for its processes to end (SIGKILL, then the reaping).
@@ -197,7 +195,7 @@ class Agent:
             config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
         self.network = open_network(kube, config.pod_network, config.pod_cidr,
-                                    config.data_dir, config.dns_port)
+                                    config.data_dir)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------
@@ -305,10 +303,7 @@ class Agent:
             busy = any(not e.supervisor.finished for e in self._pods.values())
         if self.enforcement.mps is not None and (stop_pods or not busy):
             self.enforcement.mps.stop_all()
-        # pods left running keep their network namespaces and the node's rules too
-        if stop_pods or not busy:
-            self.network.teardown()
-        self.network.stop()
+        self.network.stop(teardown=stop_pods or not busy)  # running pods keep theirs
 
     def wait(self) -> None:
         while not self._stop.wait(1.0):
@@ -353,13 +348,10 @@ class Agent:
                 },
             )
         self._ready_since = time.time()
-        status = body["status"]
-        status["conditions"] = [*status.get("conditions", []), self._network_condition()]
-        self._patch_node_status({"status": status})
-        if self.network.layout is not None:
-            cidr = str(self.network.layout.cidr)
-            with contextlib.suppress(ApiError):  # the node's pod CIDR, as a kubelet's Node
-                self.kube.merge_patch(node, {"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}})
+        body["status"]["conditions"].append(self._network_condition())
+        self._patch_node_status({"status": body["status"]})
+        with contextlib.suppress(ApiError):  # the node's pod CIDR, as a kubelet's Node
+            self.kube.merge_patch(node, {"spec": self.network.node_spec()})
 
     def _network_condition(self) -> dict[str, Any]:
         return self.network.condition(rfc3339(time.time()), rfc3339(self._ready_since))
@@ -414,9 +406,7 @@ class Agent:
             )
             for p in pods
         }
-        removed = self.network.cleanup(uid for uid in live.values() if uid)
-        if removed:
-            log.info("removed the network namespaces of pods gone: %s", removed)
+        self.network.cleanup(uid for uid in live.values() if uid)
         root = pods_root(self.config.data_dir)
         for ns_dir in root.iterdir() if root.is_dir() else []:
             for directory in ns_dir.iterdir():
@@ -529,14 +519,13 @@ class Agent:
             if refused is not None:
                 self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
                 return
-            refused_network = self.network.refusal(pod)
-            if refused_network is not None:
+            if (refused_network := self.network.refusal(pod)) is not None:
                 self._fail_unstartable(pod, *refused_network)
                 return
             directory.mkdir(parents=True, exist_ok=True)
             state = self._sandbox_for(pod, directory, share, recorded == uid)
             try:
-                state, pod_ip = self._attach_network(pod, state)
+                state, pod_ip = self.network.sandbox_for(pod, state)
             except NetworkError as exc:
                 self._fail_unstartable(pod, "FailedCreatePodSandBox", str(exc))
                 return
@@ -587,27 +576,11 @@ class Agent:
                               meta.get("name", ""), "", {nodes.ANN_SANDBOX: _describe(state)}))
         return state
 
-    def _attach_network(self, pod: dict[str, Any],
-                        state: sb.SandboxState) -> tuple[sb.SandboxState, str | None]:
-        """The pod's network namespace and address (none for a platform pod on the node's
-        network), its resolv.conf and hosts bound in; (sandbox, pod IP)."""
-        if not self.network.wants_namespace(pod):
-            return state, None
-        att = self.network.attach(pod)
-        files = self.network.pod_files(att, state.meta / "network")
-        if (state.netns, state.files) != (att.netns_path, files):
-            state = replace(state, netns=att.netns_path, files=files)
-            sb.save_state(state)
-        return state, att.ip
-
     def pod_netns(self, namespace: str, name: str) -> str | None:
-        """The network namespace (name) of a pod running here; None: the node's network."""
+        """The network namespace of a pod running here (None: the node's network)."""
         with self._lock:
-            for uid, entry in self._pods.items():
-                if (entry.namespace, entry.name) == (namespace, name):
-                    att = self.network.attached(uid)
-                    return att.netns if att is not None else None
-        return None
+            uids = [u for u, e in self._pods.items() if (e.namespace, e.name) == (namespace, name)]
+        return self.network.netns_of(uids[0]) if uids else None
 
     def _mps_client(self, share: GpuShare | None) -> tuple[int | None, tuple[str, ...]]:
         """(GPU index, its pipe directory) when the pod will be a client of an MPS daemon."""
@@ -643,10 +616,7 @@ class Agent:
             with self._lock:
                 if self._pods.get(uid or "") is entry:
                     del self._pods[uid or ""]
-            try:
-                self.network.detach(uid or "")
-            except Exception:  # an agent restart's cleanup removes it then
-                log.exception("pod %s: removing its network namespace failed", uid)
+            self.network.release(uid or "")
             shutil.rmtree(entry.supervisor.directory, ignore_errors=True)
 
         threading.Thread(target=reap, daemon=True).start()
@@ -673,9 +643,9 @@ class Agent:
             if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)
         }
         env["HOSTNAME"] = (pod.get("metadata") or {}).get("name", "")
-        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox): a
-        # pod on its own network reaches it through the `kubernetes` Service only
-        service = self.network.api_env() if self.network.wants_namespace(pod) else {}
+        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox); on
+        # its own network, a pod reaches it through the `kubernetes` Service only
+        service = self.network.api_env(pod)
         api = urlsplit(self.kube.host)
         if service:
             env.update(service)

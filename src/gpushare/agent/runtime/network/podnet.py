@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ from gpushare.agent.runtime.network.services import (
     service_view,
     slice_service,
 )
+from gpushare.agent.runtime.sandbox import SandboxState, save_state
 from gpushare.kube.client import ENDPOINTSLICES, SERVICES, KubeClient, Stopper
 from gpushare.kube.informer import Informer
 
@@ -197,9 +198,11 @@ class PodNetwork:
         self._thread = threading.Thread(target=self._loop, name="pod network", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop watching and serving DNS; the pods' namespaces and the rules stay (a
-        restarted agent adopts them)."""
+    def stop(self, teardown: bool = False) -> None:
+        """Stop watching and serving DNS; with `teardown` remove everything (`teardown`),
+        else the pods' namespaces and the rules stay (a restarted agent adopts them)."""
+        if teardown:
+            self.teardown()
         self._stopper.stop()
         self._dirty.set()
         for informer in (self._services, self._slices):
@@ -286,6 +289,37 @@ class PodNetwork:
                 (self.state_dir / f"{uid}.json").unlink()
             self._apply()
 
+    def release(self, uid: str) -> None:
+        """`detach`, for a pod whose object is gone: a failure is logged (the next agent
+        start's `cleanup` removes what is left)."""
+        try:
+            self.detach(uid)
+        except Exception:
+            log.exception("pod %s: removing its network namespace failed", uid)
+
+    def netns_of(self, uid: str) -> str | None:
+        att = self.attached(uid)
+        return att.netns if att is not None else None
+
+    def node_spec(self) -> dict[str, Any]:
+        """The Node's ``spec.podCIDR(s)`` (nothing when pods share the node's network)."""
+        if self.layout is None:
+            return {}
+        return {"podCIDR": str(self.layout.cidr), "podCIDRs": [str(self.layout.cidr)]}
+
+    def sandbox_for(self, pod: Mapping[str, Any],
+                    state: SandboxState) -> tuple[SandboxState, str | None]:
+        """The pod's sandbox in its network namespace, with its resolv.conf and hosts bound
+        in, and its address; unchanged and None for a pod on the node's network."""
+        if not self.wants_namespace(pod):
+            return state, None
+        att = self.attach(pod)
+        files = self.pod_files(att, state.meta / "network")
+        if (state.netns, state.files) != (att.netns_path, files):
+            state = replace(state, netns=att.netns_path, files=files)
+            save_state(state)
+        return state, att.ip
+
     def cleanup(self, live: Iterable[str]) -> list[str]:
         """Remove the namespaces, veths and records of pods not in `live` (uids); which."""
         if self.layout is None:
@@ -302,6 +336,8 @@ class PodNetwork:
                     links.remove_pod(name, self.layout.veth_name(uid))
                     removed.append(uid)
             self._apply()
+        if removed:
+            log.info("removed the network namespaces of pods gone: %s", removed)
         return removed
 
     def _record(self, att: Attachment) -> None:
@@ -328,8 +364,11 @@ class PodNetwork:
 
     # --- Services and rules -------------------------------------------------------------
 
-    def api_env(self) -> dict[str, str]:
-        """KUBERNETES_SERVICE_HOST/PORT: the API server's Service, as pods see it."""
+    def api_env(self, pod: Mapping[str, Any]) -> dict[str, str]:
+        """KUBERNETES_SERVICE_HOST/PORT: the API server's Service, as a pod on its own
+        network sees it (nothing for a pod on the node's network)."""
+        if not self.wants_namespace(pod):
+            return {}
         view = self._service(*API_SERVICE)
         if view is None or view.cluster_ip is None or not view.ports:
             return {}
