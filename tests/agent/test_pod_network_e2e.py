@@ -93,6 +93,19 @@ def test_a_pod_reaches_its_tenant_by_ip_and_service_name(net: Net) -> None:
     assert "options ndots:5" in resolv
 
 
+def test_the_downward_api_gives_the_pods_own_address(net: Net) -> None:
+    body = {"metadata": {"name": "downward", "namespace": "vc-nlp"},
+            "spec": {"nodeName": NODE, "restartPolicy": "Never",
+                     "terminationGracePeriodSeconds": 2,
+                     "containers": [{"name": "main", "image": "busybox", "command": SLEEP,
+                                     "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {
+                                         "fieldPath": "status.podIP"}}}]}]}}
+    net.kube.create(PODS.collection("vc-nlp"), body)
+    pod = net.running("vc-nlp", "downward")
+    assert net.in_pod("vc-nlp", "downward", "import os; print(os.environ['POD_IP'])") == \
+        pod["status"]["podIP"]
+
+
 def test_port_forward_reaches_the_pods_own_localhost(net: Net) -> None:
     net.pod("vc-nlp", "local-only", [PY, "-m", "http.server", "8080", "--bind", "127.0.0.1"])
     net.running("vc-nlp", "local-only")

@@ -533,7 +533,7 @@ class Agent:
                 pod,
                 directory,
                 make_planner(
-                    pod,
+                    self.network.with_address(pod, pod_ip),
                     share,
                     self._runtime_env(pod),
                     self._values,

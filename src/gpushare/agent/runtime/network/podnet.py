@@ -320,6 +320,15 @@ class PodNetwork:
             save_state(state)
         return state, att.ip
 
+    @staticmethod
+    def with_address(pod: dict[str, Any], pod_ip: str | None) -> dict[str, Any]:
+        """The pod as its containers' environment sees it: ``status.podIP(s)`` are its own
+        address (the downward API's ``status.podIP``) before the agent has written them."""
+        if pod_ip is None:
+            return pod
+        status = {**(pod.get("status") or {}), "podIP": pod_ip, "podIPs": [{"ip": pod_ip}]}
+        return {**pod, "status": status}
+
     def cleanup(self, live: Iterable[str]) -> list[str]:
         """Remove the namespaces, veths and records of pods not in `live` (uids); which."""
         if self.layout is None:
