@@ -36,7 +36,7 @@ def wait_for(check: Any, timeout: float = 30.0, what: str = "condition") -> Any:
 
 class Net:
     def __init__(self, root: Path, cidr: str, mode: str = "auto") -> None:
-        from gpushare.controllers.manager import start_controllers
+        from gpushare.controller_manager import start_controllers
 
         self.root = root
         self.cidr = cidr

@@ -20,12 +20,13 @@ import pytest
 from process_probes import gone, processes_named
 
 from gpushare.cli.compose import api_server
-from gpushare.controllers import node_lifecycle
+from gpushare.controllers.nodes import node_lifecycle
 from gpushare.kube.client import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, KubeClient
+from gpushare.tools import find_tool
 
 NODE = "e2e-node"
 NS = "default"
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 
 
 class Cluster:

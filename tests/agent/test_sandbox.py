@@ -301,17 +301,20 @@ def test_ids_are_the_lowest_free_and_mps_clients_share_their_gpus_uid(tmp_path: 
         sb.allocate_id(set(range(sb.ID_BASE, sb.ID_BASE + sb.ID_COUNT)))
 
 
-def test_image_paths_never_open_a_hidden_directory(tmp_path: Path) -> None:
+def test_image_paths_are_the_agents_choice_and_never_open_a_hidden_directory(
+        tmp_path: Path) -> None:
     data = tmp_path / "data"
     tool = tmp_path / "venv" / "bin"
     tool.mkdir(parents=True)
-    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (data / "pods").mkdir(parents=True)
-    paths = sb.image_paths([str(tool / "python"), str(data / "pods"), str(tmp_path)],
-                           {"PATH": f"{tool}:/usr/bin"}, [], [str(data)])
-    # the venv (found from its bin/ on PATH) is bound; the data dir and its parent are not
-    assert str(tmp_path / "venv") in paths
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    paths = sb.image_paths([str(chosen), str(data / "pods"), str(tmp_path)], [str(data)])
+    # what the operator chose is bound; the data dir and its parent are not
+    assert str(chosen) in paths
     assert not any(p == str(tmp_path) or p.startswith(str(data)) for p in paths)
+    # the agent's own installation is bound where the sandbox would hide it
+    assert all(p in paths for p in sb.agent_image_paths() if sb._under_private(p))
 
 
 def test_the_pods_path_leaves_out_home_directories() -> None:

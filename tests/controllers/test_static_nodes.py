@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpushare.controllers.static_nodes import (
+from gpushare.controllers.nodes.static_nodes import (
     STATIC_NODE_ANNOTATION,
     NodeSpecError,
     parse_labels,

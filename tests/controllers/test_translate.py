@@ -7,7 +7,8 @@ from fractions import Fraction
 
 import pytest
 
-from gpushare.controllers.translate import (
+from gpushare.api.quantity import format_bytes, format_milli, to_int, to_milli
+from gpushare.controllers.scheduling.translate import (
     TranslateError,
     cpu_memory_requests,
     gpu_request,
@@ -19,7 +20,6 @@ from gpushare.controllers.translate import (
     pod_status,
     queue_from_api,
 )
-from gpushare.kube.quantity import format_bytes, format_milli, to_int, to_milli
 from gpushare.model import PodStatus
 
 

@@ -33,7 +33,7 @@ def client(server: ServerProcess) -> Iterator[KubeClient]:
 
 @pytest.fixture
 def controllers(server: ServerProcess):
-    from gpushare.controllers.manager import start_controllers
+    from gpushare.controller_manager import start_controllers
 
     running = start_controllers(str(server.kubeconfig))
     yield running

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 
-import pytest
+from gpushare.tools import find_tool
 
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 TEAMS = ("nlp", "vision", "recsys")
 
 
 def _kubectl(kubeconfig, *args):
-    done = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args, "-o", "json"],
+    done = subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), *args, "-o", "json"],
                           capture_output=True, text=True, timeout=60, check=True)
     return json.loads(done.stdout)
 
@@ -68,7 +67,7 @@ def test_demo_three_virtual_clusters_burst_then_reclaim_330m_each(tmp_path):
                       for q in _kubectl(kubeconfig, "get", "queues")["items"]]
             assert queues == [team]
         vision = tmp_path / "tenants" / "vision.kubeconfig"
-        logs = subprocess.run(["kubectl", "--kubeconfig", str(vision), "logs", "vision-train"],
+        logs = subprocess.run([KUBECTL, "--kubeconfig", str(vision), "logs", "vision-train"],
                               capture_output=True, text=True, timeout=60).stdout
         assert "vision step on GPU 0 portion 0.33" in logs
     finally:

@@ -91,8 +91,7 @@ class Streams:
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Streams]:
-    if not Path(KUBECTL).exists():
-        pytest.skip(f"needs {KUBECTL}")
+    assert Path(KUBECTL).exists(), f"kubectl not found ({KUBECTL}): `make test` installs it"
     cluster = Streams(tmp_path_factory.mktemp("streams"))
     try:
         cluster.run_pod("shell", ["sh", "-c", "echo started; while true; do echo tick; "
@@ -252,11 +251,11 @@ def test_the_agents_port_needs_the_api_servers_certificate_or_an_allowed_token(
     assert port is not None
     pki = streams.root / "api" / "pki"
     path = f"/containerLogs/{NS}/shell/main?tailLines=1"
-    bare = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    bare = ssl.create_default_context(cafile=str(pki / "node-ca.crt"))
     code, body = _agent_get(port, bare, path)
     assert code == 401 and b"tick" not in body
     # a client certificate of another CA: refused in the handshake
-    forged = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    forged = ssl.create_default_context(cafile=str(pki / "node-ca.crt"))
     forged.load_cert_chain(*map(str, client_cert(tmp_path, "gpushare:apiserver-node-client",
                                                  None)))
     with pytest.raises((ssl.SSLError, ConnectionError)):
@@ -270,13 +269,13 @@ def test_the_agents_port_needs_the_api_servers_certificate_or_an_allowed_token(
     # about (a kube-apiserver's kubelet client is in system:masters)
     for name, groups, expected in (("intruder", (), 403),
                                    ("kube-apiserver-kubelet-client", ("system:masters",), 200)):
-        signed = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        signed = ssl.create_default_context(cafile=str(pki / "node-ca.crt"))
         signed.load_cert_chain(*map(str, client_cert(tmp_path / name, name, pki, groups)))
         code, body = _agent_get(port, signed, path)
         assert code == expected, (name, code, body)
     # the admin token (allowed everything) and the API server's certificate get in
     assert _agent_get(port, bare, path, streams.server.admin_token) == (200, b"tick\n")
-    apiserver = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    apiserver = ssl.create_default_context(cafile=str(pki / "node-ca.crt"))
     apiserver.load_cert_chain(str(pki / "node-client.crt"), str(pki / "node-client.key"))
     assert _agent_get(port, apiserver, path) == (200, b"tick\n")
 

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.telemetry.pushes import ComponentMetrics, ResourceUsage
-from gpushare.controllers.scheduler_metrics import SchedulerMetrics, reason_code
+from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics, reason_code
 from gpushare.model.queue import Queue, ResourceSpec
 from gpushare.scheduler.decisions import Bind, CycleResult, Evict, Pipeline, QueueReport
 

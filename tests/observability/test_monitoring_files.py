@@ -18,7 +18,8 @@ from gpushare.agent.node.inventory import declared_gpus
 from gpushare.agent.runtime.telemetry import AgentMetrics
 from gpushare.apiserver.telemetry.metrics import Metrics
 from gpushare.cli.compose import api_server
-from gpushare.controllers.scheduler_metrics import SchedulerMetrics
+from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics
+from gpushare.tools import find_tool
 
 ROOT = Path(__file__).resolve().parents[2] / "deploy/monitoring"
 NAME = re.compile(r"\b((?:queue|gpushare|apiserver|task|e2e|action)_[a-z0-9_]+)\b")
@@ -81,8 +82,8 @@ def test_the_shipped_rbac_lets_prometheus_scrape_and_nothing_more(tmp_path):
         env = {**os.environ, "KUBECONFIG": str(tmp_path / "api/admin.kubeconfig")}
         for args in (["create", "namespace", "monitoring"],
                      ["apply", "-f", str(ROOT / "rbac.yaml")]):
-            done = subprocess.run(["/usr/bin/kubectl", *args], env=env, capture_output=True,
-                                  text=True, timeout=60)
+            done = subprocess.run([find_tool("kubectl") or "kubectl", *args], env=env,
+                                  capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
         assert server.ca_path is not None
         tls = ssl.create_default_context(cafile=str(server.ca_path))

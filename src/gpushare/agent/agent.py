@@ -51,9 +51,10 @@ from gpushare.agent.runtime.supervisor import (
     kill_unrecorded,
 )
 from gpushare.agent.runtime.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
-from gpushare.apiserver.schema import shapes
-from gpushare.bodies import field_dict
-from gpushare.contracts import GPU_USAGE_ANNOTATION
+from gpushare.api import shapes
+from gpushare.api.contracts import GPU_USAGE_ANNOTATION
+from gpushare.api.objects import field_dict
+from gpushare.api.timefmt import rfc3339, rfc3339_micro
 from gpushare.kube.client import (
     CONFIGMAPS,
     NODES,
@@ -65,7 +66,6 @@ from gpushare.kube.client import (
 )
 from gpushare.kube.informer import Informer
 from gpushare.kube.lease import renew_node_lease
-from gpushare.kube.timefmt import rfc3339, rfc3339_micro
 
 log = logging.getLogger("gpushare.agent")
 
@@ -102,6 +102,8 @@ class AgentConfig:
     sandbox: str = "auto"
     #: Directories no pod may see besides the data directory (the kubeconfig's).
     sandbox_hidden: tuple[Path, ...] = ()
+    #: Host paths pods may read though the sandbox hides their place (--sandbox-read-only).
+    sandbox_read_only: tuple[Path, ...] = ()
     #: The pods' network: auto (isolated when the node can), isolated, or host.
     pod_network: str = "auto"
     #: The node's pod CIDR (auto: 10.244.<n>.0/24, the first free n from the data dir's).
@@ -191,7 +193,8 @@ class Agent:
             )
         self.node_server: NodeServer | None = None
         self.sandbox = sb.open_for_pods(
-            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden]),
+            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden],
+                             config.sandbox_read_only),
             config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
         self.network = open_network(kube, config.pod_network, config.pod_cidr,
@@ -637,17 +640,13 @@ class Agent:
         self.event(pod, reason, message)
 
     def _runtime_env(self, pod: dict[str, Any]) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)
-        }
+        env = {k: v for k, v in os.environ.items()
+               if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)}
         env["HOSTNAME"] = (pod.get("metadata") or {}).get("name", "")
         # as the kubelet: where the API is (the pod's token, if any, is in its sandbox); on
         # its own network, a pod reaches it through the `kubernetes` Service only
-        service = self.network.api_env(pod)
         api = urlsplit(self.kube.host)
-        if service:
+        if service := self.network.api_env(pod):
             env.update(service)
         elif api.hostname:
             env["KUBERNETES_SERVICE_HOST"] = api.hostname

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare.api.shapes import Cause
+
 _REASONS = {
     400: "BadRequest",
     401: "Unauthorized",
@@ -20,16 +22,6 @@ _REASONS = {
     500: "InternalError",
     503: "ServiceUnavailable",
 }
-
-
-@dataclass
-class Cause:
-    field: str
-    message: str
-    reason: str = "FieldValueInvalid"
-
-    def to_dict(self) -> dict[str, str]:
-        return {"reason": self.reason, "message": self.message, "field": self.field}
 
 
 @dataclass

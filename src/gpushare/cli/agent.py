@@ -58,6 +58,12 @@ def agent(
                           "bubblewrap namespaces when they work, else a per-pod user; "
                           "none when the agent is not root)")
     ] = "auto",
+    sandbox_read_only: Annotated[
+        list[Path] | None, typer.Option(
+            "--sandbox-read-only", help="a host path under /tmp, /run, /root or /home that "
+            "pods may read (bound read-only into every bwrap sandbox; repeatable). Nothing a "
+            "pod names itself is bound")
+    ] = None,
     pod_network: Annotated[
         str, typer.Option(help="auto|isolated|host: each pod in a network namespace of its "
                           "own on the node's bridge (auto: when the node can; else pods share "
@@ -124,6 +130,7 @@ def agent(
         telemetry_s=metrics_interval,
         sandbox=sandbox,
         sandbox_hidden=(kubeconfig.resolve().parent,),
+        sandbox_read_only=tuple(sandbox_read_only or ()),
         pod_network=pod_network,
         pod_cidr=pod_cidr,
     )

@@ -18,7 +18,6 @@ keep their rate (step 6). With declared GPUs those steps are skipped.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import signal
 import statistics
 import subprocess
@@ -33,6 +32,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpushare.api.contracts import GPU_RESOURCE
 from gpushare.cli.demo_gpu import (
     ENFORCEMENT,
     gpu_manifest,
@@ -43,6 +43,7 @@ from gpushare.cli.demo_gpu import (
     shares,
     stopped_by_enforcement,
 )
+from gpushare.tools import ToolMissing, require_tool
 
 TEAMS = ("nlp", "vision", "recsys")
 
@@ -67,10 +68,11 @@ def demo(
     keep: Annotated[bool, typer.Option(help="leave the control plane running at the end")] = False,
 ) -> None:
     """Run the three-team pattern: a virtual cluster per team, burst, then reclaim 330m each."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        typer.echo("error: the demo drives the control plane with kubectl; install it", err=True)
-        raise typer.Exit(2)
+    try:
+        kubectl = require_tool("kubectl")
+    except ToolMissing as missing:
+        typer.echo(f"error: the demo drives the control plane with kubectl: {missing}", err=True)
+        raise typer.Exit(2) from None
     gpus = gpus or (None if _nvml_gpu_count() else "1xL40S")
     if keep and data_dir is None:
         data_dir = Path(tempfile.mkdtemp(prefix="gpushare-demo-"))
@@ -333,7 +335,7 @@ class _Kubectl:
 
     def allocated(self, queue: str) -> str | None:
         status = self.json("get", "queue", queue).get("status", {})
-        return (status.get("allocated") or {}).get("nvidia.com/gpu")
+        return (status.get("allocated") or {}).get(GPU_RESOURCE)
 
     def wait(self, timeout: float, what: str, check: Callable[[], bool]) -> None:
         deadline = time.monotonic() + timeout
@@ -396,7 +398,7 @@ def _wait_for_node(proc: subprocess.Popen[bytes], kubeconfig: Path, log_path: Pa
             raise DemoFailed(f"gpushare up exited {proc.returncode}:\n{log_path.read_text()}")
         if kubeconfig.exists():
             done = subprocess.run(
-                ["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
+                [require_tool("kubectl"), "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
                  "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}"],
                 capture_output=True, text=True, check=False)
             if "True" in done.stdout:

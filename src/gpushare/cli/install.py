@@ -11,13 +11,14 @@ manager ``gpushare-install``); ``uninstall`` deletes them again, CRDs only with
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
+
+from gpushare.tools import require_tool
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 FIELD_MANAGER = "gpushare-install"
@@ -94,9 +95,7 @@ def manifests_write(
 
 def render(overlay: Path) -> list[dict[str, Any]]:
     """The overlay rendered by ``kubectl kustomize``."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise RuntimeError("kubectl is needed to render the kustomize tree")
+    kubectl = require_tool("kubectl")  # ToolMissing (a RuntimeError) names how to get it
     done = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True,
                           text=True, timeout=120)
     if done.returncode != 0:
@@ -149,7 +148,7 @@ def install(
              "cluster-with-agent, standalone; or a path")] = "cluster",
 ) -> None:
     """Apply deploy/ (CRDs, RBAC, the controllers' Deployment) with server-side apply."""
-    from gpushare.cli.up import _kubeconfig_path
+    from gpushare.cli.kubeconfig import kubeconfig_path
     from gpushare.kube.client import ApiError, KubeClient
 
     directory = Path(overlay) if Path(overlay).is_dir() else DEPLOY / "overlays" / overlay
@@ -158,7 +157,7 @@ def install(
     except RuntimeError as error:
         typer.echo(f"error: --overlay {overlay}: {error}", err=True)
         raise typer.Exit(2) from None
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=2)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=2)
     try:
         for line in apply_all(client, objects):
             typer.echo(f"{line} serverside-applied")
@@ -176,12 +175,12 @@ def uninstall(
         "--crds", help="also delete the CRDs, and with them every Queue and PodGroup")] = False,
 ) -> None:
     """Delete what install applied (the CRDs only with --crds)."""
-    from gpushare.cli.up import _kubeconfig_path
+    from gpushare.cli.kubeconfig import kubeconfig_path
     from gpushare.kube.client import KubeClient
 
     directory = Path(overlay) if Path(overlay).is_dir() else DEPLOY / "overlays" / overlay
     objects = render(directory)
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=2)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=2)
     try:
         for obj in sorted(objects, key=_rank, reverse=True):
             if obj["kind"] == "CustomResourceDefinition" and not crds:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gpushare.cli import agent, demo, install, server, simulate, status, tenant, up
+from gpushare.cli import agent, backup, demo, install, server, simulate, status, tenant, up
 
 app = typer.Typer(
     name="gpushare",
@@ -35,7 +35,7 @@ def version(
     typer.echo(__version__)
 
 
-for module in (demo, up, server, agent, simulate, tenant, status, install):
+for module in (demo, up, server, backup, agent, simulate, tenant, status, install):
     module.register(app)
 
 

@@ -11,19 +11,21 @@ from typing import Annotated, Any
 
 import typer
 
-from gpushare.contracts import (
+from gpushare.api.contracts import (
+    DEFAULT_QUEUE,
     GPU_INDICES_ANNOTATION,
     GPU_PORTION_ANNOTATION,
     MILLI,
     NODE_ENFORCEMENT_ANNOTATION,
+    QUEUE_LABEL,
     BindingError,
     parse_portion_milli,
 )
-from gpushare.kube.quantity import parse_quantity
+from gpushare.api.contracts import GPU_RESOURCE as GPU
+from gpushare.api.contracts import SCHEDULER_NAMES as SCHEDULERS
+from gpushare.api.objects import Obj
+from gpushare.api.quantity import parse_quantity
 
-Obj = dict[str, Any]
-GPU = "nvidia.com/gpu"
-SCHEDULERS = ("gpushare", "kai-scheduler")
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -80,7 +82,7 @@ def _slices(pods: list[Obj]) -> dict[tuple[str, str], list[Obj]]:
         for index in indices:
             out.setdefault((node, index), []).append({
                 "pod": f"{meta.get('namespace')}/{meta.get('name')}",
-                "queue": (meta.get("labels") or {}).get("kai.scheduler/queue", "default-queue"),
+                "queue": (meta.get("labels") or {}).get(QUEUE_LABEL, DEFAULT_QUEUE),
                 "portion": milli / MILLI,
                 "portion_milli": milli,
             })
@@ -129,7 +131,7 @@ def _pending(pods: list[Obj], events: list[Obj]) -> list[Obj]:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         rows.append({
             "pod": key,
-            "queue": (meta.get("labels") or {}).get("kai.scheduler/queue", "default-queue"),
+            "queue": (meta.get("labels") or {}).get(QUEUE_LABEL, DEFAULT_QUEUE),
             "reason": reasons.get(key, ("", "not decided yet"))[1],
         })
     return sorted(rows, key=lambda r: (r["queue"], r["pod"]))
@@ -198,10 +200,10 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable")] = False,
 ) -> None:
     """Queues, GPUs and what is pending, on one screen."""
-    from gpushare.cli.up import _kubeconfig_path
+    from gpushare.cli.kubeconfig import kubeconfig_path
     from gpushare.kube.client import EVENTS, NODES, PODS, QUEUES, ApiError, KubeClient
 
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=4)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=4)
     try:
         lists = {}
         for name, path in (("queues", QUEUES.collection()), ("nodes", NODES.collection()),

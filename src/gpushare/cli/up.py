@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpushare.api.contracts import DEFAULT_QUEUE as DEFAULT_QUEUE_NAME
+from gpushare.api.contracts import GPU_RESOURCE
+from gpushare.cli.kubeconfig import kubeconfig_path
+
 if TYPE_CHECKING:
     from gpushare.apiserver.http.server import ApiServer
 
@@ -34,20 +38,6 @@ def _stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     return stop
-
-
-def _kubeconfig_path(kubeconfig: str | None) -> str:
-    """The kubeconfig to use; ``""`` (the pod's ServiceAccount) when none is given or found
-    inside a pod."""
-    default = Path.home() / ".kube" / "config"
-    if not kubeconfig and not os.environ.get("KUBECONFIG") and not default.is_file() and (
-        os.environ.get("KUBERNETES_SERVICE_HOST")
-    ):
-        return ""
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(default)
-    if not Path(path).is_file():
-        raise typer.BadParameter(f"{path}: no such kubeconfig", param_hint="--kubeconfig")
-    return path
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -103,12 +93,15 @@ def controllers(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run all controllers in one process (pod-grouper, workloads, scheduler, queue status)."""
-    from gpushare.controllers.manager import DEFAULT, start_controllers
-    from gpushare.controllers.pod_grouper import SCHEDULER_NAMES
-    from gpushare.controllers.scheduler_config import SchedulerConfigError, load_scheduler_config
+    from gpushare.api.contracts import SCHEDULER_NAMES
+    from gpushare.controller_manager import DEFAULT, start_controllers
+    from gpushare.controllers.scheduling.scheduler_config import (
+        SchedulerConfigError,
+        load_scheduler_config,
+    )
 
     _setup_logging(verbose)
-    path = _kubeconfig_path(kubeconfig)
+    path = kubeconfig_path(kubeconfig)
     config = None
     if scheduler_config is not None:
         try:
@@ -180,7 +173,7 @@ def node_add(
 
     It is tainted gpushare.io/no-agent=true:NoSchedule: only pods that tolerate it land."""
     from gpushare.controllers.events import now_rfc3339
-    from gpushare.controllers.static_nodes import (
+    from gpushare.controllers.nodes.static_nodes import (
         NodeSpecError,
         parse_labels,
         register_static_node,
@@ -194,7 +187,7 @@ def node_add(
     except NodeSpecError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig))
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig))
     try:
         register_static_node(client, body)
     except ApiError as error:
@@ -279,6 +272,7 @@ def _wait_until_up(
     finally:
         client.close()
 
+
 def _say_pod_network(node: str, conditions: list[dict[str, object]]) -> None:
     """Print the node's pod network, loudly when pods share the node's network."""
     for condition in conditions:
@@ -294,7 +288,7 @@ def _say_pod_network(node: str, conditions: list[dict[str, object]]) -> None:
 DEFAULT_QUEUE = {
     "apiVersion": "scheduling.run.ai/v2",
     "kind": "Queue",
-    "metadata": {"name": "default-queue"},
+    "metadata": {"name": DEFAULT_QUEUE_NAME},
     "spec": {"resources": {r: {"quota": 0, "limit": -1, "overQuotaWeight": 1}
                            for r in ("gpu", "cpu", "memory")}},
 }
@@ -360,7 +354,7 @@ def queue_create(
         spec["priority"] = priority
     body = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name},
             "spec": spec}
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=1)
     try:
         try:
             client.create(QUEUES.collection(), body)
@@ -387,7 +381,7 @@ def queue_list(
     """Each queue's GPU quota, limit, fair share, allocated and requested, as a tree."""
     from gpushare.kube.client import QUEUES, KubeClient
 
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=1)
     try:
         queues = client.list(QUEUES.collection()).get("items") or []
     finally:
@@ -422,9 +416,9 @@ def format_queue_table(queues: list[dict]) -> str:
                 str(spec.get("priority", 100)),
                 _amount(gpu.get("quota")),
                 _amount(gpu.get("limit")),
-                (status.get("fairShare") or {}).get("nvidia.com/gpu", "-"),
-                (status.get("allocated") or {}).get("nvidia.com/gpu", "-"),
-                (status.get("requested") or {}).get("nvidia.com/gpu", "-"),
+                (status.get("fairShare") or {}).get(GPU_RESOURCE, "-"),
+                (status.get("allocated") or {}).get(GPU_RESOURCE, "-"),
+                (status.get("requested") or {}).get(GPU_RESOURCE, "-"),
             ))
             walk(name, depth + 1)
 
@@ -442,13 +436,18 @@ def _amount(value: object) -> str:
     return f"{float(value):g}"  # type: ignore[arg-type]
 
 
-def _component_kubeconfigs(server: ApiServer, data_dir: Path) -> dict[str, Path]:
+def _component_kubeconfigs(server: ApiServer, data_dir: Path,
+                           node: str | None) -> dict[str, Path]:
     """A kubeconfig (0600) per component identity (apiserver/auth/components.py), its token
-    issued on the first start and kept after."""
+    issued on the first start and kept after; the agent's is its node's own identity
+    (``system:node:<node>``), so that it may act only for that node."""
     from gpushare.apiserver.auth import components
 
     out: dict[str, Path] = {}
-    for name, identity in components.COMPONENTS.items():
+    identities = dict(components.COMPONENTS)
+    if node is not None:
+        identities["agent"] = components.node_identity(node)
+    for name, identity in identities.items():
         token = components.component_token(server.tokens, identity)
         out[name] = server.write_kubeconfig(data_dir / f"{name}.kubeconfig", token=token,
                                             user=identity.name)
@@ -462,11 +461,15 @@ def _free_port() -> int:
 
 
 def _child(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    from gpushare.cli.lifeline import die_with_parent
+
     log_file = log_path.open("ab")
     return subprocess.Popen(
         [sys.executable, "-m", "gpushare.cli.main", *args],
         stdout=log_file, stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C reaches us only; we stop the children in order
+        # killed outright, we take them with us: SIGTERM to each (cli/lifeline.py)
+        preexec_fn=die_with_parent(),
     )
 
 
@@ -513,7 +516,7 @@ def up(
             raise typer.Exit(2) from None
     controller_args: list[str] = []
     if scheduler_config is not None:
-        from gpushare.controllers.scheduler_config import (
+        from gpushare.controllers.scheduling.scheduler_config import (
             SchedulerConfigError,
             load_scheduler_config,
         )
@@ -546,7 +549,8 @@ def up(
     kubeconfig = data_dir / "admin.kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
     _ensure_default_queue(str(kubeconfig))
-    identities = _component_kubeconfigs(server, data_dir)
+    agent_node = None if no_agent else node_name or socket.gethostname()
+    identities = _component_kubeconfigs(server, data_dir, agent_node)
     logs = data_dir / "logs"
     logs.mkdir(exist_ok=True)
     commands: dict[str, list[str]] = {
@@ -555,10 +559,10 @@ def up(
         "controllers": ["controllers", "--kubeconfig", str(identities["controllers"]),
                         "--tenant-kubeconfig", str(identities["tenancy"]), *controller_args],
     }
-    agent_node = None if no_agent else node_name or socket.gethostname()
     if not no_agent:
         agent_gpus = _gpus_for_agent(gpus)
-        # The agent runs as system:gpushare-agent (agent/rbac.yaml), not as the admin.
+        # The agent runs as its node (system:node:<node>, group system:nodes, with the role
+        # of agent/rbac.yaml), not as the admin.
         commands["agent"] = [
             "agent", "--kubeconfig", str(identities["agent"]),
             "--node-name", str(agent_node),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpushare.api.contracts import PRIORITY_LABEL, QUEUE_LABEL
 from gpushare.apiserver.errors import ApiError, invalid
 from gpushare.apiserver.http.plugins import ServerPlugin
 from gpushare.tenancy import names
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
     from gpushare.apiserver.registry.api import Api
     from gpushare.apiserver.resources import ResourceInfo
 
-QUEUE_LABEL = "kai.scheduler/queue"
-PRIORITY_LABEL = "priorityClassName"
 PRIORITYCLASS_GR = "scheduling.k8s.io/priorityclasses"
 CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"
 PODGROUP_GR = "scheduling.run.ai/podgroups"

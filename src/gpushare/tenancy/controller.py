@@ -27,6 +27,8 @@ import logging
 import threading
 from typing import Any
 
+from gpushare.api.objects import Obj
+from gpushare.api.quantity import format_milli
 from gpushare.apiserver.registry import crds as builtin_crds
 from gpushare.kube.client import (
     EVENTS,
@@ -43,14 +45,12 @@ from gpushare.kube.client import (
 )
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
-from gpushare.kube.quantity import format_milli
 from gpushare.tenancy import metrics, names
 from gpushare.tenancy.policy import TenantPolicy
 from gpushare.tenancy.syncer import HostViews, TenantSyncer
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 VIRTUALCLUSTERS = Resource(names.API_VERSION, names.PLURAL, False)
 CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", False)
 CLUSTERROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", False)

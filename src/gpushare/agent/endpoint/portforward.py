@@ -40,7 +40,7 @@ from gpushare.agent.endpoint.spdy import (
 )
 from gpushare.agent.endpoint.wsconn import WsConn
 from gpushare.agent.runtime.network.podnet import dial
-from gpushare.contracts import node_hop_subprotocol
+from gpushare.api.contracts import node_hop_subprotocol
 
 # kubectl asks the API server for "SPDY/3.1+portforward.k8s.io"; the API server asks the
 # agent for the same name in token form

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpushare.agent.node.inventory import GpuDevice, GpuInventory
-from gpushare.contracts import (
+from gpushare.api.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,

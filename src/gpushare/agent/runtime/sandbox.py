@@ -8,10 +8,11 @@ Isolation modes (the node's is chosen once, at agent start, and shown on the Nod
   read-only; ``/tmp``, ``/run`` and ``/dev`` are private; the agent's data directory, the
   directory of the agent's kubeconfig (the API server's data directory when they share a
   machine), ``/root`` and ``/home`` are empty; only the pod's own directory is writable (and
-  its ``.gpushare`` metadata, where logs live, is hidden). Read-only "image" paths the command
-  needs that the private ``/tmp`` would hide (its executable's virtualenv, ``PATH`` and
-  ``PYTHONPATH`` entries, absolute paths in its argv) are bound back, unless they overlap a
-  hidden path. Then ``setpriv`` drops to the pod's uid/gid with no capabilities and
+  its ``.gpushare`` metadata, where logs live, is hidden). Read-only "image" paths the private
+  ``/tmp`` and emptied homes would hide are bound back only when the agent chose them: its
+  own installations (virtualenv, interpreter) and the operator's ``--sandbox-read-only``
+  paths, unless they overlap a hidden path; never a path from the pod's argv, ``PATH`` or
+  ``PYTHONPATH``. Then ``setpriv`` drops to the pod's uid/gid with no capabilities and
   ``no_new_privs``.
 * ``setuid`` (the agent is root, no bubblewrap): the command runs as the pod's uid/gid with
   no capabilities, in its 0770 pod directory; nothing is hidden by a mount namespace, so the
@@ -53,6 +54,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -60,6 +62,7 @@ from pathlib import Path
 import psutil
 
 from gpushare.agent.runtime.logstore import META_DIR
+from gpushare.api.serviceaccounts import TOKEN_MOUNT_PATH
 
 log = logging.getLogger("gpushare.agent")
 
@@ -72,7 +75,7 @@ STATE_FILE = "sandbox.json"
 SA_DIR = "serviceaccount"  # in the metadata directory
 SA_COPY = ".serviceaccount"  # in the pod directory (setuid mode)
 SA_ENV = "GPUSHARE_SERVICEACCOUNT_DIR"
-SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_MOUNT = TOKEN_MOUNT_PATH
 _SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
 _ALWAYS_HIDDEN = ("/root", "/home")
 _GPU_DEVICE_PREFIX = "nvidia"
@@ -449,7 +452,7 @@ def _bwrap_mounts(state: SandboxState, argv: Sequence[str], env: Mapping[str, st
     for path in [*private, *sorted(hidden, key=len)]:
         on_fresh("--tmpfs", path)
         fresh.append(path)
-    for path in image_paths(argv, env, state.read_only, (*state.hidden, state.root)):
+    for path in image_paths(state.read_only, (*state.hidden, state.root)):
         on_fresh("--ro-bind", path, path)
     on_fresh("--bind", state.root, state.root)
     args += ["--tmpfs", str(state.meta)]
@@ -478,24 +481,22 @@ def _host_view(path: str) -> str:
     return os.path.join(os.path.realpath(head), rest) if rest else os.path.realpath(head)
 
 
-def image_paths(argv: Sequence[str], env: Mapping[str, str], extra: Iterable[str],
-                hidden: Iterable[str]) -> list[str]:
-    """Read-only paths the command needs that the private /tmp, /run and the emptied home
-    directories cover: its interpreter's environment and installation, PATH and PYTHONPATH
-    entries, absolute paths in argv. A path that overlaps a `hidden` one (the data
-    directories) is left out, and so is a home directory itself (one inside it is not)."""
-    candidates: list[str] = [*extra]
-    for entry in [os.path.dirname(argv[0]) if argv else "",
-                  *env.get("PATH", "").split(os.pathsep),
-                  *env.get("PYTHONPATH", "").split(os.pathsep)]:
-        if entry and os.path.isabs(entry):
-            parent = os.path.dirname(entry)
-            has_venv = os.path.isfile(os.path.join(parent, "pyvenv.cfg"))
-            candidates.append(parent if has_venv else entry)
-    if argv:
-        real = os.path.realpath(argv[0])
-        candidates.append(os.path.dirname(os.path.dirname(real)))
-    candidates += [a for a in argv[1:] if os.path.isabs(a)]
+def agent_image_paths() -> list[str]:
+    """The installations the agent itself runs from (its virtualenv, its interpreter's),
+    which its pods' Python commands and the GPU hook need: paths the agent chose, never
+    ones a pod named."""
+    return sorted({p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                               sys.base_exec_prefix) if p and os.path.isabs(p)})
+
+
+def image_paths(extra: Iterable[str], hidden: Iterable[str]) -> list[str]:
+    """Read-only paths bound back over the private /tmp, /run and the emptied home
+    directories: the agent's own installations and the operator's `read_only` ones
+    (`extra`). Nothing from a pod's spec or environment (its argv, PATH, PYTHONPATH): a pod
+    naming a path under /root or /tmp must not get it bound into its sandbox. A path that
+    overlaps a `hidden` one (the data directories) is left out, and so is a home directory
+    itself (one inside it is not)."""
+    candidates: list[str] = [*agent_image_paths(), *extra]
     covered = [os.path.realpath(h) for h in hidden]
     chosen: list[str] = []
     for raw in candidates:

@@ -472,9 +472,6 @@ class PodSupervisor:
             self._last_report = status
             self._sink.report(status)
 
-    def current_status(self) -> dict[str, Any] | None:
-        return self._last_report
-
     # --- surviving an agent restart ------------------------------------------------------
 
     def _state_file(self) -> Path:

@@ -25,9 +25,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gpushare.agent.gpu.gpu_share import GpuShare
 from gpushare.agent.node.inventory import GpuInventory
+from gpushare.api.timefmt import rfc3339
 from gpushare.kube.client import ApiError, KubeClient, Stopper
 from gpushare.kube.metrics_push import MetricsPusher
-from gpushare.kube.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
 

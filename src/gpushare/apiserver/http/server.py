@@ -16,17 +16,19 @@ from typing import Any
 import uvicorn
 import yaml
 
-from gpushare.apiserver.auth import components
+from gpushare.apiserver.auth import components, noderestriction
 from gpushare.apiserver.auth.access import TokenFile
 from gpushare.apiserver.auth.serviceaccounts import SIGNING_KEY as SA_SIGNING_KEY
 from gpushare.apiserver.auth.serviceaccounts import TokenSigner
-from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_client
+from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_ca, ensure_node_client
 from gpushare.apiserver.http.app import App
 from gpushare.apiserver.http.limits import DEFAULT_MAX_BODY_BYTES
 from gpushare.apiserver.http.nodeproxy import client_context
-from gpushare.apiserver.http.plugins import PluginFactory
+from gpushare.apiserver.http.plugins import PluginFactory, ServerPlugin
+from gpushare.apiserver.registry import certificates
 from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.registry.certificates import NodeServingSigner
+from gpushare.apiserver.storage import snapshot, space
 from gpushare.apiserver.storage.encryption import Transformer
 from gpushare.apiserver.storage.store import DEFAULT_EVENT_LOG_BYTES, Store
 
@@ -96,9 +98,12 @@ class ApiServer:
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES,
                  anonymous_metrics: bool = False, commit_thread: bool = True,
-                 plugins: Sequence[PluginFactory] = ()) -> None:
+                 plugins: Sequence[PluginFactory] = (),
+                 storage_quota_bytes: int = space.DEFAULT_QUOTA_BYTES,
+                 storage_reserve_bytes: int = space.DEFAULT_RESERVE_BYTES) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        snapshot.check_store_file(self.data_dir)  # a lost state.db is not a new cluster
         restrict_data_dir(self.data_dir)
         # One server per data directory: two would each trust their own copy in memory.
         self._lock = (self.data_dir / LOCK_NAME).open("a")
@@ -128,11 +133,16 @@ class ApiServer:
                            event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes,
                            transformer=Transformer.for_data_dir(self.data_dir),
                            commit_thread=commit_thread)
+        self.space = space.SpaceQuota(self.data_dir, storage_quota_bytes,
+                                      storage_reserve_bytes)
+        self.space.load(self.store.db)
+        self.store.space = self.space
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
-        # the cluster CA signs node agents' serving certificates and the client certificate
-        # the API server shows them, with or without TLS on the API itself
-        node_ca, node_cert, node_key = ensure_node_client(self.data_dir / "pki")
-        root_ca = (self.ca_path or node_ca).read_text()
+        # the cluster CA signs the client certificate the API server shows node agents; their
+        # serving certificates come from a CA of their own, trusted only on the way to them
+        cluster_ca, node_cert, node_key = ensure_node_client(self.data_dir / "pki")
+        node_ca = ensure_node_ca(self.data_dir / "pki")
+        root_ca = (self.ca_path or cluster_ca).read_text()
         self.api = Api(self.store, root_ca_pem=root_ca)
         self.api.publish_root_ca_everywhere()
         self.api.publish_api_endpoints(host, self.port)
@@ -144,6 +154,13 @@ class ApiServer:
                        anonymous_metrics=anonymous_metrics, signer=signer,
                        node_signer=NodeServingSigner(self.data_dir / "pki"),
                        node_tls=client_context(node_ca, node_cert, node_key))
+        self.space.register(self.app.metrics.registry)
+        # the server's own safeguards first: who asked for a certificate, what a node reaches
+        self.app.install(ServerPlugin("certificate-requester",
+                                      admission=[certificates.RequesterAdmission()]))
+        self.app.install(ServerPlugin(
+            "node-restriction", admission=[noderestriction.NodeRestriction()],
+            request_policies=[noderestriction.NodeAuthorizer(self.api)]))
         for plugin in plugins:  # what the composing process plugs in (tenancy, dashboard)
             self.app.install(plugin(self.api))
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,

@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from gpushare.apiserver.objects import parse_time
+from gpushare.api.objects import field_dict
+from gpushare.api.timefmt import parse_time
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
-from gpushare.bodies import field_dict
 
 log = logging.getLogger(__name__)
 

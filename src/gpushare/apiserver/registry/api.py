@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare.api import shapes
 from gpushare.apiserver.auth import serviceaccounts
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
 from gpushare.apiserver.objects import deep_copy, meta, new_uid, now_rfc3339, rfc3339_after
@@ -25,7 +26,7 @@ from gpushare.apiserver.registry.strategy import (
     schema_of,
 )
 from gpushare.apiserver.resources import Registry, ResourceInfo
-from gpushare.apiserver.schema import conversions, managed, shapes, validation
+from gpushare.apiserver.schema import conversions, managed, validation
 from gpushare.apiserver.schema.patch import json_patch, merge_patch, strategic_merge_patch
 from gpushare.apiserver.storage.store import Store
 

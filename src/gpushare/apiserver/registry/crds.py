@@ -7,10 +7,10 @@ import ipaddress
 import re
 from typing import Any
 
+from gpushare.api.objects import field_dict
 from gpushare.apiserver.errors import Cause
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
 from gpushare.apiserver.schema import cel_rules
-from gpushare.bodies import field_dict
 
 _AGE = PrinterColumn("Age", "date", ".metadata.creationTimestamp")
 

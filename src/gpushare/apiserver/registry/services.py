@@ -10,9 +10,9 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
+from gpushare.api.contracts import API_SERVICE_IP
+from gpushare.api.objects import field_dict, field_list
 from gpushare.apiserver.errors import Cause
-from gpushare.bodies import field_dict, field_list
-from gpushare.contracts import API_SERVICE_IP
 
 _RANGE = ipaddress.ip_network("10.96.0.0/12")
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import random
 from typing import Any, Protocol
 
+from gpushare.api import shapes
 from gpushare.apiserver.auth import serviceaccounts
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, invalid, not_found
 from gpushare.apiserver.objects import now_rfc3339
 from gpushare.apiserver.registry import crds, quota, services
 from gpushare.apiserver.resources import Registry, ResourceInfo
-from gpushare.apiserver.schema import kind_rules, schemas, shapes, validation
+from gpushare.apiserver.schema import kind_rules, schemas, validation
 from gpushare.apiserver.storage.store import Store
 
 CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"

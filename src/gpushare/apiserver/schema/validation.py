@@ -9,8 +9,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from gpushare.api import shapes
+from gpushare.api.contracts import GPU_DEVICES_ANNOTATION as GPU_NUM_DEVICES
+from gpushare.api.contracts import GPU_FRACTION_ANNOTATION as GPU_FRACTION
+from gpushare.api.contracts import GPU_MEMORY_ANNOTATION as GPU_MEMORY
+from gpushare.api.contracts import GPU_RESOURCE
 from gpushare.apiserver.errors import Cause
-from gpushare.apiserver.schema import shapes
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(
@@ -55,10 +59,6 @@ def validate_name(gr: str, name: Any) -> list[Cause]:
 
 # -- pods --------------------------------------------------------------------------------------
 
-GPU_FRACTION = "gpu-fraction"
-GPU_MEMORY = "gpu-memory"
-GPU_NUM_DEVICES = "gpu-fraction-num-devices"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def _has_gpu_limit(spec: dict[str, Any]) -> bool:

@@ -159,6 +159,8 @@ class Store:
         self.listeners: list[Listener] = []
         self.rollback_listeners: list[RollbackListener] = []
         self.rv = 0
+        # The space quota (space.SpaceQuota), set by the server: admit/forget on writes.
+        self.space: Any = None
         self._load()
         self.events: deque[Event] = deque()
         self.event_log_size = event_log_size
@@ -304,19 +306,24 @@ class Store:
         previous = meta.get("resourceVersion")
         meta["resourceVersion"] = str(rv)
         data = encode(obj)
-        if self.max_object_bytes is not None and len(data) > self.max_object_bytes:
+        try:
+            if self.max_object_bytes is not None and len(data) > self.max_object_bytes:
+                raise ObjectTooLarge(len(data), self.max_object_bytes)
+            row = (data if self.transformer is None
+                   else self.transformer.encode(cluster, gr, ns, name, data))
+            if self.space is not None:  # the space quota (space.py) may refuse growth
+                self.space.admit((cluster, gr, ns, name), len(row))
+        except BaseException:
             if previous is None:
                 meta.pop("resourceVersion")
             else:
                 meta["resourceVersion"] = previous
-            raise ObjectTooLarge(len(data), self.max_object_bytes)
+            raise
         self.rv = rv
         self.writes += 1
         if old is not None:
             self._index_remove(cluster, gr, old)
         self._index_put(cluster, gr, obj)
-        row = (data if self.transformer is None
-               else self.transformer.encode(cluster, gr, ns, name, data))
         self._pending.append((_PUT, (cluster, gr, ns, name, rv, row)))
         self._pending_events.append(
             Event(rv, MODIFIED if old is not None else ADDED, cluster, gr, obj, old, data))
@@ -331,6 +338,8 @@ class Store:
         self.rv = rv
         self.writes += 1
         self._index_remove(cluster, gr, old)
+        if self.space is not None:
+            self.space.forget((cluster, gr, ns, name))
         gone = orjson.loads(orjson.dumps(old))
         gone["metadata"]["resourceVersion"] = str(rv)
         self._pending.append((_DELETE, (cluster, gr, ns, name)))

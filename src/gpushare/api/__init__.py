@@ -1,0 +1,9 @@
+"""What every part of gpushare shares about the API, at the bottom of the shell: pure (no
+I/O, no clock reads), importing only `gpushare.model`.
+
+* `contracts`: the names users and components share (labels, annotations, resource names,
+  the default queue) and the codec of the GPU binding.
+* `objects`: `Obj`, typed reads of raw API objects (`Meta`, `field_dict`, owner references).
+* `quantity`: the one parser of Kubernetes quantities.
+* `timefmt`: the one home of RFC 3339 (`metav1.Time`, `MicroTime`, log timestamps).
+"""
