@@ -160,13 +160,14 @@ class Agent:
         self._pods: dict[str, _Running] = {}  # by uid
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        self._writes_stop = threading.Event()  # set once the pods' last statuses are queued
         # The pods bound to this node, listed and watched by the shared informer.
         self._pod_stopper = Stopper()
         self._pod_informer = Informer(kube, PODS, self._pod_stopper,
                                       field_selector=self._on_this_node,
                                       watch_timeout_seconds=config.watch_timeout_s)
         self._skipped: set[str] = set()  # uids of pods skipped as malformed (event sent)
-        self.writer = StatusWriter(kube, config.node_name, self._stop)
+        self.writer = StatusWriter(kube, config.node_name, self._writes_stop)
         self._writes = self.writer.writes
         self._values = _ApiValues(kube)
         self._threads: list[threading.Thread] = []
@@ -289,6 +290,7 @@ class Agent:
                 entry.supervisor.shutdown(self.config.shutdown_grace_s)
             for entry in running:
                 entry.supervisor.wait(self.config.shutdown_grace_s + 10)
+        self._writes_stop.set()  # the writer sends what is queued, then ends
         deadline = time.monotonic() + 5
         while not self._writes.empty() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -787,7 +789,6 @@ def _describe(state: sb.SandboxState) -> str:
 
 def _recorded_uid(directory: Path) -> str | None:
     import json
-
     try:
         return json.loads((directory / META_DIR / "state.json").read_text()).get("uid")
     except (OSError, ValueError):
