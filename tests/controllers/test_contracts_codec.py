@@ -13,7 +13,7 @@ from gpushare.api.contracts import (
     parse_indices,
     parse_portion_milli,
 )
-from gpushare.controllers.scheduling.translate import bound_gpus
+from gpushare.api.gpu import bound_gpus
 from gpushare.model.gpu_inventory import GpuDevice, GpuInventory
 
 

@@ -20,7 +20,7 @@ from gpushare.apiserver.http.server import ApiServer
 from gpushare.cli.compose import api_server
 
 ROOT = Path(__file__).resolve().parents[2]
-RBAC = ROOT / "deploy" / "overlays" / "cluster-with-agent" / "agent-rbac.yaml"
+RBAC = ROOT / "src" / "gpushare" / "deploy" / "overlays" / "cluster-with-agent" / "agent-rbac.yaml"
 NODE = "rbac-node"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 

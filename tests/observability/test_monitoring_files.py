@@ -21,7 +21,7 @@ from gpushare.cli.compose import api_server
 from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics
 from gpushare.tools import find_tool
 
-ROOT = Path(__file__).resolve().parents[2] / "deploy/monitoring"
+ROOT = Path(__file__).resolve().parents[2] / "src/gpushare/deploy/monitoring"
 NAME = re.compile(r"\b((?:queue|gpushare|apiserver|task|e2e|action)_[a-z0-9_]+)\b")
 SUFFIXES = ("_bucket", "_count", "_sum", "_total")
 

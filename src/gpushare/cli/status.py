@@ -13,16 +13,13 @@ import typer
 
 from gpushare.api.contracts import (
     DEFAULT_QUEUE,
-    GPU_INDICES_ANNOTATION,
-    GPU_PORTION_ANNOTATION,
     MILLI,
     NODE_ENFORCEMENT_ANNOTATION,
     QUEUE_LABEL,
-    BindingError,
-    parse_portion_milli,
 )
 from gpushare.api.contracts import GPU_RESOURCE as GPU
 from gpushare.api.contracts import SCHEDULER_NAMES as SCHEDULERS
+from gpushare.api.gpu import bound_gpus
 from gpushare.api.objects import Obj
 from gpushare.api.quantity import parse_quantity
 
@@ -73,14 +70,10 @@ def _slices(pods: list[Obj]) -> dict[tuple[str, str], list[Obj]]:
         node = spec.get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in FINISHED:
             continue
-        ann = meta.get("annotations") or {}
-        indices = [i for i in str(ann.get(GPU_INDICES_ANNOTATION, "")).split(",") if i]
-        try:
-            milli = parse_portion_milli(str(ann.get(GPU_PORTION_ANNOTATION, "1")))
-        except BindingError:
-            milli = MILLI
+        indices, milli = bound_gpus(pod)
+        milli = milli or MILLI  # no portion written (or none readable): whole GPUs
         for index in indices:
-            out.setdefault((node, index), []).append({
+            out.setdefault((node, str(index)), []).append({
                 "pod": f"{meta.get('namespace')}/{meta.get('name')}",
                 "queue": (meta.get("labels") or {}).get(QUEUE_LABEL, DEFAULT_QUEUE),
                 "portion": milli / MILLI,

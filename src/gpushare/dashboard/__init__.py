@@ -14,8 +14,7 @@ from importlib import resources
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gpushare.apiserver.http.plugins import ServerPlugin
-from gpushare.apiserver.registry.api import Api
+from gpushare.api.plugins import ServerApi, ServerPlugin
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -48,7 +47,7 @@ def dashboard_response(path: str) -> Response:
     return Response(_load(name), 200, media_type=_TYPES[suffix], headers=_HEADERS)
 
 
-def server_plugin(_api: Api) -> ServerPlugin:
+def server_plugin(_api: ServerApi) -> ServerPlugin:
     """The API server's ``/dashboard``: static files only, served without a token; the
     page reads everything through the API with the user's token."""
     return ServerPlugin("dashboard", mounts={"/dashboard": dashboard_response})

@@ -74,11 +74,6 @@ class Session:
         self._gangs[job.key] = gang
         return gang
 
-    def pod_request(self, pod: Pod, gpu_memory: int | None) -> Vec:
-        """A pending pod's request; memory-sized GPU requests converted with ``gpu_memory``."""
-        gpu = pod.gpu.gpus_exact(gpu_memory)
-        return (gpu, Fraction(pod.cpu_millis), Fraction(pod.memory_bytes))
-
     def step_request(self, pods: list[Pod], gpu_memory: int | None) -> Vec:
         return step_request(pods, gpu_memory)
 

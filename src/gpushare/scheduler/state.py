@@ -571,10 +571,6 @@ class Statement:
             pod.evict_reason, pod.evict_action = reason, action
         state._attach(pod)
 
-    def unpipeline(self, pod: Pod) -> None:
-        """Take a pod placed this cycle back to Pending."""
-        self.state.set_pod(pod, PodStatus.PENDING)
-
     def checkpoint(self) -> int:
         return len(self._log)
 

@@ -13,9 +13,9 @@ from gpushare.api.contracts import (
     NODE_ENFORCEMENT_ANNOTATION,
     NODE_GPUS_DECLARED_ANNOTATION,
 )
+from gpushare.api.gpu import bound_gpus, gpu_request
 from gpushare.api.objects import Obj, metadata
 from gpushare.api.quantity import format_milli, to_milli
-from gpushare.controllers.scheduling.translate import bound_gpus, gpu_request
 from gpushare.tenancy import names
 
 SHARE_ANNOTATION = f"{names.GROUP}/gpu-share"

@@ -248,7 +248,6 @@ class AgentTelemetry:
         self.sampler = ProcessSampler()
         self.pusher = MetricsPusher(kube, metrics.registry, "agent", stopper,
                                     instance=metrics.node, interval=interval)
-        self.usage_pushes = 0
         self._usage_disabled = False
         self._last_at: float | None = None
 
@@ -266,7 +265,6 @@ class AgentTelemetry:
             try:
                 self.kube.request("PUT", f"/metrics/resource/{self.metrics.node}", body=report,
                                   query=[("interval", f"{self.interval:g}")], timeout=10.0)
-                self.usage_pushes += 1
             except ApiError as error:
                 if error.status != 404:
                     raise

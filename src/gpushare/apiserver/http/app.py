@@ -16,6 +16,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gpushare import __version__
+from gpushare.api.plugins import Mount, ServerPlugin
 from gpushare.apiserver.auth.access import Authorizer, TokenFile, User
 from gpushare.apiserver.auth.privilege import REQUEST_USER, PrivilegeAdmission
 from gpushare.apiserver.auth.serviceaccounts import ServiceAccountTokens, TokenSigner
@@ -25,7 +26,6 @@ from gpushare.apiserver.http.content import JSON, json_response
 from gpushare.apiserver.http.handlers import ResourceHandlers
 from gpushare.apiserver.http.openapi import OpenApiCache
 from gpushare.apiserver.http.pipeline import NOT_FOUND, Filters, RequestContext, status_error
-from gpushare.apiserver.http.plugins import Mount, ServerPlugin
 from gpushare.apiserver.http.reads import Reads
 from gpushare.apiserver.http.streams import NodeStreams
 from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
@@ -87,13 +87,13 @@ class App:
         self.mounts: dict[str, Mount] = {}
 
     def install(self, plugin: ServerPlugin) -> None:
-        """Put a plug-in's hooks in place, then run its start hook."""
+        """Put a plug-in's hooks in place, then its CRDs."""
         self.api.admission_hooks.extend(plugin.admission)
         self.filters.request_policies.extend(plugin.request_policies)
         self.streams.log_targets.extend(plugin.log_targets)
         self.mounts.update(plugin.mounts)
-        if plugin.on_start is not None:
-            plugin.on_start(self.api)
+        for crd in plugin.crds:
+            self.api.keep_crd(DEFAULT_CLUSTER, crd)
 
     def _mount(self, path: str) -> tuple[str, Mount] | None:
         for prefix, route in self.mounts.items():

@@ -16,6 +16,7 @@ from typing import Any
 import uvicorn
 import yaml
 
+from gpushare.api.plugins import PluginFactory
 from gpushare.apiserver.auth import components, noderestriction
 from gpushare.apiserver.auth.access import TokenFile
 from gpushare.apiserver.auth.serviceaccounts import SIGNING_KEY as SA_SIGNING_KEY
@@ -24,7 +25,6 @@ from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_ca, ens
 from gpushare.apiserver.http.app import App
 from gpushare.apiserver.http.limits import DEFAULT_MAX_BODY_BYTES
 from gpushare.apiserver.http.nodeproxy import client_context
-from gpushare.apiserver.http.plugins import PluginFactory, ServerPlugin
 from gpushare.apiserver.registry import certificates
 from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.registry.certificates import NodeServingSigner
@@ -156,11 +156,9 @@ class ApiServer:
                        node_tls=client_context(node_ca, node_cert, node_key))
         self.space.register(self.app.metrics.registry)
         # the server's own safeguards first: who asked for a certificate, what a node reaches
-        self.app.install(ServerPlugin("certificate-requester",
-                                      admission=[certificates.RequesterAdmission()]))
-        self.app.install(ServerPlugin(
-            "node-restriction", admission=[noderestriction.NodeRestriction()],
-            request_policies=[noderestriction.NodeAuthorizer(self.api)]))
+        self.api.admission_hooks += [certificates.RequesterAdmission(),
+                                     noderestriction.NodeRestriction()]
+        self.app.filters.request_policies.append(noderestriction.NodeAuthorizer(self.api))
         for plugin in plugins:  # what the composing process plugs in (tenancy, dashboard)
             self.app.install(plugin(self.api))
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,

@@ -27,7 +27,6 @@ _COUNTS = {"pods": "pods", "services": "services", "configmaps": "configmaps",
            "secrets": "secrets", "replicationcontrollers": "replicationcontrollers",
            "resourcequotas": "resourcequotas",
            "persistentvolumeclaims": "persistentvolumeclaims"}
-COUNTED = {*_COUNTS.values()}
 _COMPUTE = ("cpu", "memory", "ephemeral-storage")
 
 Lister = Callable[[str], Iterable[dict[str, Any]]]  # group/resource -> objects in namespace

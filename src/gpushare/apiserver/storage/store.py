@@ -126,10 +126,6 @@ def _labels(meta: dict[str, Any]) -> list[tuple[str, str]]:
     return [(k, v) for k, v in labels.items() if isinstance(v, str)]
 
 
-def _namespace(obj: dict[str, Any]) -> str:
-    return obj["metadata"].get("namespace") or ""
-
-
 class Store:
     """All objects of all logical clusters, keyed (cluster, group/resource, namespace, name)."""
 
@@ -176,7 +172,6 @@ class Store:
         # False from a failed commit until the next one that succeeds (`/readyz`).
         self.healthy = True
         self.last_error = ""
-        self.failed_commits = 0
         self._failed_bytes = 0
         self.writes = 0
         self.commits = 0
@@ -292,9 +287,6 @@ class Store:
         return list(self.owner_index.get((cluster, owner_uid), ()))
 
     # -- writes ----------------------------------------------------------------------------
-
-    def next_rv(self) -> int:
-        return self.rv + 1
 
     def put(self, cluster: str, gr: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Insert or replace `obj` (owned by the store from now on); sets its resourceVersion."""
@@ -476,7 +468,6 @@ class Store:
         self._failed_bytes = min(sum(len(a[-1]) for op, a in ops if op is _PUT),
                                  16 * 1024 * 1024)
         self.healthy = False
-        self.failed_commits += 1
         self.last_error = str(error)
         log.error("committing %d writes failed, undone: %s", len(ops), error)
         failure = StoreUnavailable(f"the write could not be committed: {error}")

@@ -19,7 +19,6 @@ from gpushare.kube.informers import InformerFactory
 
 log = logging.getLogger(__name__)
 
-STATUS_FIELDS = ("fairShare", "allocated", "allocatedNonPreemptible", "requested", "childQueues")
 
 
 def children_of(queues: list[Obj]) -> dict[str, list[str]]:

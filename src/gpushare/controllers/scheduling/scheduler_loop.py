@@ -49,7 +49,6 @@ from gpushare.scheduler.state import ClusterState
 
 log = logging.getLogger(__name__)
 
-COMPONENT = "gpushare-scheduler"
 TIMED_ACTIONS = frozenset({"stalegangeviction"})
 BUSY_DELTAS = 100  # changes queued at a cycle's start that count as "under load"
 SLOW_CYCLE_FACTOR = 2.0  # wait at least this many times the last cycle's duration

@@ -11,34 +11,18 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
-from gpushare.api.contracts import (
-    DEFAULT_QUEUE,
-    GPU_INDICES_ANNOTATION,
-    GPU_MEMORY_LABEL,
-    GPU_MEMORY_MIB_ANNOTATION,
-    GPU_PORTION_ANNOTATION,
-    GPU_RESOURCE,
-    BindingError,
-    parse_indices,
-    parse_portion_milli,
-)
-from gpushare.api.contracts import GPU_DEVICES_ANNOTATION as DEVICES_ANNOTATION
-from gpushare.api.contracts import GPU_FRACTION_ANNOTATION as FRACTION_ANNOTATION
-from gpushare.api.contracts import GPU_MEMORY_ANNOTATION as MEMORY_ANNOTATION
-from gpushare.api.objects import Meta, Obj, metadata
+from gpushare.api.contracts import DEFAULT_QUEUE, GPU_MEMORY_LABEL, GPU_RESOURCE
+from gpushare.api.gpu import GpuRequestError, bound_gpus, gpu_request
+from gpushare.api.objects import Obj, metadata
 from gpushare.api.quantity import QuantityError, to_int, to_milli
 from gpushare.api.timefmt import timestamp
 from gpushare.controllers.scheduling import taints as node_taints
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.gpu_products import PRODUCTS
-from gpushare.model.pod import GpuRequest
 from gpushare.model.quantities import CPU, MEMORY, to_fraction
 from gpushare.scheduler.config import NODE_POOL_LABEL
 from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
 
-INDICES_ANNOTATION = GPU_INDICES_ANNOTATION
-PORTION_ANNOTATION = GPU_PORTION_ANNOTATION
-MEMORY_MIB_ANNOTATION = GPU_MEMORY_MIB_ANNOTATION
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 PREEMPTION_DELAY_ANNOTATION = "kai.scheduler/preemption-delay"
 STALENESS_ANNOTATION = "kai.scheduler/staleness-grace-period"
@@ -219,46 +203,6 @@ def _safe_duration(text: str | None) -> float:
 # ------------------------------------------------------------------------------ pods
 
 
-def _annotation_value(
-    annotations: Obj, key: str, pod_name: str, parse: Any, valid: Any, expected: str
-) -> Any:
-    """One GPU request annotation, parsed and checked, or a TranslateError naming it."""
-    try:
-        value = parse(annotations[key])
-    except ValueError:
-        value = None
-    if value is None or not valid(value):
-        raise TranslateError(f"pod {pod_name}: annotation {key} must be {expected}")
-    return value
-
-
-def gpu_request(pod: Obj) -> GpuRequest:
-    """What the pod asks of GPUs, from its annotations and container limits."""
-    annotations = Meta.of(pod).annotations
-    name = metadata(pod).get("name", "")
-    devices = 1
-    if annotations.get(DEVICES_ANNOTATION):
-        devices = _annotation_value(annotations, DEVICES_ANNOTATION, name, int,
-                                    lambda n: n >= 1, "a positive integer")
-    if annotations.get(FRACTION_ANNOTATION):
-        fraction = _annotation_value(annotations, FRACTION_ANNOTATION, name, to_fraction,
-                                     lambda f: 0 < f < 1, "a number in (0, 1)")
-        return GpuRequest(portion=max(round(fraction * 1000), 1), devices=devices)
-    if annotations.get(MEMORY_ANNOTATION):
-        mib = _annotation_value(annotations, MEMORY_ANNOTATION, name, int,
-                                lambda n: n >= 1, "a positive integer (MiB)")
-        return GpuRequest(memory_mib=mib, devices=devices)
-    whole = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
-            resources.get("requests") or {}
-        ).get(GPU_RESOURCE)
-        if amount is not None:
-            whole += _int_quantity(amount)
-    return GpuRequest(whole=whole)
-
-
 def cpu_memory_requests(pod: Obj) -> tuple[int, int]:
     """Millicores and bytes: the sum over containers, or the largest init container."""
     spec = pod.get("spec") or {}
@@ -296,21 +240,6 @@ def _pod_quantity(value: Any, path: str, milli: bool) -> int:
         return to_milli(value) if milli else to_int(value)
     except (QuantityError, ValueError, TypeError):
         raise TranslateError(f"{path}: {value!r} is not a valid quantity") from None
-
-
-def bound_gpus(pod: Obj) -> tuple[tuple[int, ...], int]:
-    """The GPU indices and milli-portion written on a bound pod."""
-    annotations = Meta.of(pod).annotations
-    try:
-        indices = parse_indices(str(annotations.get(INDICES_ANNOTATION, "")))
-    except BindingError:
-        indices = ()
-    portion_text = str(annotations.get(PORTION_ANNOTATION, ""))
-    try:
-        portion = parse_portion_milli(portion_text) if portion_text else 0
-    except BindingError:
-        portion = 0
-    return indices, portion
 
 
 def pod_status(pod: Obj) -> PodStatus:
@@ -396,7 +325,10 @@ def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float,
     spec = pod.get("spec") or {}
     status = pod_status(pod)
     cpu, memory = cpu_memory_requests(pod)
-    request = gpu_request(pod)
+    try:
+        request = gpu_request(pod)
+    except GpuRequestError as error:
+        raise TranslateError(str(error)) from None
     node = spec.get("nodeName") or None
     indices: tuple[int, ...] = ()
     portion = 0

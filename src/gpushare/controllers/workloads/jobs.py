@@ -136,6 +136,60 @@ def pod_for(job: Obj, name: str, index: int | None) -> Obj:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _JobSpec:
+    """What a Job's spec asks, with Kubernetes' defaults."""
+
+    name: str
+    indexed: bool
+    parallelism: int
+    completions: int | None
+    backoff_limit: int
+    suspended: bool
+
+    @classmethod
+    def of(cls, job: Obj) -> _JobSpec:
+        spec = job.get("spec") or {}
+        parallelism = spec.get("parallelism")
+        completions = spec.get("completions")
+        backoff = spec.get("backoffLimit")
+        return cls(
+            name=str((job.get("metadata") or {}).get("name", "")),
+            indexed=spec.get("completionMode") == "Indexed",
+            parallelism=int(parallelism if parallelism is not None else 1),
+            completions=int(completions) if completions is not None else None,
+            backoff_limit=int(backoff) if backoff is not None else DEFAULT_BACKOFF_LIMIT,
+            suspended=bool(spec.get("suspend")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _JobPods:
+    """The Job's pods by phase, and the counts its status keeps."""
+
+    active: list[Obj]
+    failed_pods: list[Obj]
+    succeeded: int
+    failed: int
+    ready: int
+    succeeded_indexes: set[int]
+
+    @classmethod
+    def of(cls, pods: list[Obj], status: Obj) -> _JobPods:
+        active = [p for p in pods
+                  if _phase(p) not in ("Succeeded", "Failed") and not _terminating(p)]
+        succeeded_pods = [p for p in pods if _phase(p) == "Succeeded"]
+        failed_pods = [p for p in pods if _phase(p) == "Failed"]
+        return cls(
+            active=active,
+            failed_pods=failed_pods,
+            succeeded=max(len(succeeded_pods), int(status.get("succeeded") or 0)),
+            failed=max(len(failed_pods), int(status.get("failed") or 0)),
+            ready=sum(1 for p in active if _pod_ready(p)),
+            succeeded_indexes={i for p in succeeded_pods if (i := _index_of(p)) is not None},
+        )
+
+
 def plan_job(
     job: Obj, pods: list[Obj], now: str, new_suffix: Any, now_epoch: float | None = None
 ) -> JobPlan:
@@ -150,86 +204,94 @@ def plan_job(
     ``new_suffix()`` returns a fresh random name suffix.
     """
     plan = JobPlan()
-    meta = job.get("metadata") or {}
-    spec = job.get("spec") or {}
+    spec = _JobSpec.of(job)
     status = job.get("status") or {}
-    name = str(meta.get("name", ""))
-    indexed = spec.get("completionMode") == "Indexed"
-    parallelism = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
-    completions_raw = spec.get("completions")
-    completions = int(completions_raw) if completions_raw is not None else None
-    backoff_raw = spec.get("backoffLimit")
-    backoff_limit = int(backoff_raw) if backoff_raw is not None else DEFAULT_BACKOFF_LIMIT
-    suspended = bool(spec.get("suspend"))
-
-    active = [p for p in pods if _phase(p) not in ("Succeeded", "Failed") and not _terminating(p)]
-    succeeded_pods = [p for p in pods if _phase(p) == "Succeeded"]
-    failed_pods = [p for p in pods if _phase(p) == "Failed"]
-    succeeded = max(len(succeeded_pods), int(status.get("succeeded") or 0))
-    failed = max(len(failed_pods), int(status.get("failed") or 0))
-    ready = sum(1 for p in active if _pod_ready(p))
-    succeeded_indexes = {i for p in succeeded_pods if (i := _index_of(p)) is not None}
-
+    counts = _JobPods.of(pods, status)
     new_status: Obj = copy.deepcopy(status)
     new_status.setdefault("startTime", now)
-    finished = finished_condition(job)
+    finished = _conclude(job, spec, counts, new_status, now)
 
-    if finished is None:
-        conditions = list(new_status.get("conditions") or [])
-        if failed > backoff_limit:
-            conditions.append(
-                _condition("Failed", "BackoffLimitExceeded",
-                           "Job has reached the specified backoff limit", now)
-            )
-            finished = "Failed"
-        elif _complete(indexed, completions, succeeded, succeeded_indexes, active):
-            conditions.append(_condition("Complete", "CompletionsReached",
-                                         "Reached expected number of succeeded pods", now))
-            new_status["completionTime"] = now
-            finished = "Complete"
-        if conditions:
-            new_status["conditions"] = conditions
-
-    if finished is not None or suspended:
-        plan.delete = [str(p["metadata"]["name"]) for p in active]
+    if finished is not None or spec.suspended:
+        plan.delete = [str(p["metadata"]["name"]) for p in counts.active]
         active_count = 0
     else:
-        active_count = len(active)
-        if completions is None:
-            want = parallelism if succeeded == 0 else 0
-        else:
-            want = min(parallelism, max(completions - succeeded, 0))
-        missing = want - active_count
-        if missing > 0 and failed_pods and now_epoch is not None:
-            last = max((t for p in failed_pods if (t := _finished_at(p)) is not None),
-                       default=None)
-            if last is not None:
-                wait = last + backoff_seconds(failed) - now_epoch
-                if wait > 0:
-                    plan.requeue_after = wait
-                    missing = 0
+        missing = _missing_pods(spec, counts)
+        if missing > 0 and now_epoch is not None:
+            wait = _backoff_wait(counts, now_epoch)
+            if wait is not None:
+                plan.requeue_after = wait
+                missing = 0
         if missing > 0:
-            if indexed and completions is not None:
-                busy = {i for p in active if (i := _index_of(p)) is not None}
-                taken = busy | succeeded_indexes
-                free = [i for i in range(completions) if i not in taken]
-                for index in free[:missing]:
-                    plan.create.append(pod_for(job, f"{name}-{index}-{new_suffix()}", index))
-            else:
-                for _ in range(missing):
-                    plan.create.append(pod_for(job, f"{name}-{new_suffix()}", None))
-        active_count += len(plan.create)
+            plan.create = _new_pods(job, spec, counts, missing, new_suffix)
+        active_count = len(counts.active) + len(plan.create)
 
     new_status["active"] = active_count
-    new_status["succeeded"] = succeeded
-    new_status["failed"] = failed
-    new_status["ready"] = ready if finished is None else 0
-    if indexed:
-        new_status["completedIndexes"] = _ranges(sorted(succeeded_indexes))
+    new_status["succeeded"] = counts.succeeded
+    new_status["failed"] = counts.failed
+    new_status["ready"] = counts.ready if finished is None else 0
+    if spec.indexed:
+        new_status["completedIndexes"] = _ranges(sorted(counts.succeeded_indexes))
     new_status = {k: v for k, v in new_status.items() if v not in (None, "")}
     if new_status != status:
         plan.status = new_status
     return plan
+
+
+def _conclude(job: Obj, spec: _JobSpec, counts: _JobPods, new_status: Obj,
+              now: str) -> str | None:
+    """The Job's finished condition ("Complete", "Failed") or None; a Job that finishes
+    now gets its condition (and completion time) in ``new_status``."""
+    finished = finished_condition(job)
+    if finished is not None:
+        return finished
+    conditions = list(new_status.get("conditions") or [])
+    if counts.failed > spec.backoff_limit:
+        conditions.append(_condition("Failed", "BackoffLimitExceeded",
+                                     "Job has reached the specified backoff limit", now))
+        finished = "Failed"
+    elif _complete(spec.indexed, spec.completions, counts.succeeded, counts.succeeded_indexes,
+                   counts.active):
+        conditions.append(_condition("Complete", "CompletionsReached",
+                                     "Reached expected number of succeeded pods", now))
+        new_status["completionTime"] = now
+        finished = "Complete"
+    if conditions:
+        new_status["conditions"] = conditions
+    return finished
+
+
+def _missing_pods(spec: _JobSpec, counts: _JobPods) -> int:
+    """How many more pods should run now (negative: more run than wanted)."""
+    if spec.completions is None:
+        want = spec.parallelism if counts.succeeded == 0 else 0
+    else:
+        want = min(spec.parallelism, max(spec.completions - counts.succeeded, 0))
+    return want - len(counts.active)
+
+
+def _backoff_wait(counts: _JobPods, now_epoch: float) -> float | None:
+    """Seconds left of the failure back-off before a replacement pod, or None (none due)."""
+    if not counts.failed_pods:
+        return None
+    last = max((t for p in counts.failed_pods if (t := _finished_at(p)) is not None),
+               default=None)
+    if last is None:
+        return None
+    wait = last + backoff_seconds(counts.failed) - now_epoch
+    return wait if wait > 0 else None
+
+
+def _new_pods(job: Obj, spec: _JobSpec, counts: _JobPods, missing: int,
+              new_suffix: Any) -> list[Obj]:
+    """``missing`` new pods; an Indexed Job's take the lowest indexes neither running nor
+    done."""
+    if spec.indexed and spec.completions is not None:
+        busy = {i for p in counts.active if (i := _index_of(p)) is not None}
+        taken = busy | counts.succeeded_indexes
+        free = [i for i in range(spec.completions) if i not in taken]
+        return [pod_for(job, f"{spec.name}-{index}-{new_suffix()}", index)
+                for index in free[:missing]]
+    return [pod_for(job, f"{spec.name}-{new_suffix()}", None) for _ in range(missing)]
 
 
 def _pod_ready(pod: Obj) -> bool:
