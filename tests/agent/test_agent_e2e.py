@@ -231,7 +231,9 @@ def test_running_pod_status_and_init_containers_first(cluster: Cluster) -> None:
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"PodScheduled": "True", "Initialized": "True",
                           "ContainersReady": "True", "Ready": "True"}
-    assert status["podIP"] == "127.0.0.1" and status["hostIP"] == "127.0.0.1"
+    # the pod on its own network: an address of the node's pod CIDR, not the node's
+    assert status["hostIP"] == "127.0.0.1" and status["podIP"].startswith("10.244.")
+    assert status["podIPs"] == [{"ip": status["podIP"]}]
     logs = wait_for(lambda: "main-ready" in (out := cluster.kubectl("logs", "with-init").stdout)
                     and out)
     assert logs.splitlines()[:2] == ["first", "second"]

@@ -81,3 +81,16 @@ def test_a_node_identity_reaches_only_its_own_node(platform: Platform) -> None:
     _denied(agent, "create", "token", "default", "-n", "kube-system")
     assert agent.json("get", "secret", "mine")["metadata"]["name"] == "mine"
     assert agent.run("create", "token", "default").stdout.strip()
+    # Services and EndpointSlices: read everywhere, as kube-proxy and the cluster DNS do
+    # (the pod network routes and names them), never written
+    platform.host.run("create", "service", "clusterip", "routed", "--tcp=80:8080")
+    names = {s["metadata"]["name"] for s in agent.json("get", "services", "-A")["items"]}
+    assert {"kubernetes", "routed"} <= names, names
+    slices = agent.json("get", "endpointslices.discovery.k8s.io", "-A")["items"]
+    assert any(s["metadata"]["name"].startswith("routed") for s in slices), slices
+    _denied(agent, "delete", "service", "routed")
+    _denied(agent, "delete", "endpointslices.discovery.k8s.io", "--all")
+    for resource in ("services", "endpointslices.discovery.k8s.io"):
+        watched = agent.run("get", resource, "-A", "--watch-only", "--request-timeout=2s",
+                            check=False)
+        assert "forbidden" not in watched.stderr.lower(), watched.stderr

@@ -40,6 +40,8 @@ from gpushare.agent.pods.statuswriter import StatusSink, StatusWriter
 from gpushare.agent.runtime import sandbox as sb
 from gpushare.agent.runtime.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
+from gpushare.agent.runtime.network.addressing import NetworkError
+from gpushare.agent.runtime.network.podnet import open_network
 from gpushare.agent.runtime.planning import make_planner
 from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
 from gpushare.agent.runtime.supervisor import (
@@ -102,6 +104,10 @@ class AgentConfig:
     sandbox_hidden: tuple[Path, ...] = ()
     #: Host paths pods may read though the sandbox hides their place (--sandbox-read-only).
     sandbox_read_only: tuple[Path, ...] = ()
+    #: The pods' network: auto (isolated when the node can), isolated, or host.
+    pod_network: str = "auto"
+    #: The node's pod CIDR (auto: 10.244.<n>.0/24, the first free n from the data dir's).
+    pod_cidr: str = "auto"
 
 
 # How long forgetting a pod waits for its processes to end (SIGKILL, then the reaping).
@@ -154,13 +160,14 @@ class Agent:
         self._pods: dict[str, _Running] = {}  # by uid
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        self._writes_stop = threading.Event()  # set once the pods' last statuses are queued
         # The pods bound to this node, listed and watched by the shared informer.
         self._pod_stopper = Stopper()
         self._pod_informer = Informer(kube, PODS, self._pod_stopper,
                                       field_selector=self._on_this_node,
                                       watch_timeout_seconds=config.watch_timeout_s)
         self._skipped: set[str] = set()  # uids of pods skipped as malformed (event sent)
-        self.writer = StatusWriter(kube, config.node_name, self._stop)
+        self.writer = StatusWriter(kube, config.node_name, self._writes_stop)
         self._writes = self.writer.writes
         self._values = _ApiValues(kube)
         self._threads: list[threading.Thread] = []
@@ -191,6 +198,8 @@ class Agent:
                              config.sandbox_read_only),
             config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
+        self.network = open_network(kube, config.pod_network, config.pod_cidr,
+                                    config.data_dir)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------
@@ -228,7 +237,8 @@ class Agent:
     def _start_node_server(self) -> NodeServer:
         tls = self._serving_certificate()
         server = NodeServer(
-            NodeHandlers(self._locate, self._container_running, self._exec_target), tls,
+            NodeHandlers(self._locate, self._container_running, self._exec_target,
+                         self.pod_netns), tls,
             CallerCheck(self.kube, self.config.node_name).check, self.config.address,
             self.config.port)
         server.start()
@@ -237,6 +247,7 @@ class Agent:
     def start(self) -> None:
         self.node_server = self._start_node_server()
         try:
+            self.network.start()
             self.register()
             self._adopt_or_clean()
         except BaseException:
@@ -279,6 +290,7 @@ class Agent:
                 entry.supervisor.shutdown(self.config.shutdown_grace_s)
             for entry in running:
                 entry.supervisor.wait(self.config.shutdown_grace_s + 10)
+        self._writes_stop.set()  # the writer sends what is queued, then ends
         deadline = time.monotonic() + 5
         while not self._writes.empty() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -296,6 +308,7 @@ class Agent:
             busy = any(not e.supervisor.finished for e in self._pods.values())
         if self.enforcement.mps is not None and (stop_pods or not busy):
             self.enforcement.mps.stop_all()
+        self.network.stop(teardown=stop_pods or not busy)  # running pods keep theirs
 
     def wait(self) -> None:
         while not self._stop.wait(1.0):
@@ -340,7 +353,13 @@ class Agent:
                 },
             )
         self._ready_since = time.time()
+        body["status"]["conditions"].append(self._network_condition())
         self._patch_node_status({"status": body["status"]})
+        with contextlib.suppress(ApiError):  # the node's pod CIDR, as a kubelet's Node
+            self.kube.merge_patch(node, {"spec": self.network.node_spec()})
+
+    def _network_condition(self) -> dict[str, Any]:
+        return self.network.condition(rfc3339(time.time()), rfc3339(self._ready_since))
 
     def heartbeat(self) -> None:
         now = time.time()
@@ -352,6 +371,7 @@ class Agent:
                             nodes.ready_condition(now, self._ready_since),
                             nodes.sandbox_condition(*self._sandbox_summary(), now,
                                                     self._ready_since),
+                            self._network_condition(),
                         ],
                         "daemonEndpoints": {"kubeletEndpoint": {"Port": self.node_port}},
                     }
@@ -391,6 +411,7 @@ class Agent:
             )
             for p in pods
         }
+        self.network.cleanup(uid for uid in live.values() if uid)
         root = pods_root(self.config.data_dir)
         for ns_dir in root.iterdir() if root.is_dir() else []:
             for directory in ns_dir.iterdir():
@@ -503,13 +524,21 @@ class Agent:
             if refused is not None:
                 self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
                 return
+            if (refused_network := self.network.refusal(pod)) is not None:
+                self._fail_unstartable(pod, *refused_network)
+                return
             directory.mkdir(parents=True, exist_ok=True)
             state = self._sandbox_for(pod, directory, share, recorded == uid)
+            try:
+                state, pod_ip = self.network.sandbox_for(pod, state)
+            except NetworkError as exc:
+                self._fail_unstartable(pod, "FailedCreatePodSandBox", str(exc))
+                return
             supervisor = PodSupervisor(
                 pod,
                 directory,
                 make_planner(
-                    pod,
+                    self.network.with_address(pod, pod_ip),
                     share,
                     self._runtime_env(pod),
                     self._values,
@@ -517,7 +546,7 @@ class Agent:
                     self.inventory.declared,
                     self.config.address,
                 ),
-                StatusSink(self._writes, namespace, name, uid),
+                StatusSink(self._writes, namespace, name, uid, pod_ip),
                 self.config.supervisor,
                 state,
             )
@@ -539,7 +568,8 @@ class Agent:
             state = sb.new_state(
                 self.sandbox, directory, str(meta.get("name") or "pod")[:63],
                 sb.ids_in_use(pods_root(self.config.data_dir)), mps_gpu,
-                sb.gpu_devices() if share is not None else (), writable)
+                sb.gpu_devices(d.index for d in share.devices) if share is not None else (),
+                writable)
         sb.prepare(state, pods_root(self.config.data_dir))
         if self.tokens.wanted(pod):
             written = self.tokens.write(pod, state)
@@ -550,6 +580,12 @@ class Agent:
             self._writes.put(("annotations", meta.get("namespace", "default"),
                               meta.get("name", ""), "", {nodes.ANN_SANDBOX: _describe(state)}))
         return state
+
+    def pod_netns(self, namespace: str, name: str) -> str | None:
+        """The network namespace of a pod running here (None: the node's network)."""
+        with self._lock:
+            uids = [u for u, e in self._pods.items() if (e.namespace, e.name) == (namespace, name)]
+        return self.network.netns_of(uids[0]) if uids else None
 
     def _mps_client(self, share: GpuShare | None) -> tuple[int | None, tuple[str, ...]]:
         """(GPU index, its pipe directory) when the pod will be a client of an MPS daemon."""
@@ -585,6 +621,7 @@ class Agent:
             with self._lock:
                 if self._pods.get(uid or "") is entry:
                     del self._pods[uid or ""]
+            self.network.release(uid or "")
             shutil.rmtree(entry.supervisor.directory, ignore_errors=True)
 
         threading.Thread(target=reap, daemon=True).start()
@@ -605,15 +642,15 @@ class Agent:
         self.event(pod, reason, message)
 
     def _runtime_env(self, pod: dict[str, Any]) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)
-        }
+        env = {k: v for k, v in os.environ.items()
+               if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)}
         env["HOSTNAME"] = (pod.get("metadata") or {}).get("name", "")
-        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox)
+        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox); on
+        # its own network, a pod reaches it through the `kubernetes` Service only
         api = urlsplit(self.kube.host)
-        if api.hostname:
+        if service := self.network.api_env(pod):
+            env.update(service)
+        elif api.hostname:
             env["KUBERNETES_SERVICE_HOST"] = api.hostname
             env["KUBERNETES_SERVICE_PORT"] = str(
                 api.port or (443 if api.scheme == "https" else 80))
@@ -752,7 +789,6 @@ def _describe(state: sb.SandboxState) -> str:
 
 def _recorded_uid(directory: Path) -> str | None:
     import json
-
     try:
         return json.loads((directory / META_DIR / "state.json").read_text()).get("uid")
     except (OSError, ValueError):

@@ -51,6 +51,12 @@ GPU_USAGE_ANNOTATION = "gpushare.io/gpu-usage"
 # The common name of the API server's client certificate: what a node agent lets in (with a
 # token TokenReview and SubjectAccessReview allow `nodes/proxy` for).
 NODE_CLIENT_NAME = "gpushare:apiserver-node-client"
+# The `kubernetes` Service's ClusterIP (the first of the Service range): pods reach the API
+# server there (a node agent DNATs it), so the API's serving certificate names it, with the
+# Service's DNS names.
+API_SERVICE_IP = "10.96.0.1"
+API_SERVICE_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                     "kubernetes.default.svc.cluster.local")
 
 
 def node_hop_subprotocol(name: str) -> str:

@@ -268,11 +268,25 @@ def _wait_until_up(
                 obj = {}
             conditions = (obj.get("status") or {}).get("conditions") or []
             if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                _say_pod_network(node, conditions)
                 return None
             stop.wait(0.2)
         return None
     finally:
         client.close()
+
+
+def _say_pod_network(node: str, conditions: list[dict[str, object]]) -> None:
+    """Print the node's pod network, loudly when pods share the node's network."""
+    for condition in conditions:
+        if condition.get("type") != "PodNetworkIsolated":
+            continue
+        if condition.get("status") == "True":
+            typer.echo(f"node {node}: pod network {condition.get('message')}")
+        else:
+            typer.echo(f"warning: node {node}: pods are not isolated: "
+                       f"{condition.get('message')}", err=True)
+
 
 DEFAULT_QUEUE = {
     "apiVersion": "scheduling.run.ai/v2",
@@ -483,6 +497,9 @@ def up(
     gpus: Annotated[
         str | None, typer.Option(help="declare fake GPUs for the agent (1xL40S)")
     ] = None,
+    pod_cidr: Annotated[
+        str, typer.Option(help="the agent's pod addresses (auto: 10.244.<n>.0/24)")
+    ] = "auto",
     node_name: Annotated[str | None, typer.Option(help="the agent's node name")] = None,
     scheduler_config: Annotated[
         Path | None, typer.Option(help="passed to `gpushare controllers --scheduler-config`")
@@ -556,6 +573,7 @@ def up(
             "--node-name", str(agent_node),
             "--data-dir", str(data_dir / "agent"),
             *(["--gpus", agent_gpus] if agent_gpus else []),
+            "--pod-cidr", pod_cidr,
         ]
     children: dict[str, subprocess.Popen[bytes]] = {}
     exit_code = 0

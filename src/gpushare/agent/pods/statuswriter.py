@@ -27,10 +27,13 @@ class StatusSink:
     """What one pod's supervisor reports through: its statuses, its end and its events."""
 
     def __init__(self, writes: queue.Queue[Write], namespace: str, name: str,
-                 uid: str) -> None:
+                 uid: str, pod_ip: str | None = None) -> None:
         self._writes, self._ns, self._name, self._uid = writes, namespace, name, uid
+        self._pod_ip = pod_ip  # the pod's own address (None: the node's network)
 
     def report(self, status: dict[str, Any]) -> None:
+        if self._pod_ip is not None:
+            status = {**status, "podIP": self._pod_ip, "podIPs": [{"ip": self._pod_ip}]}
         self._writes.put(("status", self._ns, self._name, self._uid, status))
 
     def terminated(self) -> None:

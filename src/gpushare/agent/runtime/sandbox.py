@@ -134,6 +134,8 @@ class SandboxState:
     devices: tuple[str, ...] = field(default=())  # device nodes bound in (GPU pods)
     writable: tuple[str, ...] = field(default=())  # extra rw binds (the MPS pipe directory)
     host_pid: bool = False  # stays in the host's PID namespace (MPS clients: see above)
+    netns: str | None = None  # the pod's network namespace (its path), entered first
+    files: tuple[tuple[str, str], ...] = field(default=())  # (host file, path) ro binds
 
     @property
     def meta(self) -> Path:
@@ -149,6 +151,7 @@ class SandboxState:
             raise ValueError(f"{STATE_FILE}: mode must be one of {', '.join(MODES)}")
         for key in ("hidden", "read_only", "devices", "writable"):
             raw[key] = tuple(raw.get(key) or ())
+        raw["files"] = tuple(tuple(pair) for pair in raw.get("files") or ())
         return cls(**raw)
 
 
@@ -407,15 +410,17 @@ def sandbox_env(state: SandboxState, env: Mapping[str, str]) -> dict[str, str]:
 
 def launch_argv(state: SandboxState, argv: Sequence[str], env: Mapping[str, str],
                 cwd: Path) -> list[str]:
-    """The command line that runs `argv` (argv[0] resolved) inside the pod's sandbox."""
+    """The command line that runs `argv` (argv[0] resolved) inside the pod's sandbox (in
+    the pod's network namespace first, when it has one)."""
+    net = [_tool("nsenter"), f"--net={state.netns}", "--"] if state.netns else []
     if state.mode != BWRAP:
-        return [*drop_privileges(state), *argv]
+        return [*net, *drop_privileges(state), *argv]
     # an MPS client talks to its daemon through the host's IPC namespace and /dev/shm too,
     # and stays in the host's PID namespace (see `host_pid`)
     ipc = [] if state.writable else ["--unshare-ipc"]
     pid = [] if state.host_pid else ["--unshare-pid"]
     user = ["--unshare-user"] if state.user_namespace else []
-    return [_tool("bwrap"), *user, *_bwrap_mounts(state, argv, env), "--chdir", str(cwd),
+    return [*net, _tool("bwrap"), *user, *_bwrap_mounts(state, argv, env), "--chdir", str(cwd),
             *pid, *ipc, "--unshare-uts", "--hostname", state.hostname,
             "--", *drop_privileges(state), *argv]
 
@@ -453,6 +458,8 @@ def _bwrap_mounts(state: SandboxState, argv: Sequence[str], env: Mapping[str, st
     args += ["--tmpfs", str(state.meta)]
     if state.service_account:
         on_fresh("--ro-bind", str(state.meta / SA_DIR), _host_view(SA_MOUNT))
+    for source, target in state.files:  # the pod's /etc/resolv.conf and /etc/hosts
+        on_fresh("--ro-bind", source, _host_view(target))
     for device in state.devices:
         if os.path.exists(device):
             args += ["--dev-bind", device, device]
@@ -515,13 +522,18 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
-def gpu_devices() -> list[str]:
-    """The NVIDIA device nodes of this machine (bound into GPU pods' sandboxes)."""
+def gpu_devices(indices: Iterable[int] = (), dev: str = "/dev") -> list[str]:
+    """The NVIDIA device nodes a GPU pod gets: ``/dev/nvidia<i>`` of its GPUs `indices`
+    only, and the control nodes every CUDA process needs (``nvidiactl``, ``nvidia-uvm``,
+    ``nvidia-uvm-tools``, ``nvidia-modeset``, ``nvidia-caps``); the sandbox's /dev has no
+    other GPU's node to open."""
     try:
-        names = sorted(os.listdir("/dev"))
+        names = sorted(os.listdir(dev))
     except OSError:
         return []
-    return [f"/dev/{n}" for n in names if n.startswith(_GPU_DEVICE_PREFIX)]
+    wanted = {f"{_GPU_DEVICE_PREFIX}{i}" for i in indices}
+    return [f"{dev}/{n}" for n in names if n.startswith(_GPU_DEVICE_PREFIX)
+            and (n in wanted or not n[len(_GPU_DEVICE_PREFIX):].isdigit())]
 
 
 def sandboxed_process(pgid: int, inside_only: bool = False) -> int | None:
@@ -585,11 +597,13 @@ def enter_argv(state: SandboxState, pgid: int, argv: Sequence[str],
         env = process_env(target) or {"PATH": os.defpath}
     workdir = cwd or _process_cwd(target) or state.root
     if state.mode != BWRAP:
-        return [*drop_privileges(state), *argv], dict(env), workdir
+        net = [_tool("nsenter"), f"--net={state.netns}", "--"] if state.netns else []
+        return [*net, *drop_privileges(state), *argv], dict(env), workdir
     pid = [] if state.host_pid else ["--pid"]
     user = ["--user", "--preserve-credentials"] if state.user_namespace else []
+    net = ["--net"] if state.netns else []
     enter = [_tool("nsenter"), f"--target={target}", *user, "--mount", *pid, "--ipc", "--uts",
-             "--"]
+             *net, "--"]
     return [*enter, *drop_privileges(state), _tool("env"), "-C", workdir, *argv], dict(env), "/"
 
 

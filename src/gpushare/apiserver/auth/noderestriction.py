@@ -15,6 +15,9 @@ issues that identity; `components.node_identity`). RBAC gives every node the sam
   name only, and only those a pod bound to it references (volumes, projected sources,
   env and envFrom, image pull secrets, the pod's ServiceAccount); never listed or watched.
   The public `kube-root-ca.crt` ConfigMap is readable everywhere.
+* **Services and EndpointSlices**: read, listed and watched in every namespace, as
+  kube-proxy and the cluster DNS do (the node's pod network routes Services' ClusterIPs
+  and names them); RBAC gives no write.
 
 Anything else the role allows (Events, its certificate requests, reviews) is left to RBAC.
 Other identities are untouched. Refusals are 403 naming the node and the rule.

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gpushare.api.contracts import NODE_CLIENT_NAME
+from gpushare.api.contracts import API_SERVICE_IP, API_SERVICE_NAMES, NODE_CLIENT_NAME
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
@@ -230,6 +230,8 @@ def ensure_certificates(pki: Path, hosts: list[str]) -> tuple[Path, Path, Path]:
     cert_path, key_path = pki / SERVER_CERT, pki / SERVER_KEY
     wanted: list[x509.GeneralName] = [x509.DNSName("localhost"),
                                       x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    # pods reach the API through the `kubernetes` Service (its address and DNS names)
+    wanted += [_san(API_SERVICE_IP), *(x509.DNSName(n) for n in API_SERVICE_NAMES)]
     for host in hosts:
         if _san(host) not in wanted:
             wanted.append(_san(host))
