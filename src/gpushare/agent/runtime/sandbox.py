@@ -453,6 +453,8 @@ def _bwrap_mounts(state: SandboxState, argv: Sequence[str], env: Mapping[str, st
         on_fresh("--tmpfs", path)
         fresh.append(path)
     for path in image_paths(state.read_only, (*state.hidden, state.root)):
+        if state.user_namespace and not _reachable_by(path, state.uid, state.gid):
+            continue  # bwrap runs as the agent's own user there: a bind it cannot reach fails
         on_fresh("--ro-bind", path, path)
     on_fresh("--bind", state.root, state.root)
     args += ["--tmpfs", str(state.meta)]
@@ -510,6 +512,28 @@ def image_paths(extra: Iterable[str], hidden: Iterable[str]) -> list[str]:
         if path not in chosen:
             chosen.append(path)
     return sorted(chosen)
+
+
+def _reachable_by(path: str, uid: int, gid: int) -> bool:
+    """Whether the user `uid`/`gid` may walk to `path` and read it (each directory on the
+    way searchable, the path itself readable), by the permission bits."""
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts) + 1):
+        current = "/" + "/".join(parts[:depth])
+        try:
+            st = os.stat(current)
+        except OSError:
+            return False
+        need = 0o1 if depth < len(parts) else 0o4
+        if st.st_uid == uid:
+            bits = st.st_mode >> 6
+        elif st.st_gid == gid:
+            bits = st.st_mode >> 3
+        else:
+            bits = st.st_mode
+        if uid != 0 and not bits & need:
+            return False
+    return True
 
 
 def _under_private(path: str) -> bool:
