@@ -46,7 +46,7 @@ def test_terminating_pods_count_against_max_pods(platform: Platform, queues: Non
     done = term.run("create", "-f", "-", stdin=pod_manifest("third", fraction="0.01"),
                     check=False)
     assert done.returncode != 0 and "maxPods" in done.stderr, done.stderr
-    assert "terminating ones included" in done.stderr
+    assert "terminating pods count" in done.stderr
     host = platform.host.json("get", "pods", "-n", "vc-term")["items"]
     assert len(host) <= 2, [p["metadata"]["name"] for p in host]
     term.run("delete", "pod", "stubborn", "--grace-period=0", "--force", check=False)

@@ -136,8 +136,8 @@ class TenantAdmission:
                        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
             if live >= policy.max_pods:
                 raise _forbidden("pods", name, f"virtual cluster {policy.name!r} allows at most "
-                                 f"{policy.max_pods} live pods (maxPods, terminating ones "
-                                 f"included) and has {live}")
+                                 f"{policy.max_pods} live pods (maxPods) and has {live} "
+                                 "(terminating pods count)")
         if policy.pod_create_rate is not None:
             wait = self.creates.take(policy.name, policy.pod_create_rate,
                                      policy.pod_create_burst)
