@@ -50,6 +50,9 @@ QuotaBytes = Annotated[int, typer.Option(
 ReserveBytes = Annotated[int, typer.Option(
     "--storage-reserve-bytes", help="Free disk space kept: below it the store grows no more "
     "(default 256 MiB).")]
+HandshakeTimeout = Annotated[float, typer.Option(
+    "--tls-handshake-timeout", help="Seconds a client has to complete the TLS handshake; "
+    "connections that do not are closed (default 10).")]
 AnonymousMetrics = Annotated[bool, typer.Option(
     "--anonymous-metrics", help="serve /metrics without a token (by default a token whose "
     "user may `get` the nonResourceURL /metrics is needed: the system:monitoring role)")]
@@ -60,7 +63,8 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
               event_log_bytes: EventLogBytes = 64 * 1024 * 1024,
               anonymous_metrics: AnonymousMetrics = False,
               storage_quota_bytes: QuotaBytes = 2 * 1024**3,
-              storage_reserve_bytes: ReserveBytes = 256 * 1024**2) -> None:
+              storage_reserve_bytes: ReserveBytes = 256 * 1024**2,
+              tls_handshake_timeout: HandshakeTimeout = 10.0) -> None:
     """Run the Kubernetes-compatible API server in the foreground (Ctrl-C stops it)."""
     from gpushare.cli.compose import api_server
 
@@ -73,7 +77,8 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
                            max_body_bytes=max_request_bytes, event_log_bytes=event_log_bytes,
                            anonymous_metrics=anonymous_metrics,
                            storage_quota_bytes=storage_quota_bytes,
-                           storage_reserve_bytes=storage_reserve_bytes)
+                           storage_reserve_bytes=storage_reserve_bytes,
+                           tls_handshake_timeout=tls_handshake_timeout)
     except (OSError, RuntimeError, ValueError) as e:
         typer.echo(f"error: cannot start the API server on {host}:{port}: {e}", err=True)
         raise typer.Exit(1) from None

@@ -56,6 +56,10 @@ def create(
     priority_classes: Annotated[str | None, typer.Option(
         help="allowed priority classes, a,b (default: any of the host's)")] = None,
     max_pods: Annotated[int | None, typer.Option(help="live pods at most")] = None,
+    pod_create_rate: Annotated[float | None, typer.Option(
+        help="pods it may create per second (429 past it)")] = None,
+    pod_create_burst: Annotated[int | None, typer.Option(
+        help="pod creates allowed at once (default: the rate)")] = None,
     data_dir: DataDir = Path(".gpushare"),
     kubeconfig: KubeconfigOpt = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="where to write the "
@@ -73,6 +77,10 @@ def create(
         spec["priorityClasses"] = _split([priority_classes])
     if max_pods is not None:
         spec["maxPods"] = max_pods
+    if pod_create_rate is not None:
+        spec["podCreateRate"] = pod_create_rate
+    if pod_create_burst is not None:
+        spec["podCreateBurst"] = pod_create_burst
     client = _client(data_dir, kubeconfig)
     try:
         try:

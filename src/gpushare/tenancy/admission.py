@@ -17,6 +17,7 @@ Plugged into the API server by the process that composes it (``server_plugin``):
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gpushare.api.contracts import PRIORITY_LABEL, QUEUE_LABEL
@@ -32,6 +33,7 @@ from gpushare.api.plugins import (
 from gpushare.api.status import ApiError, invalid
 from gpushare.tenancy import names
 from gpushare.tenancy.policy import TenantPolicy, validate_virtual_cluster, virtualcluster_crd
+from gpushare.tenancy.ratelimit import CreateRateLimiter
 
 PRIORITYCLASS_GR = "scheduling.k8s.io/priorityclasses"
 PODGROUP_GR = "scheduling.run.ai/podgroups"
@@ -64,6 +66,9 @@ def _forbidden(kind: str, name: str, message: str) -> ApiError:
 
 class TenantAdmission:
     """``ServerPlugin.admission`` entry."""
+
+    def __init__(self) -> None:
+        self.creates = CreateRateLimiter()
 
     def __call__(self, api: ServerApi, cluster: str, info: Resource, obj: dict[str, Any],
                  old: dict[str, Any] | None) -> None:
@@ -128,12 +133,23 @@ class TenantAdmission:
                              "by the host's scheduler; leave spec.nodeName empty")
         self._pod_template(api, policy, "pods", name, pod, "")
         if policy.max_pods is not None:
+            # Terminating pods count: their processes run until the grace period ends.
             live = sum(1 for p in api.store.list(cluster, "pods")
-                       if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                       and not p["metadata"].get("deletionTimestamp"))
+                       if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
             if live >= policy.max_pods:
                 raise _forbidden("pods", name, f"virtual cluster {policy.name!r} allows at most "
-                                 f"{policy.max_pods} live pods (maxPods) and has {live}")
+                                 f"{policy.max_pods} live pods (maxPods) and has {live} "
+                                 "(terminating pods count)")
+        if policy.pod_create_rate is not None:
+            wait = self.creates.take(policy.name, policy.pod_create_rate,
+                                     policy.pod_create_burst)
+            if wait > 0:
+                raise ApiError(429, f'pods "{name}" is forbidden: virtual cluster '
+                               f"{policy.name!r} creates at most {policy.pod_create_rate:g} "
+                               f"pods per second (podCreateRate, burst "
+                               f"{policy.pod_create_burst}); retry in {wait:.1f}s",
+                               "TooManyRequests", {"name": name, "kind": "pods",
+                                                   "retryAfterSeconds": math.ceil(wait)})
 
     def _pod_template(self, api: ServerApi, policy: TenantPolicy, resource: str, name: str,
                       template: dict[str, Any], path: str) -> None:

@@ -7,7 +7,9 @@ metadata: {name: nlp}
 spec:
   queues: [nlp]                      # the queue(s) its pods may use; the first is the default
   priorityClasses: [train, inference]  # optional: allowed classes (default: the host's)
-  maxPods: 50                        # optional: live pods at most
+  maxPods: 50                        # optional: live pods at most (terminating ones count)
+  podCreateRate: 5                   # optional: pods created per second at most (429 past it)
+  podCreateBurst: 20                 # optional: creates allowed at once (default: the rate)
   paused: false                      # true: its pods are taken off the host
 ```
 """
@@ -35,6 +37,8 @@ class TenantPolicy:
     max_pods: int | None
     paused: bool
     deleting: bool
+    pod_create_rate: float | None = None  # pods per second
+    pod_create_burst: int = 1
 
     @property
     def default_queue(self) -> str:
@@ -50,6 +54,8 @@ class TenantPolicy:
             raw_queues, list) else ()
         classes = spec.get("priorityClasses")
         max_pods = spec.get("maxPods")
+        rate, burst = spec.get("podCreateRate"), spec.get("podCreateBurst")
+        create_rate = float(rate) if isinstance(rate, int | float) and _positive(rate) else None
         return cls(
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
@@ -60,7 +66,15 @@ class TenantPolicy:
             else None,
             paused=spec.get("paused") is True,
             deleting=bool(meta.get("deletionTimestamp")),
+            pod_create_rate=create_rate,
+            pod_create_burst=burst if isinstance(burst, int) and _positive(burst)
+            else max(1, int(create_rate or 1)),
         )
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0 \
+        and value == value and value != float("inf")
 
 
 def validate_virtual_cluster(vc: dict[str, Any]) -> list[Cause]:
@@ -104,6 +118,12 @@ def validate_virtual_cluster(vc: dict[str, Any]) -> list[Cause]:
                                  or max_pods < 0):
         causes.append(Cause("spec.maxPods", f"Invalid value: {max_pods!r}: must be an integer "
                             ">= 0"))
+    for key in ("podCreateRate", "podCreateBurst"):
+        value = spec.get(key)
+        if value is not None and not (_positive(value) and (
+                key == "podCreateRate" or isinstance(value, int))):
+            kind = "a number" if key == "podCreateRate" else "an integer"
+            causes.append(Cause(f"spec.{key}", f"Invalid value: {value!r}: must be {kind} > 0"))
     paused = spec.get("paused")
     if paused is not None and not isinstance(paused, bool):
         causes.append(Cause("spec.paused", f"Invalid value: {paused!r}: must be true or false"))
@@ -130,6 +150,11 @@ def virtualcluster_crd() -> dict[str, Any]:
                         "description": "Live (not finished) pods the tenant may have."},
             "paused": {"type": "boolean", "description": "Take the tenant's pods off the "
                                                          "host; they come back on resume."},
+            "podCreateRate": {"type": "number", "description": "Pods the tenant may create "
+                                                               "per second (429 past it)."},
+            "podCreateBurst": {"type": "integer", "minimum": 1,
+                               "description": "Pod creates allowed at once (default: the "
+                                              "rate)."},
         },
     }
     status_schema = {

@@ -66,7 +66,7 @@ from gpushare.kube.client import (
 )
 from gpushare.kube.informer import Informer, WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
-from gpushare.tenancy import metrics, names, translate, views
+from gpushare.tenancy import metrics, names, redact, translate, views
 from gpushare.tenancy.policy import TenantPolicy
 
 log = logging.getLogger(__name__)
@@ -391,7 +391,8 @@ class TenantSyncer:
                     time.monotonic() - seen)
             metrics.SYNC_ACTIONS.labels(self.name, "pod", "bind").inc()
             return  # the status follows on the binding's watch event
-        status = translate.tenant_status(h)
+        status = redact.redact_status(translate.tenant_status(h), self.policy.queues,
+                                      self._own_pod)
         if status and status != (t.get("status") or {}):
             body = {**t, "status": status}
             self.tenant.replace(PODS.item(name, ns, "status"), body)
@@ -606,6 +607,13 @@ class TenantSyncer:
 
     # -- events -------------------------------------------------------------------------------
 
+    def _own_pod(self, namespace: str, name: str) -> str | None:
+        """The tenant's `namespace/name` of one of its host pods, else None (redaction)."""
+        if namespace != self.host_ns:
+            return None
+        host = self.h.pods.get(f"{namespace}/{name}")
+        return _annotations(host).get(names.TENANT_OBJECT_ANNOTATION) or None
+
     def sync_event(self, name: str) -> None:
         ev = self.h.events.get(f"{self.host_ns}/{name}")
         if ev is None:
@@ -629,7 +637,9 @@ class TenantSyncer:
             "metadata": {"name": ename, "namespace": tns},
             "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": tns,
                                "name": tname, "uid": metadata(t).get("uid")},
-            "reason": ev.get("reason"), "message": ev.get("message"), "type": ev.get("type"),
+            "reason": ev.get("reason"), "type": ev.get("type"),
+            "message": redact.redact(str(ev.get("message") or ""), self.policy.queues,
+                                     self._own_pod),
             "count": ev.get("count") or 1, "firstTimestamp": ev.get("firstTimestamp"),
             "lastTimestamp": ev.get("lastTimestamp"),
             "source": ev.get("source") or {"component": "gpushare"},

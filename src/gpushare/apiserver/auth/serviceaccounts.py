@@ -31,7 +31,7 @@ from gpushare.api.serviceaccounts import (
     TOKEN_MOUNT_PATH,
 )
 from gpushare.api.timefmt import rfc3339
-from gpushare.apiserver.auth.access import AUTHENTICATED, User
+from gpushare.apiserver.auth.access import AUTHENTICATED, ROOT_CLUSTER, User
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, invalid, not_found
 from gpushare.apiserver.storage.store import Store
 
@@ -311,6 +311,16 @@ def projected_token_volume(name: str) -> dict[str, Any]:
     ]}}
 
 
+def _reviewable_in(user: User, cluster: str) -> bool:
+    """Whether a TokenReview asked in `cluster` may confirm this static token: in the root
+    cluster any token valid there; in a tenant's logical cluster only a token whose entry
+    names that cluster, so that a tenant never learns that a platform credential (the
+    cluster admin's token, valid everywhere, or one for every cluster but root) is good."""
+    if cluster == ROOT_CLUSTER:
+        return user.valid_in(cluster)
+    return user.clusters is not None and cluster in user.clusters
+
+
 def token_review(tokens: ServiceAccountTokens, static_user: User | None, cluster: str,
                  body: Any) -> dict[str, Any]:
     """Answer a TokenReview (`authentication.k8s.io/v1`) asked in `cluster`."""
@@ -331,7 +341,8 @@ def token_review(tokens: ServiceAccountTokens, static_user: User | None, cluster
         status = {"authenticated": True, "audiences": list(review.audiences),
                   "user": {"username": review.user.name, "uid": review.uid,
                            "groups": list(review.user.groups), "extra": review.extra}}
-    elif static_user is not None and API_AUDIENCE in wanted and static_user.valid_in(cluster):
+    elif static_user is not None and API_AUDIENCE in wanted and _reviewable_in(static_user,
+                                                                              cluster):
         # Static tokens are meant for the API server itself.
         status = {"authenticated": True, "audiences": [API_AUDIENCE],
                   "user": {"username": static_user.name, "groups": list(static_user.groups)}}

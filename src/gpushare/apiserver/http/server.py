@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import fcntl
 import logging
@@ -73,12 +74,36 @@ def restrict_data_dir(data_dir: Path) -> None:
         os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
 
 
+#: Seconds a client has to complete the TLS handshake (kube-apiserver's is 10 s).
+DEFAULT_TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, ending watch streams first so that shutdown does not wait on them."""
 
-    def __init__(self, config: uvicorn.Config, app: App) -> None:
+    def __init__(self, config: uvicorn.Config, app: App, handshake_timeout: float) -> None:
         super().__init__(config)
         self._app = app
+        self._handshake_timeout = handshake_timeout
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's startup, its TLS listeners given a handshake deadline: a connection that
+        does not finish its TLS handshake in time is closed (asyncio's own default, 60 s, let
+        idle sockets pile up until the process ran out of descriptors)."""
+        loop = asyncio.get_running_loop()
+        create = loop.create_server
+        deadline = self._handshake_timeout
+
+        async def create_server(*args: Any, **kwargs: Any) -> asyncio.Server:
+            if kwargs.get("ssl") is not None:
+                kwargs.setdefault("ssl_handshake_timeout", deadline)
+            return await create(*args, **kwargs)
+
+        loop.create_server = create_server  # type: ignore[method-assign]
+        try:
+            await super().startup(sockets)
+        finally:
+            del loop.create_server
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._app.hub.close_all()
@@ -100,7 +125,10 @@ class ApiServer:
                  anonymous_metrics: bool = False, commit_thread: bool = True,
                  plugins: Sequence[PluginFactory] = (),
                  storage_quota_bytes: int = space.DEFAULT_QUOTA_BYTES,
-                 storage_reserve_bytes: int = space.DEFAULT_RESERVE_BYTES) -> None:
+                 storage_reserve_bytes: int = space.DEFAULT_RESERVE_BYTES,
+                 tls_handshake_timeout: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT) -> None:
+        if not tls_handshake_timeout > 0:
+            raise ValueError(f"tls_handshake_timeout must be > 0, not {tls_handshake_timeout}")
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         snapshot.check_store_file(self.data_dir)  # a lost state.db is not a new cluster
@@ -166,7 +194,7 @@ class ApiServer:
                                 lifespan="on", timeout_keep_alive=120,
                                 ws="wsproto", ws_per_message_deflate=False,
                                 timeout_graceful_shutdown=2, **ssl)
-        self._server = _Server(config, self.app)
+        self._server = _Server(config, self.app, tls_handshake_timeout)
         self._thread: threading.Thread | None = None
         self.write_kubeconfig(self.data_dir / KUBECONFIG_NAME)
 

@@ -27,7 +27,7 @@ from gpushare.apiserver.registry.strategy import (
     schema_of,
 )
 from gpushare.apiserver.resources import Registry, ResourceInfo
-from gpushare.apiserver.schema import conversions, managed, validation
+from gpushare.apiserver.schema import conversions, managed, typecheck, validation
 from gpushare.apiserver.schema.patch import json_patch, merge_patch, strategic_merge_patch
 from gpushare.apiserver.storage.store import Store
 
@@ -54,6 +54,8 @@ class DeleteOptions:
     @classmethod
     def parse(cls, body: Any, query: dict[str, str]) -> DeleteOptions:
         opts = cls()
+        if body is not None:
+            typecheck.check(body, "meta", "v1", "DeleteOptions")
         if isinstance(body, dict):
             if body.get("gracePeriodSeconds") is not None:
                 opts.grace_period = int(body["gracePeriodSeconds"])
@@ -373,6 +375,9 @@ class Api(Bootstrap, WriteStrategy):
     ) -> dict[str, Any]:
         gr = info.group_resource
         old_meta = old["metadata"]
+        schema = builtin_schema_of(info)
+        if schema is not None:  # as decoded: the JSON types of its fields
+            typecheck.check_against(new, schema, info.version, info.kind)
         self._prune(info, new, field_validation)
         # managedFields a client wrote (changed from what is stored) are taken as given, as
         # Kubernetes does (kubectl moves client-side apply ownership that way).
@@ -628,6 +633,7 @@ class Api(Bootstrap, WriteStrategy):
         """Write `spec.replicas` of the object from a (possibly patched) autoscaling/v1 Scale."""
         if not isinstance(scale, dict):
             raise bad_request("the request body must be a Scale")
+        typecheck.check(scale, "autoscaling", "v1", "Scale")
         replicas = (scale.get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise invalid("autoscaling", "Scale", name, [Cause(

@@ -13,7 +13,7 @@ from gpushare.apiserver.errors import ApiError, Cause, bad_request, invalid, not
 from gpushare.apiserver.objects import now_rfc3339
 from gpushare.apiserver.registry import crds, quota, services
 from gpushare.apiserver.resources import Registry, ResourceInfo
-from gpushare.apiserver.schema import fieldvalidation, kind_rules, schemas, validation
+from gpushare.apiserver.schema import fieldvalidation, kind_rules, schemas, typecheck, validation
 from gpushare.apiserver.storage.store import Store
 
 CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"
@@ -42,6 +42,10 @@ class WriteStrategy:
             crds.apply_defaults(obj, info.schema)
 
     def _check_type(self: _Stored, info: ResourceInfo, obj: dict[str, Any]) -> None:
+        if not info.crd:  # a built-in kind's body as decoded: its fields' JSON types
+            schema = schemas.kind_schema(info.group, info.version, info.kind)
+            if schema is not None:
+                typecheck.check_against(obj, schema, info.version, info.kind)
         kind = obj.get("kind")
         if kind and kind != info.kind:
             raise bad_request(f"the kind of the object ({kind}) does not match the resource "

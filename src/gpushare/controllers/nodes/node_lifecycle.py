@@ -1,7 +1,9 @@
 """The node-lifecycle controller: a node whose agent stopped heartbeating turns Unknown.
 
 An agent renews its Node's `Ready` condition (`lastHeartbeatTime`) and its Lease in
-`kube-node-lease` every few seconds. When neither moved for `grace_s`, this controller sets
+`kube-node-lease` every few seconds. When neither moved for `grace_s` (by this controller's
+own clock, from when it saw them change: `heartbeats.py`; the agent's clock may be skewed),
+this controller sets
 `Ready` to `Unknown` (reason `NodeStatusUnknown`) and adds the `node.kubernetes.io/unreachable`
 NoSchedule taint, so nothing new lands there; the taint goes again once the node is Ready.
 Nodes annotated `gpushare.io/static-node: "true"` have no agent: this controller renews
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -23,6 +26,7 @@ from kubernetes import client
 from gpushare.api.contracts import STATIC_NODE_ANNOTATION
 from gpushare.api.timefmt import parse_rfc3339, rfc3339
 from gpushare.controllers.nodes import agentless_nodes
+from gpushare.controllers.nodes.heartbeats import HeartbeatObserver
 from gpushare.kube.client import NODES, KubeClient
 from gpushare.kube.lease import node_lease
 
@@ -68,9 +72,14 @@ def last_heartbeat(node: dict[str, Any], lease: dict[str, Any] | None) -> float 
 
 
 def decide(
-    node: dict[str, Any], lease: dict[str, Any] | None, now: float, grace_s: float
+    node: dict[str, Any], lease: dict[str, Any] | None, now: float, grace_s: float,
+    age: float,
 ) -> NodeDecision | None:
-    """What to change on one node, or None. Pure."""
+    """What to change on one node, or None. Pure.
+
+    `age`: seconds since the controller saw the node's heartbeat change, on its own clock
+    (`heartbeats.HeartbeatObserver`); the agent's timestamps are never compared with `now`,
+    which only stamps what this writes."""
     meta = node.get("metadata") or {}
     if (meta.get("annotations") or {}).get(STATIC_NODE) == "true":
         return None
@@ -79,10 +88,7 @@ def decide(
     taints = list((node.get("spec") or {}).get("taints") or [])
     tainted = any(t.get("key") == UNREACHABLE_TAINT for t in taints)
     heartbeat = last_heartbeat(node, lease)
-    if heartbeat is None:
-        heartbeat = _time(meta.get("creationTimestamp"))
-    stale = heartbeat is None or now - heartbeat > grace_s
-    if stale:
+    if age > grace_s:
         status_patch = None
         if ready is None or ready.get("status") != "Unknown":
             condition = {
@@ -113,21 +119,26 @@ def decide(
 
 
 class NodeLifecycleController:
-    def __init__(self, kube: KubeClient, grace_s: float = DEFAULT_GRACE_S) -> None:
+    def __init__(self, kube: KubeClient, grace_s: float = DEFAULT_GRACE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.kube = kube
         self.grace_s = grace_s
+        self.heartbeats = HeartbeatObserver(clock)
 
     def reconcile_once(self, now: float | None = None) -> list[NodeDecision]:
         now = time.time() if now is None else now
         applied = []
-        for node in self.kube.list(NODES.collection()).get("items") or []:
+        nodes = self.kube.list(NODES.collection()).get("items") or []
+        self.heartbeats.keep_only(str((n.get("metadata") or {}).get("name", "")) for n in nodes)
+        for node in nodes:
             name = (node.get("metadata") or {}).get("name", "")
             lease = None
             if (node.get("metadata") or {}).get("annotations", {}).get(STATIC_NODE) != "true":
                 lease = node_lease(self.kube, name)
             else:
                 agentless_nodes.renew(self.kube, node, now)  # no agent to heartbeat for it
-            decision = decide(node, lease, now, self.grace_s)
+            age = self.heartbeats.age(name, node, lease)
+            decision = decide(node, lease, now, self.grace_s, age)
             if decision is None:
                 continue
             # The taint before the condition: whoever sees Ready=Unknown (the scheduler, a
