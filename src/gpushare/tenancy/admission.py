@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from gpushare.api.contracts import PRIORITY_LABEL, QUEUE_LABEL
 from gpushare.apiserver.errors import ApiError, invalid
 from gpushare.apiserver.http.plugins import ServerPlugin
+from gpushare.apiserver.storage.tenantquota import TenantLimits
 from gpushare.tenancy import names
 from gpushare.tenancy.policy import TenantPolicy, validate_virtual_cluster, virtualcluster_crd
 
@@ -233,11 +234,34 @@ def log_target(api: Api) -> Any:
     return target
 
 
+def tenant_limits(api: Api) -> Any:
+    """``ServerPlugin.tenant_limits`` entry: the API quota its VirtualCluster sets for a
+    tenant's cluster (read on every growing write, so kept per VirtualCluster version)."""
+    cache: dict[str, tuple[str, TenantLimits]] = {}
+
+    def limits(cluster: str) -> TenantLimits | None:
+        if cluster == names.HOST_CLUSTER:
+            return None
+        vc = api.store.get(names.HOST_CLUSTER, names.VC_GR, "", cluster)
+        if vc is None:
+            cache.pop(cluster, None)
+            return None
+        rv = vc["metadata"].get("resourceVersion", "")
+        cached = cache.get(cluster)
+        if cached is not None and cached[0] == rv:
+            return cached[1]
+        policy = TenantPolicy.from_object(vc)
+        found = TenantLimits(policy.name, policy.max_objects, policy.max_storage_bytes)
+        cache[cluster] = (rv, found)
+        return found
+    return limits
+
+
 def server_plugin(api: Api) -> ServerPlugin:
     """What tenancy plugs into the API server (`ApiServer(plugins=[...])`)."""
     return ServerPlugin("tenancy", admission=[TenantAdmission()],
                         request_policies=[request_policy(api)], log_targets=[log_target(api)],
-                        on_start=ensure_virtualcluster_crd)
+                        on_start=ensure_virtualcluster_crd, tenant_limits=tenant_limits(api))
 
 
 def ensure_virtualcluster_crd(api: Api) -> None:

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from gpushare.apiserver.auth.access import Attributes, User
 from gpushare.apiserver.registry.api import Api
 from gpushare.apiserver.resources import ResourceInfo
+from gpushare.apiserver.storage.tenantquota import LimitsOf
 
 #: `Api.admission_hooks` entry: hook(api, cluster, info, obj, old) runs before validation of
 #: every create and update, may set defaults and raises `ApiError` to refuse.
@@ -42,6 +43,8 @@ class ServerPlugin:
     mounts: Mapping[str, Mount] = field(default_factory=dict)
     #: run once the plug-in's hooks are in place (e.g. to install its CRDs)
     on_start: Callable[[Api], None] | None = None
+    #: the quota (objects, bytes) of the tenant a logical cluster serves, or None
+    tenant_limits: LimitsOf | None = None
 
 
 PluginFactory = Callable[[Api], ServerPlugin]

@@ -22,6 +22,7 @@ from gpushare.apiserver.auth.serviceaccounts import SIGNING_KEY as SA_SIGNING_KE
 from gpushare.apiserver.auth.serviceaccounts import TokenSigner
 from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_ca, ensure_node_client
 from gpushare.apiserver.http.app import App
+from gpushare.apiserver.http.flowcontrol import FlowControlConfig, platform_write
 from gpushare.apiserver.http.limits import DEFAULT_MAX_BODY_BYTES
 from gpushare.apiserver.http.nodeproxy import client_context
 from gpushare.apiserver.http.plugins import PluginFactory, ServerPlugin
@@ -31,9 +32,13 @@ from gpushare.apiserver.registry.certificates import NodeServingSigner
 from gpushare.apiserver.storage import snapshot, space
 from gpushare.apiserver.storage.encryption import Transformer
 from gpushare.apiserver.storage.store import DEFAULT_EVENT_LOG_BYTES, Store
+from gpushare.apiserver.storage.tenantquota import TenantUsage
+from gpushare.apiserver.storage.watch import DEFAULT_BACKLOG_BYTES
 
 log = logging.getLogger(__name__)
 
+#: per-tenant fairness as the server runs by default (`fairness=None` turns it off)
+DEFAULT_FAIRNESS = FlowControlConfig()
 KUBECONFIG_NAME = "admin.kubeconfig"
 TOKENS_NAME = "tokens.yaml"
 DB_NAME = "state.db"
@@ -100,7 +105,10 @@ class ApiServer:
                  anonymous_metrics: bool = False, commit_thread: bool = True,
                  plugins: Sequence[PluginFactory] = (),
                  storage_quota_bytes: int = space.DEFAULT_QUOTA_BYTES,
-                 storage_reserve_bytes: int = space.DEFAULT_RESERVE_BYTES) -> None:
+                 storage_reserve_bytes: int = space.DEFAULT_RESERVE_BYTES,
+                 fairness: FlowControlConfig | None = DEFAULT_FAIRNESS,
+                 watch_backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
+                 tenant_quotas: bool = True) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         snapshot.check_store_file(self.data_dir)  # a lost state.db is not a new cluster
@@ -137,6 +145,10 @@ class ApiServer:
                                       storage_reserve_bytes)
         self.space.load(self.store.db)
         self.store.space = self.space
+        if tenant_quotas:  # the quotas the plug-ins set (tenancy: the VirtualCluster's)
+            self.store.usage = TenantUsage()
+            self.store.usage.load(self.store.db)
+            self.store.usage.exempt = platform_write
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
         # the cluster CA signs the client certificate the API server shows node agents; their
         # serving certificates come from a CA of their own, trusted only on the way to them
@@ -153,8 +165,11 @@ class ApiServer:
                        max_body_bytes=max_body_bytes,
                        anonymous_metrics=anonymous_metrics, signer=signer,
                        node_signer=NodeServingSigner(self.data_dir / "pki"),
-                       node_tls=client_context(node_ca, node_cert, node_key))
+                       node_tls=client_context(node_ca, node_cert, node_key),
+                       fairness=fairness, watch_backlog_bytes=watch_backlog_bytes)
         self.space.register(self.app.metrics.registry)
+        if self.store.usage is not None:
+            self.store.usage.register(self.app.metrics.registry)
         # the server's own safeguards first: who asked for a certificate, what a node reaches
         self.app.install(ServerPlugin("certificate-requester",
                                       admission=[certificates.RequesterAdmission()]))
