@@ -86,6 +86,22 @@ LogTarget = Callable[[str, str, str], "tuple[str, str, str] | None"]
 Mount = Callable[[str], "Response"]
 
 
+@dataclass(frozen=True, slots=True)
+class TenantLimits:
+    """The API quota of the tenant served as one logical cluster."""
+
+    tenant: str  # what the platform calls it (the VirtualCluster's name)
+    max_objects: int | None
+    max_bytes: int | None
+    #: where the platform sets it, for the refusal's message
+    objects_field: str = "spec.maxObjects"
+    bytes_field: str = "spec.maxStorageBytes"
+
+
+#: The quota of the tenant a logical cluster serves, or None (no tenant, no quota).
+LimitsOf = Callable[[str], "TenantLimits | None"]
+
+
 @dataclass(frozen=True)
 class ServerPlugin:
     name: str
@@ -97,6 +113,8 @@ class ServerPlugin:
     #: CRDs the server keeps installed in its root cluster as given: created when missing,
     #: replaced when their spec differs (a newer version ships another)
     crds: Sequence[dict[str, Any]] = ()
+    #: the API quota (objects, bytes) of the tenant a logical cluster serves
+    tenant_limits: LimitsOf | None = None
 
 
 PluginFactory = Callable[[ServerApi], ServerPlugin]

@@ -53,6 +53,13 @@ ReserveBytes = Annotated[int, typer.Option(
 HandshakeTimeout = Annotated[float, typer.Option(
     "--tls-handshake-timeout", help="Seconds a client has to complete the TLS handshake; "
     "connections that do not are closed (default 10).")]
+WatchBacklogBytes = Annotated[int, typer.Option(
+    "--watch-backlog-bytes", help="Bytes of events one watch may have waiting to be sent: "
+    "past it the watch is closed and its client re-lists (default 16 MiB; 0: no bound "
+    "but 20,000 events).")]
+FlowControl = Annotated[bool, typer.Option(
+    "--flow-control/--no-flow-control", help="Per-tenant fairness: requests queued fairly "
+    "per logical cluster with bounded concurrency, bulk work in slices (default on).")]
 AnonymousMetrics = Annotated[bool, typer.Option(
     "--anonymous-metrics", help="serve /metrics without a token (by default a token whose "
     "user may `get` the nonResourceURL /metrics is needed: the system:monitoring role)")]
@@ -64,8 +71,11 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
               anonymous_metrics: AnonymousMetrics = False,
               storage_quota_bytes: QuotaBytes = 2 * 1024**3,
               storage_reserve_bytes: ReserveBytes = 256 * 1024**2,
-              tls_handshake_timeout: HandshakeTimeout = 10.0) -> None:
+              tls_handshake_timeout: HandshakeTimeout = 10.0,
+              watch_backlog_bytes: WatchBacklogBytes = 16 * 1024 * 1024,
+              flow_control: FlowControl = True) -> None:
     """Run the Kubernetes-compatible API server in the foreground (Ctrl-C stops it)."""
+    from gpushare.apiserver.http.server import DEFAULT_FAIRNESS
     from gpushare.cli.compose import api_server
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
@@ -78,7 +88,9 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
                            anonymous_metrics=anonymous_metrics,
                            storage_quota_bytes=storage_quota_bytes,
                            storage_reserve_bytes=storage_reserve_bytes,
-                           tls_handshake_timeout=tls_handshake_timeout)
+                           tls_handshake_timeout=tls_handshake_timeout,
+                           watch_backlog_bytes=watch_backlog_bytes,
+                           fairness=DEFAULT_FAIRNESS if flow_control else None)
     except (OSError, RuntimeError, ValueError) as e:
         typer.echo(f"error: cannot start the API server on {host}:{port}: {e}", err=True)
         raise typer.Exit(1) from None

@@ -23,12 +23,14 @@ from typing import Any
 from gpushare.api.contracts import PRIORITY_LABEL, QUEUE_LABEL
 from gpushare.api.plugins import (
     Caller,
+    LimitsOf,
     LogTarget,
     RequestAttributes,
     RequestPolicy,
     Resource,
     ServerApi,
     ServerPlugin,
+    TenantLimits,
 )
 from gpushare.api.status import ApiError, invalid
 from gpushare.tenancy import names
@@ -251,11 +253,35 @@ def log_target(api: ServerApi) -> LogTarget:
     return target
 
 
+def tenant_limits(api: ServerApi) -> LimitsOf:
+    """``ServerPlugin.tenant_limits`` entry: the API quota its VirtualCluster sets for a
+    tenant's cluster (read on every growing write, so kept per VirtualCluster version)."""
+    cache: dict[str, tuple[str, TenantLimits]] = {}
+
+    def limits(cluster: str) -> TenantLimits | None:
+        if cluster == names.HOST_CLUSTER:
+            return None
+        vc = api.store.get(names.HOST_CLUSTER, names.VC_GR, "", cluster)
+        if vc is None:
+            cache.pop(cluster, None)
+            return None
+        rv = vc["metadata"].get("resourceVersion", "")
+        cached = cache.get(cluster)
+        if cached is not None and cached[0] == rv:
+            return cached[1]
+        policy = TenantPolicy.from_object(vc)
+        found = TenantLimits(policy.name, policy.max_objects, policy.max_storage_bytes)
+        cache[cluster] = (rv, found)
+        return found
+    return limits
+
+
+
 def server_plugin(api: ServerApi) -> ServerPlugin:
     """What tenancy plugs into the API server (`ApiServer(plugins=[...])`)."""
     return ServerPlugin("tenancy", admission=[TenantAdmission()],
                         request_policies=[request_policy(api)], log_targets=[log_target(api)],
-                        crds=[virtualcluster_crd()])
+                        crds=[virtualcluster_crd()], tenant_limits=tenant_limits(api))
 
 
 def _dig(obj: Any, path: tuple[str, ...]) -> Any:

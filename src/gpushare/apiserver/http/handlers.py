@@ -11,6 +11,7 @@ from starlette.responses import Response
 from gpushare.apiserver.auth import reviews
 from gpushare.apiserver.auth.access import Attributes, TokenFile
 from gpushare.apiserver.auth.serviceaccounts import ServiceAccountTokens, token_review
+from gpushare.apiserver.cooperative import Slicer
 from gpushare.apiserver.errors import ApiError, bad_request, forbidden
 from gpushare.apiserver.http.content import content_type, json_response, read_body
 from gpushare.apiserver.http.pipeline import Filters, Handler, RequestContext
@@ -259,6 +260,9 @@ class ResourceHandlers:
         body = await self.body(ctx, allow_empty=True)
         opts = DeleteOptions.parse(body, ctx.query)
         items = self.reads.select(ctx)
+        # one object at a time, the loop given back between slices: a tenant's
+        # `delete --all` of thousands of objects holds nobody else up
+        slicer = Slicer(self.reads.slice_s)
         for obj in items:
             try:
                 self.api.delete(ctx.info.cluster, info, obj["metadata"].get("namespace") or "",
@@ -266,5 +270,6 @@ class ResourceHandlers:
             except ApiError as e:
                 if e.code != 404:
                     raise
-        return json_response(self.reads.list_body(info, items, {
-            "resourceVersion": str(self.api.store.rv)}))
+            await slicer.pause()
+        return await self.reads.list_response(info, items, {
+            "resourceVersion": str(self.api.store.rv)})

@@ -91,9 +91,9 @@ def _timestamp_text(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
     return loader.construct_scalar(node)  # type: ignore[arg-type]
 
 
-_BoundedLoader.add_constructor("tag:yaml.org,2002:binary", _refuse_binary)
+BoundedLoader.add_constructor("tag:yaml.org,2002:binary", _refuse_binary)
 # a YAML timestamp stays the text it was (JSON has no dates), as in Kubernetes
-_BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_text)
+BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_text)
 
 
 def load_yaml(raw: bytes) -> Any:

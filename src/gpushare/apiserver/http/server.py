@@ -24,6 +24,7 @@ from gpushare.apiserver.auth.serviceaccounts import SIGNING_KEY as SA_SIGNING_KE
 from gpushare.apiserver.auth.serviceaccounts import TokenSigner
 from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_ca, ensure_node_client
 from gpushare.apiserver.http.app import App
+from gpushare.apiserver.http.flowcontrol import FlowControlConfig, platform_write
 from gpushare.apiserver.http.limits import DEFAULT_MAX_BODY_BYTES
 from gpushare.apiserver.http.nodeproxy import client_context
 from gpushare.apiserver.registry import builtin_kinds, certificates
@@ -32,9 +33,13 @@ from gpushare.apiserver.registry.certificates import NodeServingSigner
 from gpushare.apiserver.storage import snapshot, space
 from gpushare.apiserver.storage.encryption import Transformer
 from gpushare.apiserver.storage.store import DEFAULT_EVENT_LOG_BYTES, Store
+from gpushare.apiserver.storage.tenantquota import TenantUsage
+from gpushare.apiserver.storage.watch import DEFAULT_BACKLOG_BYTES
 
 log = logging.getLogger(__name__)
 
+#: per-tenant fairness as the server runs by default (`fairness=None` turns it off)
+DEFAULT_FAIRNESS = FlowControlConfig()
 KUBECONFIG_NAME = "admin.kubeconfig"
 TOKENS_NAME = "tokens.yaml"
 DB_NAME = "state.db"
@@ -126,7 +131,10 @@ class ApiServer:
                  plugins: Sequence[PluginFactory] = (),
                  storage_quota_bytes: int = space.DEFAULT_QUOTA_BYTES,
                  storage_reserve_bytes: int = space.DEFAULT_RESERVE_BYTES,
-                 tls_handshake_timeout: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT) -> None:
+                 tls_handshake_timeout: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+                 fairness: FlowControlConfig | None = DEFAULT_FAIRNESS,
+                 watch_backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
+                 tenant_quotas: bool = True) -> None:
         if not tls_handshake_timeout > 0:
             raise ValueError(f"tls_handshake_timeout must be > 0, not {tls_handshake_timeout}")
         self.data_dir = Path(data_dir)
@@ -165,6 +173,10 @@ class ApiServer:
                                       storage_reserve_bytes)
         self.space.load(self.store.db)
         self.store.space = self.space
+        if tenant_quotas:  # the quotas the plug-ins set (tenancy: the VirtualCluster's)
+            self.store.usage = TenantUsage()
+            self.store.usage.load(self.store.db)
+            self.store.usage.exempt = platform_write
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
         # the cluster CA signs the client certificate the API server shows node agents; their
         # serving certificates come from a CA of their own, trusted only on the way to them
@@ -182,8 +194,11 @@ class ApiServer:
                        max_body_bytes=max_body_bytes,
                        anonymous_metrics=anonymous_metrics, signer=signer,
                        node_signer=NodeServingSigner(self.data_dir / "pki"),
-                       node_tls=client_context(node_ca, node_cert, node_key))
+                       node_tls=client_context(node_ca, node_cert, node_key),
+                       fairness=fairness, watch_backlog_bytes=watch_backlog_bytes)
         self.space.register(self.app.metrics.registry)
+        if self.store.usage is not None:
+            self.store.usage.register(self.app.metrics.registry)
         # the server's own safeguards first: who asked for a certificate, what a node reaches
         self.api.admission_hooks += [certificates.RequesterAdmission(),
                                      noderestriction.NodeRestriction()]

@@ -155,8 +155,12 @@ class Store:
         self.listeners: list[Listener] = []
         self.rollback_listeners: list[RollbackListener] = []
         self.rv = 0
+        # the resourceVersion of each logical cluster's last write (reads wait for theirs)
+        self.cluster_rv: dict[str, int] = {}
         # The space quota (space.SpaceQuota), set by the server: admit/forget on writes.
         self.space: Any = None
+        # Per-tenant quotas (tenantquota.TenantUsage), set by the server: check/record/forget.
+        self.usage: Any = None
         self._load()
         self.events: deque[Event] = deque()
         self.event_log_size = event_log_size
@@ -303,8 +307,12 @@ class Store:
                 raise ObjectTooLarge(len(data), self.max_object_bytes)
             row = (data if self.transformer is None
                    else self.transformer.encode(cluster, gr, ns, name, data))
+            if self.usage is not None:  # the tenant's quota (tenantquota.py)
+                self.usage.check((cluster, gr, ns, name), len(row))
             if self.space is not None:  # the space quota (space.py) may refuse growth
                 self.space.admit((cluster, gr, ns, name), len(row))
+            if self.usage is not None:
+                self.usage.record((cluster, gr, ns, name), len(row))
         except BaseException:
             if previous is None:
                 meta.pop("resourceVersion")
@@ -312,6 +320,7 @@ class Store:
                 meta["resourceVersion"] = previous
             raise
         self.rv = rv
+        self.cluster_rv[cluster] = rv
         self.writes += 1
         if old is not None:
             self._index_remove(cluster, gr, old)
@@ -328,10 +337,13 @@ class Store:
             return None
         rv = self.rv + 1
         self.rv = rv
+        self.cluster_rv[cluster] = rv
         self.writes += 1
         self._index_remove(cluster, gr, old)
         if self.space is not None:
             self.space.forget((cluster, gr, ns, name))
+        if self.usage is not None:
+            self.usage.forget((cluster, gr, ns, name))
         gone = orjson.loads(orjson.dumps(old))
         gone["metadata"]["resourceVersion"] = str(rv)
         self._pending.append((_DELETE, (cluster, gr, ns, name)))
@@ -371,13 +383,14 @@ class Store:
             self._flush_scheduled = True
             self.loop.call_soon(self._start_commit)
 
-    async def durable(self) -> None:
-        """Return once every write made so far is committed."""
-        if not self.pending:
+    async def durable(self, upto: int | None = None) -> None:
+        """Return once every write made so far (or up to resourceVersion `upto`) is
+        committed."""
+        if not self.pending or (upto is not None and upto <= self.committed_rv):
             return
         assert self.loop is not None
         fut = self.loop.create_future()
-        self._waiters.append((self.rv, fut))
+        self._waiters.append((self.rv if upto is None else upto, fut))
         await fut
 
     def _start_commit(self) -> None:
