@@ -94,7 +94,8 @@ class OrderFigures:
     """Per-cycle constants for fast queue ordering, in the state's integer units
     (milli-GPUs, millicores, bytes)."""
 
-    __slots__ = ("alloc_share", "alloc_zero", "fair_floor", "quota")
+    __slots__ = ("alloc_exact", "alloc_share", "alloc_zero", "fair_floor", "quota",
+                 "quota_floor")
 
     def __init__(self, session: Session) -> None:
         cap = session.capacity
@@ -104,6 +105,10 @@ class OrderFigures:
         self.quota: dict[str, tuple[Fraction | None, ...]] = {}
         self.alloc_share: dict[str, tuple[float, float, float]] = {}
         self.alloc_zero: dict[str, tuple[bool, bool, bool]] = {}
+        #: The quota floored to whole units (an integer is within a quota exactly when
+        #: it is within its floor) and the allocatable share exactly, in units.
+        self.quota_floor: dict[str, tuple[int | None, ...]] = {}
+        self.alloc_exact: dict[str, tuple[int | Fraction, ...]] = {}
         # The figures depend only on fair share, quota, limit and capacity, which rarely
         # change between cycles: reuse last cycle's where they are the same.
         state = session.state
@@ -115,7 +120,7 @@ class OrderFigures:
             hit = previous.get(key)
             if hit is not None:
                 (self.fair_floor[name], self.quota[name], self.alloc_share[name],
-                 self.alloc_zero[name]) = hit
+                 self.alloc_zero[name], self.quota_floor[name], self.alloc_exact[name]) = hit
                 memo[key] = hit
                 continue
             fair = shares.fair(name)
@@ -126,13 +131,25 @@ class OrderFigures:
             self.quota[name] = tuple(
                 None if quota[i] == UNLIMITED else quota[i] * scale[i] for i in range(3)
             )
+            self.quota_floor[name] = tuple(
+                None if q is None else q.__floor__() for q in self.quota[name]
+            )
             share = shares.allocatable_share(name)
+            exact = tuple(
+                _int_if_whole(cap[i] * scale[i] if share[i] == UNLIMITED else share[i] * scale[i])
+                for i in range(3)
+            )
             units = tuple(
                 cap_units[i] if share[i] == UNLIMITED else float(share[i] * scale[i])
                 for i in range(3)
             )
             self.alloc_zero[name] = tuple(u == 0 for u in units)  # type: ignore[assignment]
             self.alloc_share[name] = units  # type: ignore[assignment]
+            self.alloc_exact[name] = exact
             memo[key] = (self.fair_floor[name], self.quota[name], self.alloc_share[name],
-                         self.alloc_zero[name])
+                         self.alloc_zero[name], self.quota_floor[name], exact)
         state.kept.order_figures_memo = memo
+
+
+def _int_if_whole(x: Fraction) -> int | Fraction:
+    return x.numerator if x.denominator == 1 else x

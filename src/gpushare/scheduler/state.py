@@ -146,6 +146,10 @@ class Kept:
     #: The last cycles' fair-share divisions (the session's, and the steady path's).
     fair_share_memo: DivisionMemo | None = None
     steady_share_memo: DivisionMemo | None = None
+    #: The division's per-queue inputs (the session's, and the steady path's), by queue,
+    #: each with what it was made from.
+    share_inputs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    steady_inputs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     #: The queue order's per-queue figures, by fair share, quota, limit and capacity.
     order_figures_memo: dict[Any, Any] = field(default_factory=dict)
     #: GPU holders per node (the eviction actions' victim lists).

@@ -46,12 +46,28 @@ class ShareInput:
     weight: dict[str, Fraction]
     request: dict[str, Fraction] = field(default_factory=dict)  # leaves; parents are summed
     usage: dict[str, Fraction] = field(default_factory=dict)
+    #: Per resource, the part of a division memo's key that comes from this input alone
+    #: (made on first use; an input is never changed once made).
+    memo_part: dict[str, tuple[Any, ...]] = field(default_factory=dict, compare=False,
+                                                  repr=False)
+
+    def key_part(self, r: str) -> tuple[Any, ...]:
+        part = self.memo_part.get(r)
+        if part is None:
+            part = self.memo_part[r] = (
+                self.name, self.priority, self.created_at, _pair(self.quota[r]),
+                _pair(self.limit[r]), _pair(self.weight[r]), _pair(self.usage.get(r, ZERO)))
+        return part
 
 
 def _fraction(value: float | Fraction | int) -> Fraction:
     if isinstance(value, float):
         return Fraction(Decimal(repr(value)))
     return Fraction(value)
+
+
+def _pair(x: Fraction) -> tuple[int, int]:
+    return (x.numerator, x.denominator)
 
 
 def divide(
@@ -107,10 +123,10 @@ def divide(
             key = None
             got = None
             if memo is not None or memo_out is not None:
-                key = (mode, k, r, amount, tuple(
-                    (q.name, q.priority, q.created_at, q.quota[r], q.limit[r], q.weight[r],
-                     request[q.name][r], q.usage.get(r, ZERO))
-                    for q in members
+                # Fractions as (numerator, denominator): a Fraction's hash costs a
+                # modular inverse, and the key holds eight of them per queue.
+                key = (mode, _pair(k), r, _pair(amount), tuple(
+                    (q.key_part(r), _pair(request[q.name][r])) for q in members
                 ))
                 got = memo.get(key) if memo is not None else None
             if got is None:
