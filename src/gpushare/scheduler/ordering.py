@@ -471,6 +471,10 @@ class JobQueue:
         # The keys hold floats: every child whose key is the top's but for shares too
         # close to tell is taken out and compared exactly (rare).
         top = heap[0][0]
+        # The second smallest entry is a child of the top: when neither child is near the
+        # top, no entry is (keys only grow down the heap, and so do their distances).
+        if not any(_near(heap[i][0], top) for i in (1, 2) if i < len(heap)):
+            return heap[0][1]
         tied: list[tuple[tuple[Any, ...], str, tuple[int, int]]] = []
         while heap and _near(heap[0][0], top):
             entry = heapq.heappop(heap)

@@ -42,6 +42,13 @@ class Session:
         self.proportion = Proportion(state, config, self.capacity,
                                      (self.min_gpu_memory, self.max_gpu_memory))
         self._gangs: dict[str, GangView] = {}
+        # Gangs with pending pods are kept for later cycles while their job is unchanged
+        # (the job's version moves with every change to it or its pods).
+        kept = state.kept.of(KeptGangs)
+        versions = state.job_version
+        for key in [k for k, g in kept.items() if g.version != versions.get(k, 0)]:
+            del kept[key]
+        self._kept_gangs = kept
         self.stale_at_open: set[str] = {
             k for k, job in state.jobs.items() if job.stale_since is not None
         }
@@ -69,9 +76,17 @@ class Session:
         cached = self._gangs.get(job.key)
         if cached is not None and cached.version == version and cached.job is job:
             return cached
-        gang = GangView(job, self.state.job_pods(job), self.behaviour.spare_pods_by_ratio)
+        by_ratio = self.behaviour.spare_pods_by_ratio
+        cached = self._kept_gangs.get(job.key)
+        if (cached is not None and cached.version == version and cached.job is job
+                and cached.by_ratio == by_ratio):
+            self._gangs[job.key] = cached
+            return cached
+        gang = GangView(job, self.state.job_pods(job), by_ratio)
         gang.version = version
         self._gangs[job.key] = gang
+        if gang.pending:
+            self._kept_gangs[job.key] = gang
         return gang
 
     def pod_request(self, pod: Pod, gpu_memory: int | None) -> Vec:
@@ -88,6 +103,11 @@ class Session:
 
     def clear_reason(self, job: Job) -> None:
         self.pending_reasons.pop(job.key, None)
+
+
+class KeptGangs(dict[str, GangView]):
+    """Gangs of jobs with pending pods, by job key, kept across cycles
+    (``state.kept.of(KeptGangs)``)."""
 
 
 class OrderFigures:

@@ -296,6 +296,8 @@ class ClusterState:
         if job.queue not in self.queues:
             raise StateError(f"job {job.key}: unknown queue {job.queue!r}")
         self.stale_watch.add(job.key)
+        # A new version of the job: what was worked out from the old one is out of date.
+        self.job_version[job.key] = self.job_version.get(job.key, 0) + 1
         old = self.jobs.get(job.key)
         if old is not None:
             self._index_preemptible(old, present=False)
