@@ -262,6 +262,7 @@ class JobQueue:
         # key -> (version, order, req)
         self._job_cache: dict[str, tuple[int, object, tuple[Any, ...]]] = {}
         self._queue_cache: dict[str, tuple[Any, ...]] = {}
+        self._exact_cache: dict[str, tuple[tuple[int, int], tuple[Any, ...]]] = {}
         # Per queue: candidates in its subtree, a local change counter (pushes and pops in
         # the subtree) and the best job found last time, valid while neither that counter
         # nor the state's version of the queue (any change below it) has moved.
@@ -424,6 +425,18 @@ class JobQueue:
         self._touch(job.queue, -1)
         return job
 
+    def drain(self) -> list[Job]:
+        """Every job still queued, taken out of the queue (by leaf name, then job order):
+        for a caller to whom their order no longer matters."""
+        out: list[Job] = []
+        for leaf in sorted(self._heaps):
+            heap = self._heaps[leaf]
+            out.extend(entry[2] for entry in sorted(heap, key=lambda e: (e[0], e[1])))
+            heap.clear()
+        self._count = 0
+        self._sub_count.clear()
+        return out
+
     def with_steps(self) -> Iterator[tuple[Job, list[Pod]]]:
         """Pop jobs in order, each with its next gang step (jobs with none are passed over).
         Popping is lazy: stop iterating and the rest stay queued."""
@@ -473,7 +486,8 @@ class JobQueue:
         top = heap[0][0]
         # The second smallest entry is a child of the top: when neither child is near the
         # top, no entry is (keys only grow down the heap, and so do their distances).
-        if not any(_near(heap[i][0], top) for i in (1, 2) if i < len(heap)):
+        size = len(heap)
+        if (size < 2 or not _near(heap[1][0], top)) and (size < 3 or not _near(heap[2][0], top)):
             return heap[0][1]
         tied: list[tuple[tuple[Any, ...], str, tuple[int, int]]] = []
         while heap and _near(heap[0][0], top):
@@ -510,6 +524,10 @@ class JobQueue:
     def _exact_key(self, name: str, key: tuple[Any, ...]) -> tuple[Any, ...]:
         """``key`` with its dominant shares exact, as :func:`compare_queues` reads them (the
         child's entry is up to date, so the state reads as it did when it was keyed)."""
+        stamp = self._stamp(name)
+        hit = self._exact_cache.get(name)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]  # nothing below the queue moved since: the same figures
         job = self._best(name)
         assert job is not None
         _, req = self._job_info(job)
@@ -517,8 +535,10 @@ class JobQueue:
         a = (alloc.gpu, alloc.cpu, alloc.mem)
         fig = self.fig
         zero, share = fig.alloc_zero[name], fig.alloc_exact[name]
-        return (*key[:4], _exact_share(tuple(a[i] + req[i] for i in range(3)), zero, share),
-                _exact_share(a, zero, share))
+        exact = (*key[:4], _exact_share(tuple(a[i] + req[i] for i in range(3)), zero, share),
+                 _exact_share(a, zero, share))
+        self._exact_cache[name] = (stamp, exact)
+        return exact
 
     def _key_again(self, heap: list[Any], child: str) -> None:
         if not self._live(child):

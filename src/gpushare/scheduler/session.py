@@ -135,8 +135,11 @@ class OrderFigures:
         shares = session.proportion
         previous = state.kept.order_figures_memo
         memo: dict[Any, Any] = {}
+        cap_key = _pairs(cap)
         for name in state.queues:
-            key = (shares.fair(name), shares.quota[name], shares.limit[name], cap)
+            # Fractions as (numerator, denominator) pairs: cheaper to hash.
+            key = (_pairs(shares.fair(name)), _pairs(shares.quota[name]),
+                   _pairs(shares.limit[name]), cap_key)
             hit = previous.get(key)
             if hit is not None:
                 (self.fair_floor[name], self.quota[name], self.alloc_share[name],
@@ -173,3 +176,8 @@ class OrderFigures:
 
 def _int_if_whole(x: Fraction) -> int | Fraction:
     return x.numerator if x.denominator == 1 else x
+
+
+def _pairs(v: Vec) -> tuple[int, ...]:
+    return (v[0].numerator, v[0].denominator, v[1].numerator, v[1].denominator,
+            v[2].numerator, v[2].denominator)
