@@ -53,7 +53,7 @@ def allocate(session: Session) -> None:
     order = JobQueue(session, jobs)
     # Allocation only ever takes capacity, so a step shape that found no room once finds
     # none for the rest of the action: later jobs of that shape are not searched again.
-    failed: dict[tuple[Any, ...], tuple[str, int, str]] = {}
+    failed: dict[int, tuple[str, int, str]] = {}  # by shape id (``_QueuedShapes``)
     # Once every job still queued has a step of a shape that failed, nothing more can be
     # placed, so none of them changes the state: each only gets its reason, which depends
     # on the state and its own step. The rest is then handed out without the fair order.
@@ -72,7 +72,7 @@ def allocate(session: Session) -> None:
 
 
 def _try_job(session: Session, job: Job, step: list[Pod],
-             failed: dict[tuple[Any, ...], tuple[str, int, str]], shapes: _QueuedShapes) -> bool:
+             failed: dict[int, tuple[str, int, str]], shapes: _QueuedShapes) -> bool:
     """Place the job's next step if it fits; True: placed, with more to place."""
     check = session.proportion.check_capacity(job, step)
     if not check.ok:
@@ -100,14 +100,16 @@ def _try_job(session: Session, job: Job, step: list[Pod],
 
 
 class _QueuedShapes:
-    """The step shape of every queued job, how many queued jobs have each shape, and how
+    """The step shape of every queued job (as a small number: one per distinct shape,
+    cheaper to look up than the shape), how many queued jobs have each shape, and how
     many of them have a shape that has not failed (``open``)."""
 
     def __init__(self, session: Session, jobs: list[Job]) -> None:
         self.session = session
-        self.shape: dict[str, tuple[Any, ...]] = {}
-        self.count: dict[tuple[Any, ...], int] = {}
-        self.failed: set[tuple[Any, ...]] = set()
+        self.ids: dict[tuple[Any, ...], int] = {}
+        self.shape: dict[str, int] = {}
+        self.count: dict[int, int] = {}
+        self.failed: set[int] = set()
         self.open = 0
         for job in jobs:
             self.queue(job)
@@ -116,7 +118,8 @@ class _QueuedShapes:
         step = self.session.gang(job).next_step()
         if not step:
             return  # passed over when popped
-        shape = self.shape[job.key] = step_shape(step)
+        shape = self.ids.setdefault(step_shape(step), len(self.ids))
+        self.shape[job.key] = shape
         self.count[shape] = self.count.get(shape, 0) + 1
         if shape not in self.failed:
             self.open += 1
@@ -129,6 +132,6 @@ class _QueuedShapes:
         if shape not in self.failed:
             self.open -= 1
 
-    def fail(self, shape: tuple[Any, ...]) -> None:
+    def fail(self, shape: int) -> None:
         self.failed.add(shape)
         self.open -= self.count.get(shape, 0)
