@@ -495,6 +495,9 @@ class ClusterState:
             self._pending_jobs.pop(pod.job, None)
 
     # --------------------------------------------------------------- queries
+    def has_pending_pods(self, job_key: str) -> bool:
+        return job_key in self._pending_jobs
+
     def jobs_with_pending_pods(self) -> list[Job]:
         return [self.jobs[k] for k in sorted(self._pending_jobs) if k in self.jobs]
 
