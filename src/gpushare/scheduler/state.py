@@ -297,7 +297,10 @@ class ClusterState:
             raise StateError(f"job {job.key}: unknown queue {job.queue!r}")
         self.stale_watch.add(job.key)
         # A new version of the job: what was worked out from the old one is out of date.
-        self.job_version[job.key] = self.job_version.get(job.key, 0) + 1
+        # (A key never seen has nothing worked out; no entry is made for it here, so the
+        # table keeps the key string its pods share.)
+        if job.key in self.job_version:
+            self.job_version[job.key] += 1
         old = self.jobs.get(job.key)
         if old is not None:
             self._index_preemptible(old, present=False)

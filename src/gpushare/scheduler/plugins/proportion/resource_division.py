@@ -54,9 +54,12 @@ class ShareInput:
     def key_part(self, r: str) -> tuple[Any, ...]:
         part = self.memo_part.get(r)
         if part is None:
+            quota, limit, weight = self.quota[r], self.limit[r], self.weight[r]
+            usage = self.usage.get(r, ZERO)
             part = self.memo_part[r] = (
-                self.name, self.priority, self.created_at, _pair(self.quota[r]),
-                _pair(self.limit[r]), _pair(self.weight[r]), _pair(self.usage.get(r, ZERO)))
+                self.name, self.priority, self.created_at, quota.numerator, quota.denominator,
+                limit.numerator, limit.denominator, weight.numerator, weight.denominator,
+                usage.numerator, usage.denominator)
         return part
 
 
@@ -126,7 +129,8 @@ def divide(
                 # Fractions as (numerator, denominator): a Fraction's hash costs a
                 # modular inverse, and the key holds eight of them per queue.
                 key = (mode, _pair(k), r, _pair(amount), tuple(
-                    (q.key_part(r), _pair(request[q.name][r])) for q in members
+                    (q.key_part(r), request[q.name][r].numerator,
+                     request[q.name][r].denominator) for q in members
                 ))
                 got = memo.get(key) if memo is not None else None
             if got is None:
