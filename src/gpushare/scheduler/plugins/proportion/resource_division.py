@@ -157,21 +157,30 @@ def divide_resource(
 ) -> dict[str, Fraction]:
     """One level, one resource."""
     fair = {q.name: ZERO for q in queues}
+    # What does not change within one division, worked out once per queue: its request,
+    # its limit (None: unlimited) and what it can take (its request, capped by the limit).
+    asked: dict[str, Fraction] = {}
+    limits: dict[str, Fraction | None] = {}
+    takes: dict[str, Fraction] = {}
+    for q in queues:
+        req = asked[q.name] = request[q.name][resource]
+        limit = q.limit[resource]
+        limits[q.name] = None if limit == UNLIMITED else limit
+        takes[q.name] = req if limit == UNLIMITED else min(limit, req)
 
     def requestable(q: ShareInput) -> Fraction:
-        req = request[q.name][resource]
-        limit = q.limit[resource]
-        return req if limit == UNLIMITED else min(limit, req)
+        return takes[q.name]
 
     def remaining_request(q: ShareInput) -> Fraction:
-        rest = requestable(q) - fair[q.name]
+        rest = takes[q.name] - fair[q.name]
         return rest if rest > 0 else ZERO
 
     def satisfied(q: ShareInput) -> bool:
-        if request[q.name][resource] <= fair[q.name]:
+        got = fair[q.name]
+        if asked[q.name] <= got:
             return True
-        limit = q.limit[resource]
-        return limit != UNLIMITED and limit <= fair[q.name]
+        limit = limits[q.name]
+        return limit is not None and limit <= got
 
     # Deserved pass: priority plays no role; over-committed quotas may exceed the total.
     remaining = total
