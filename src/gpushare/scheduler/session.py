@@ -42,6 +42,13 @@ class Session:
         self.proportion = Proportion(state, config, self.capacity,
                                      (self.min_gpu_memory, self.max_gpu_memory))
         self._gangs: dict[str, GangView] = {}
+        # Gangs with pending pods are kept for later cycles while their job is unchanged
+        # (the job's version moves with every change to it or its pods).
+        kept = state.kept.of(KeptGangs)
+        versions = state.job_version
+        for key in [k for k, g in kept.items() if g.version != versions.get(k, 0)]:
+            del kept[key]
+        self._kept_gangs = kept
         self.stale_at_open: set[str] = {
             k for k, job in state.jobs.items() if job.stale_since is not None
         }
@@ -69,9 +76,17 @@ class Session:
         cached = self._gangs.get(job.key)
         if cached is not None and cached.version == version and cached.job is job:
             return cached
-        gang = GangView(job, self.state.job_pods(job), self.behaviour.spare_pods_by_ratio)
+        by_ratio = self.behaviour.spare_pods_by_ratio
+        cached = self._kept_gangs.get(job.key)
+        if (cached is not None and cached.version == version and cached.job is job
+                and cached.by_ratio == by_ratio):
+            self._gangs[job.key] = cached
+            return cached
+        gang = GangView(job, self.state.job_pods(job), by_ratio)
         gang.version = version
         self._gangs[job.key] = gang
+        if gang.pending:
+            self._kept_gangs[job.key] = gang
         return gang
 
     def step_request(self, pods: list[Pod], gpu_memory: int | None) -> Vec:
@@ -85,11 +100,17 @@ class Session:
         self.pending_reasons.pop(job.key, None)
 
 
+class KeptGangs(dict[str, GangView]):
+    """Gangs of jobs with pending pods, by job key, kept across cycles
+    (``state.kept.of(KeptGangs)``)."""
+
+
 class OrderFigures:
     """Per-cycle constants for fast queue ordering, in the state's integer units
     (milli-GPUs, millicores, bytes)."""
 
-    __slots__ = ("alloc_share", "alloc_zero", "fair_floor", "quota")
+    __slots__ = ("alloc_exact", "alloc_share", "alloc_zero", "fair_floor", "quota",
+                 "quota_floor")
 
     def __init__(self, session: Session) -> None:
         cap = session.capacity
@@ -99,18 +120,25 @@ class OrderFigures:
         self.quota: dict[str, tuple[Fraction | None, ...]] = {}
         self.alloc_share: dict[str, tuple[float, float, float]] = {}
         self.alloc_zero: dict[str, tuple[bool, bool, bool]] = {}
+        #: The quota floored to whole units (an integer is within a quota exactly when
+        #: it is within its floor) and the allocatable share exactly, in units.
+        self.quota_floor: dict[str, tuple[int | None, ...]] = {}
+        self.alloc_exact: dict[str, tuple[int | Fraction, ...]] = {}
         # The figures depend only on fair share, quota, limit and capacity, which rarely
         # change between cycles: reuse last cycle's where they are the same.
         state = session.state
         shares = session.proportion
         previous = state.kept.order_figures_memo
         memo: dict[Any, Any] = {}
+        cap_key = _pairs(cap)
         for name in state.queues:
-            key = (shares.fair(name), shares.quota[name], shares.limit[name], cap)
+            # Fractions as (numerator, denominator) pairs: cheaper to hash.
+            key = (_pairs(shares.fair(name)), _pairs(shares.quota[name]),
+                   _pairs(shares.limit[name]), cap_key)
             hit = previous.get(key)
             if hit is not None:
                 (self.fair_floor[name], self.quota[name], self.alloc_share[name],
-                 self.alloc_zero[name]) = hit
+                 self.alloc_zero[name], self.quota_floor[name], self.alloc_exact[name]) = hit
                 memo[key] = hit
                 continue
             fair = shares.fair(name)
@@ -121,13 +149,30 @@ class OrderFigures:
             self.quota[name] = tuple(
                 None if quota[i] == UNLIMITED else quota[i] * scale[i] for i in range(3)
             )
+            self.quota_floor[name] = tuple(
+                None if q is None else q.__floor__() for q in self.quota[name]
+            )
             share = shares.allocatable_share(name)
+            exact = tuple(
+                _int_if_whole(cap[i] * scale[i] if share[i] == UNLIMITED else share[i] * scale[i])
+                for i in range(3)
+            )
             units = tuple(
                 cap_units[i] if share[i] == UNLIMITED else float(share[i] * scale[i])
                 for i in range(3)
             )
             self.alloc_zero[name] = tuple(u == 0 for u in units)  # type: ignore[assignment]
             self.alloc_share[name] = units  # type: ignore[assignment]
+            self.alloc_exact[name] = exact
             memo[key] = (self.fair_floor[name], self.quota[name], self.alloc_share[name],
-                         self.alloc_zero[name])
+                         self.alloc_zero[name], self.quota_floor[name], exact)
         state.kept.order_figures_memo = memo
+
+
+def _int_if_whole(x: Fraction) -> int | Fraction:
+    return x.numerator if x.denominator == 1 else x
+
+
+def _pairs(v: Vec) -> tuple[int, ...]:
+    return (v[0].numerator, v[0].denominator, v[1].numerator, v[1].denominator,
+            v[2].numerator, v[2].denominator)

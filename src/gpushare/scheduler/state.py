@@ -146,6 +146,10 @@ class Kept:
     #: The last cycles' fair-share divisions (the session's, and the steady path's).
     fair_share_memo: DivisionMemo | None = None
     steady_share_memo: DivisionMemo | None = None
+    #: The division's per-queue inputs (the session's, and the steady path's), by queue,
+    #: each with what it was made from.
+    share_inputs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    steady_inputs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     #: The queue order's per-queue figures, by fair share, quota, limit and capacity.
     order_figures_memo: dict[Any, Any] = field(default_factory=dict)
     #: GPU holders per node (the eviction actions' victim lists).
@@ -292,6 +296,11 @@ class ClusterState:
         if job.queue not in self.queues:
             raise StateError(f"job {job.key}: unknown queue {job.queue!r}")
         self.stale_watch.add(job.key)
+        # A new version of the job: what was worked out from the old one is out of date.
+        # (A key never seen has nothing worked out; no entry is made for it here, so the
+        # table keeps the key string its pods share.)
+        if job.key in self.job_version:
+            self.job_version[job.key] += 1
         old = self.jobs.get(job.key)
         if old is not None:
             self._index_preemptible(old, present=False)
@@ -489,6 +498,9 @@ class ClusterState:
             self._pending_jobs.pop(pod.job, None)
 
     # --------------------------------------------------------------- queries
+    def has_pending_pods(self, job_key: str) -> bool:
+        return job_key in self._pending_jobs
+
     def jobs_with_pending_pods(self) -> list[Job]:
         return [self.jobs[k] for k in sorted(self._pending_jobs) if k in self.jobs]
 

@@ -98,6 +98,19 @@ class Proportion:
             self.limit[name] = (q.gpu.limit, q.cpu.limit, q.memory.limit)
         self.requested: dict[str, Vec] = {}
         self.fair_share: dict[str, Vec] = self._divide()
+        #: Per leaf: whether the leaf or an ancestor has a limit, and a quota, in any
+        #: resource (queues do not change within a cycle).
+        self._bounded: dict[str, tuple[bool, bool]] = {}
+
+    def _bounds(self, leaf: str) -> tuple[bool, bool]:
+        bounds = self._bounded.get(leaf)
+        if bounds is None:
+            chain = self.state.ancestors(leaf)
+            bounds = self._bounded[leaf] = (
+                any(x != UNLIMITED for name in chain for x in self.limit[name]),
+                any(x != UNLIMITED for name in chain for x in self.quota[name]),
+            )
+        return bounds
 
     # ------------------------------------------------------------ fair share
     def pending_request(self, name: str) -> Vec:
@@ -109,8 +122,21 @@ class Proportion:
 
     def _divide(self) -> dict[str, Vec]:
         inputs = []
+        kept, made = self.state.kept.share_inputs, {}
         for name, q in sorted(self.state.queues.items()):
-            request = vadd(vec(self.state.queue_usage[name].allocated), self.pending_request(name))
+            # Made again only when what it is made from changed (the queue is replaced
+            # on any change to it; its usage figures are compared as numbers).
+            qu = self.state.queue_usage[name]
+            a, p = qu.allocated, qu.pending
+            source = (q, q.is_leaf(), tuple(q.usage.items()), a.gpu, a.cpu, a.mem, p.gpu,
+                      p.cpu, p.mem, qu.pending_gpu_memory_mib, self.min_gpu_memory)
+            hit = kept.get(name)
+            if hit is not None and hit[0] == source:
+                made[name] = hit
+                self.requested[name] = hit[2]
+                inputs.append(hit[1])
+                continue
+            request = vadd(vec(qu.allocated), self.pending_request(name))
             self.requested[name] = request
             inputs.append(
                 ShareInput(
@@ -125,6 +151,8 @@ class Proportion:
                     usage={r: Fraction(str(v)) for r, v in q.usage.items()},
                 )
             )
+            made[name] = (source, inputs[-1], request)
+        self.state.kept.share_inputs = made
         memo_out: DivisionMemo = {}
         shares = divide(
             as_quantities(self.capacity),
@@ -188,6 +216,9 @@ class Proportion:
     def check_capacity(self, job: Job, pods: Iterable[Pod]) -> CheckResult:
         """Hard checks of a job's step on the job's leaf queue and every ancestor:
         OverLimit, and NonPreemptibleOverQuota for non-preemptible jobs."""
+        limited, quota_bound = self._bounds(job.queue)
+        if not limited and (job.preemptible or not quota_bound):
+            return CheckResult(True)  # no bound on the chain that the checks below read
         request = step_request(pods, self.max_gpu_memory)
         for name in self.state.ancestors(job.queue):
             alloc = self.allocated(name)
@@ -221,7 +252,7 @@ class Proportion:
     def non_preemptible_within_quota(self, job: Job, pods: Iterable[Pod]) -> bool:
         """A non-preemptible job never takes more than its queues' quota (the second
         half of :meth:`check_capacity`, alone)."""
-        if job.preemptible:
+        if job.preemptible or not self._bounds(job.queue)[1]:
             return True
         request = step_request(pods, self.max_gpu_memory)
         for name in self.state.ancestors(job.queue):

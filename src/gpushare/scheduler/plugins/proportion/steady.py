@@ -56,9 +56,19 @@ class SteadyShares:
         and a finite GPU quota, for every GPU)."""
         capacity = as_quantities(cluster)
         inputs: list[ShareInput] = []
+        kept, made = state.kept.steady_inputs, {}
         for name, queue in sorted(state.queues.items()):
+            leaf = queue.is_leaf()
+            # Made again only when what it is made from changed (see ``Proportion``).
+            source = (queue, leaf, tuple(queue.usage.items()), requested(name) if leaf else None,
+                      capacity[GPU])
+            hit = kept.get(name)
+            if hit is not None and hit[0] == source:
+                made[name] = hit
+                inputs.append(hit[1])
+                continue
             request: dict[str, Fraction] = {}
-            if queue.is_leaf():
+            if leaf:
                 real = requested(name)
                 request = as_quantities(real)
                 if queue.gpu.over_quota_weight > 0 and quota[name][0] != UNLIMITED:
@@ -72,6 +82,8 @@ class SteadyShares:
                 request=request,
                 usage={r: Fraction(str(v)) for r, v in queue.usage.items()},
             ))
+            made[name] = (source, inputs[-1])
+        state.kept.steady_inputs = made
         # Levels whose inputs did not change since the last cycle are reused (with every
         # weighted queue asking for the whole cluster, most of them never change).
         memo_out: DivisionMemo = {}
