@@ -28,7 +28,11 @@ from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.scheduling.heap import HeapKeeper
 from gpushare.controllers.scheduling.mirror import ORPHAN_QUEUE, Mirror
 from gpushare.controllers.scheduling.scheduler_metrics import PodGroupRef, SchedulerMetrics
-from gpushare.controllers.scheduling.scheduling_status import mark_unschedulable, record_scheduled
+from gpushare.controllers.scheduling.scheduling_status import (
+    mark_unschedulable,
+    reason_for_pod,
+    record_scheduled,
+)
 from gpushare.kube.client import (
     NODES,
     PODGROUPS,
@@ -42,6 +46,7 @@ from gpushare.kube.client import (
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
 from gpushare.model import PodStatus
+from gpushare.model.queue import root_quota_overcommit
 from gpushare.scheduler.actions.registry import get_action
 from gpushare.scheduler.config import NODE_POOL_LABEL, Config
 from gpushare.scheduler.cycle import collect, open_session
@@ -211,6 +216,7 @@ class SchedulerLoop:
         self.stats = LoopStats()
         self.metrics = SchedulerMetrics()
         self._beneficiaries: dict[str, str] = {}
+        self._overcommit: str | None = None
         self._queue_changes: set[str] = set()
         self.heap = HeapKeeper()
         self.figures = QueueFigures()
@@ -328,6 +334,7 @@ class SchedulerLoop:
         step_started = time.perf_counter()
         self.drain()
         self._queue_specs_changed()
+        self._warn_overcommit()
         started = time.perf_counter()
         config = self.config if full else self.event_config
         timed = timed_cycle(self.mirror.state, config, now)
@@ -347,6 +354,23 @@ class SchedulerLoop:
         self.metrics.usage_tick(time.monotonic(), self._capacity())
         self.heap.between_cycles()
         return result
+
+    def _warn_overcommit(self) -> None:
+        """A Warning Event ``QuotaOvercommitted`` on every top-level Queue while their GPU
+        quotas sum to more than the cluster's GPUs (once per change of the figures)."""
+        state = self.mirror.state
+        roots = {name: float(q.gpu.quota) for name, q in state.queues.items()
+                 if not q.parent and name != ORPHAN_QUEUE}
+        message = root_quota_overcommit(roots, self._capacity()["gpu"])
+        if message == self._overcommit:
+            return
+        self._overcommit = message
+        if message is None:
+            return
+        for name in sorted(roots):
+            raw = self.mirror.raw_queues.get(name)
+            if raw is not None and roots[name] > 0:
+                self.events.emit(raw, "Warning", "QuotaOvercommitted", message)
 
     def _groups_of(self, result: CycleResult) -> dict[str, PodGroupRef]:
         """The pod group (namespace, name, uid, node pool) of each pod a decision names."""
@@ -550,7 +574,7 @@ class SchedulerLoop:
             # Every pending pod says why, also one the job made after the reason was
             # first written (a replacement, a scale-up).
             for pod_key in mirror.pending_pods_of(key):
-                self._tell_pod(pod_key, reason)
+                self._tell_pod(pod_key, reason_for_pod(reason, pod_key))
             pg = mirror.raw_podgroups.get(key)
             if pg is not None and changed:
                 self.events.emit(pg, "Warning", "Unschedulable", reason)

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpushare.api.objects import Obj
+from gpushare.model.node import TAINTS_LABEL
 
 Taint = tuple[str, str, str]  # key, value, effect
 
-#: Not a valid label key, so no real label can clash with it.
-TAINTS_LABEL = "(blocking taints)"
+__all__ = ["TAINTS_LABEL", "allowed", "blocking_taints", "node_labels", "signature"]
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 

@@ -107,6 +107,7 @@ def node_from_api(node: Obj) -> Node:
         max_pods=_int_quantity(alloc.get("pods", "110")) or 110,
         labels=node_taints.node_labels(node, labels),
         ready=ready and not unschedulable,
+        cordoned=unschedulable,
     )
 
 
