@@ -22,7 +22,7 @@ from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics
 from gpushare.tools import find_tool
 
 ROOT = Path(__file__).resolve().parents[2] / "src/gpushare/deploy/monitoring"
-NAME = re.compile(r"\b((?:queue|gpushare|apiserver|task|e2e|action)_[a-z0-9_]+)\b")
+NAME = re.compile(r"\b((?:kai|gpushare|apiserver)_[a-z0-9_]+)\b")
 SUFFIXES = ("_bucket", "_count", "_sum", "_total")
 
 
@@ -58,7 +58,7 @@ def test_every_grafana_expression_uses_exported_metrics():
     assert not any("tenant_name" in e for e in bare)
     used = {m for e in bare for m in NAME.findall(e)}
     assert used - exported == set(), sorted(used - exported)
-    for must in ("queue_allocated_gpus", "queue_fair_share_gpu", "queue_deserved_gpus",
+    for must in ("kai_queue_allocated_gpus", "kai_queue_fair_share_gpu", "kai_queue_deserved_gpus",
                  "gpushare_scheduler_decisions_total", "gpushare_scheduler_pending_jobs",
                  "gpushare_gpu_slots_held", "gpushare_watchdog_kills_total",
                  "gpushare_tenant_pods", "gpushare_tenant_sync_seconds_bucket"):

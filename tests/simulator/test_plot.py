@@ -72,3 +72,31 @@ def test_without_matplotlib_plot_fails_naming_the_extra_and_runs_nothing(tmp_pat
     plain = subprocess.run([sys.executable, "-c", blocked, "gpushare", "simulate", "scenario",
                             str(SCENARIO)], capture_output=True, text=True, timeout=120)
     assert plain.returncode == 0 and plain.stdout.startswith("ok "), plain.stderr
+
+
+def test_allocation_plot_is_a_panel_of_steps_per_queue(tmp_path):
+    """Cycles are discrete and equal series must not hide each other: one panel per
+    queue, allocation drawn as steps, fair share over it."""
+    from gpushare.simulator.plots import allocation_plot
+
+    out = allocation_plot(tmp_path / "a.svg", {"a": [1.0, 0.5, 0.5], "b": [0.0, 0.5, 0.5]},
+                          {"a": [0.5, 0.5, 0.5], "b": [0.5, 0.5, 0.5]}, title="t")
+    text = out.read_text()
+    assert text.count('<g id="axes_') == 2  # a panel each
+    assert "a allocated" in text and "b fair share" in text
+    # a step: the path of a's allocation goes flat, then straight down (same x twice)
+    import re
+
+    paths = re.findall(r'<g id="line2d_\d+">\s*<path d="([^"]+)"', text)
+    assert any(re.search(r"L ([\d.]+) ([\d.]+) \nL \1 (?!\2)", p) for p in paths), paths[:3]
+
+
+def test_line_plot_inset_magnifies_the_band(tmp_path):
+    from gpushare.simulator.plots import line_plot
+
+    series = {"fgd": [(float(x), min(x, 95.0 + x / 100)) for x in range(50, 131)],
+              "spread": [(float(x), min(x, 76.0)) for x in range(50, 131)]}
+    out = line_plot(tmp_path / "f.svg", series, diagonal=True, inset=(85, 100))
+    text = out.read_text()
+    assert text.count('<g id="axes_') == 2
+    assert "85–100 magnified" in text

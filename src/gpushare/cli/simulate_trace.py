@@ -80,7 +80,7 @@ def trace(
             a = r.allocation(1, top)
             series[f"{r.policy} seed {r.seed}"] = [(float(k), v) for k, v in a.items()]
         _plot(plot, series, "GPU allocation against arrived demand", "arrived GPU demand (%)",
-              "GPU allocated (%)", diagonal=True)
+              "GPU allocated (%)", diagonal=True, inset=(85, 100))
 
 
 def _table(results: list[FillResult], demand: float) -> None:
@@ -125,9 +125,11 @@ def _timeline(nodes, pods, policies, queue_by, json: bool, plot: Path | None) ->
         _plot(plot, series, "GPU allocation over the trace", "time (s)", "GPU allocated (%)")
 
 
-def _plot(path: Path, series, title: str, xlabel: str, ylabel: str, diagonal=False) -> None:
+def _plot(path: Path, series, title: str, xlabel: str, ylabel: str, diagonal=False,
+          inset: tuple[float, float] | None = None) -> None:
     try:
-        line_plot(path, series, title=title, xlabel=xlabel, ylabel=ylabel, diagonal=diagonal)
+        line_plot(path, series, title=title, xlabel=xlabel, ylabel=ylabel, diagonal=diagonal,
+                  inset=inset)
     except (PlotError, OSError) as err:
         _fail(str(err))
 

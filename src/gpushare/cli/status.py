@@ -23,6 +23,7 @@ from gpushare.api.gpu import bound_gpus
 from gpushare.api.objects import Obj
 from gpushare.api.quantity import parse_quantity
 from gpushare.cli.kubeconfig import HELP as KUBECONFIG_HELP
+from gpushare.model.queue import root_quota_overcommit
 
 FINISHED = ("Succeeded", "Failed")
 
@@ -131,10 +132,29 @@ def _pending(pods: list[Obj], events: list[Obj]) -> list[Obj]:
     return sorted(rows, key=lambda r: (r["queue"], r["pod"]))
 
 
+def _schedulable(node: Obj) -> bool:
+    """Ready and not cordoned: a node the scheduler counts in the cluster's capacity."""
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _warnings(rows: list[Obj], nodes: list[Obj]) -> list[str]:
+    """The scheduler's warning, from the same figures: ready, uncordoned nodes' GPUs."""
+    capacity = sum(_gpus((n.get("status") or {}).get("capacity", {}).get(GPU)) or 0.0
+                   for n in nodes if _schedulable(n))
+    roots = {r["name"]: float(r["gpuQuota"]) for r in rows
+             if r["depth"] == 0 and isinstance(r["gpuQuota"], int | float)}
+    message = root_quota_overcommit(roots, capacity)
+    return [message] if message else []
+
+
 def status_report(queues: list[Obj], nodes: list[Obj], pods: list[Obj],
                   events: list[Obj]) -> dict[str, Any]:
-    return {"queues": _queues(queues), "gpus": _gpu_rows(nodes, pods),
-            "pending": _pending(pods, events)}
+    rows = _queues(queues)
+    return {"queues": rows, "gpus": _gpu_rows(nodes, pods),
+            "pending": _pending(pods, events), "warnings": _warnings(rows, nodes)}
 
 
 def _fmt(value: float | None) -> str:
@@ -187,6 +207,8 @@ def render(report: dict[str, Any], console: Any = None) -> None:
     for r in report["pending"]:
         pending.add_row(r["pod"], r["queue"], r["reason"])
     console.print(queues)
+    for warning in report.get("warnings", ()):
+        console.print(Text(f"warning: {warning}", style="bold yellow"))
     console.print(gpus)
     if report["pending"]:
         console.print(pending)

@@ -23,7 +23,8 @@ _TYPES = {
     ".svg": "image/svg+xml",
 }
 # Served files are only these: no path from the request reaches the file system.
-_FILES = ("index.html", "app.js", "api.js", "model.js", "render.js", "style.css")
+_FILES = ("index.html", "app.js", "api.js", "model.js", "render.js", "history.js", "charts.js",
+          "style.css")
 _HEADERS = {
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",

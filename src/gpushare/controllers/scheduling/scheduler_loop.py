@@ -23,11 +23,16 @@ from typing import Any
 from gpushare.api.contracts import GPU_RESOURCE, QUEUE_LABEL, SCHEDULER_NAMES, GpuBinding
 from gpushare.api.objects import Obj
 from gpushare.api.quantity import format_bytes, format_milli
+from gpushare.api.timefmt import parse_rfc3339
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.scheduling.heap import HeapKeeper
 from gpushare.controllers.scheduling.mirror import ORPHAN_QUEUE, Mirror
-from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics
-from gpushare.controllers.scheduling.scheduling_status import mark_unschedulable, record_scheduled
+from gpushare.controllers.scheduling.scheduler_metrics import PodGroupRef, SchedulerMetrics
+from gpushare.controllers.scheduling.scheduling_status import (
+    mark_unschedulable,
+    reason_for_pod,
+    record_scheduled,
+)
 from gpushare.kube.client import (
     NODES,
     PODGROUPS,
@@ -41,8 +46,9 @@ from gpushare.kube.client import (
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
 from gpushare.model import PodStatus
+from gpushare.model.queue import root_quota_overcommit
 from gpushare.scheduler.actions.registry import get_action
-from gpushare.scheduler.config import Config
+from gpushare.scheduler.config import NODE_POOL_LABEL, Config
 from gpushare.scheduler.cycle import collect, open_session
 from gpushare.scheduler.decisions import CycleResult, QueueReport
 from gpushare.scheduler.state import ClusterState
@@ -134,17 +140,32 @@ def figures_of(report: QueueReport) -> dict[str, dict[str, str]]:
 PLACED = frozenset({PodStatus.BINDING, PodStatus.PIPELINED})
 
 
+def _since_created(pod: Obj | None) -> float | None:
+    """Seconds from the pod's ``creationTimestamp`` to now (the wall clock)."""
+    stamp = ((pod or {}).get("metadata") or {}).get("creationTimestamp")
+    if not stamp:
+        return None
+    try:
+        created = parse_rfc3339(str(stamp))
+    except ValueError:
+        return None
+    return time.time() - created
+
+
 @dataclass(slots=True)
 class TimedCycle:
     result: CycleResult
     action_seconds: dict[str, float]
     placed_by: dict[str, str]  # pod key -> the action that placed it this cycle
+    session_seconds: tuple[float, float] = (0.0, 0.0)  # opening and closing the session
 
 
 def timed_cycle(state: ClusterState, config: Config, now: float) -> TimedCycle:
     """The core's cycle (`run_cycle`), action by action, timing each on the shell's clock
     and noting which action placed each pod (for the decision counts)."""
+    opened = time.perf_counter()
     session = open_session(state, config, now)
+    open_seconds = time.perf_counter() - opened
     took: dict[str, float] = {}
     placed_by: dict[str, str] = {}
     for name in config.actions:
@@ -157,7 +178,10 @@ def timed_cycle(state: ClusterState, config: Config, now: float) -> TimedCycle:
                 pod = state.pods.get(key)
                 if pod is not None and pod.status in PLACED:
                     placed_by[key] = name
-    return TimedCycle(collect(session), took, placed_by)
+    closing = time.perf_counter()
+    result = collect(session)
+    return TimedCycle(result, took, placed_by,
+                      (open_seconds, time.perf_counter() - closing))
 
 
 class SchedulerLoop:
@@ -191,6 +215,7 @@ class SchedulerLoop:
         self.stats = LoopStats()
         self.metrics = SchedulerMetrics()
         self._beneficiaries: dict[str, str] = {}
+        self._overcommit: str | None = None
         self._queue_changes: set[str] = set()
         self.heap = HeapKeeper()
         self.figures = QueueFigures()
@@ -308,6 +333,7 @@ class SchedulerLoop:
         step_started = time.perf_counter()
         self.drain()
         self._queue_specs_changed()
+        self._warn_overcommit()
         started = time.perf_counter()
         config = self.config if full else self.event_config
         timed = timed_cycle(self.mirror.state, config, now)
@@ -321,10 +347,53 @@ class SchedulerLoop:
             self._wake.set()  # the rest of the work in the next cycle, not a period later
         self._beneficiaries = self._placed_for(timed.placed_by)
         self.act(result, now)
-        self.metrics.decided(result, timed.placed_by)
-        self.metrics.cycle(time.perf_counter() - step_started, timed.action_seconds, full)
+        self.metrics.decided(result, timed.placed_by, self._groups_of(result))
+        self.metrics.cycle(time.perf_counter() - step_started, timed.action_seconds, full,
+                           timed.session_seconds)
+        self.metrics.usage_tick(time.monotonic(), self._capacity())
         self.heap.between_cycles()
         return result
+
+    def _warn_overcommit(self) -> None:
+        """A Warning Event ``QuotaOvercommitted`` on every top-level Queue while their GPU
+        quotas sum to more than the cluster's GPUs (once per change of the figures)."""
+        state = self.mirror.state
+        roots = {name: float(q.gpu.quota) for name, q in state.queues.items()
+                 if not q.parent and name != ORPHAN_QUEUE}
+        message = root_quota_overcommit(roots, self._capacity()["gpu"])
+        if message == self._overcommit:
+            return
+        self._overcommit = message
+        if message is None:
+            return
+        for name in sorted(roots):
+            raw = self.mirror.raw_queues.get(name)
+            if raw is not None and roots[name] > 0:
+                self.events.emit(raw, "Warning", "QuotaOvercommitted", message)
+
+    def _groups_of(self, result: CycleResult) -> dict[str, PodGroupRef]:
+        """The pod group (namespace, name, uid, node pool) of each pod a decision names."""
+        mirror = self.mirror
+        out: dict[str, PodGroupRef] = {}
+        for pod_key in [*(b.pod for b in result.binds), *(p.pod for p in result.pipelines),
+                        *(e.pod for e in result.evictions)]:
+            job_key = mirror.pod_group_of(pod_key)
+            if job_key is None:
+                continue
+            namespace, _, name = job_key.partition("/")
+            meta = (mirror.raw_podgroups.get(job_key) or {}).get("metadata") or {}
+            raw = mirror.raw_pods.get(pod_key) or {}
+            selector = (raw.get("spec") or {}).get("nodeSelector") or {}
+            out[pod_key] = PodGroupRef(namespace, name, str(meta.get("uid") or ""),
+                                       str(selector.get(NODE_POOL_LABEL) or "default"))
+        return out
+
+    def _capacity(self) -> dict[str, float]:
+        """The ready nodes' capacity in natural units (GPUs, millicores, MiB)."""
+        nodes = [n for n in self.mirror.state.nodes.values() if n.ready]
+        return {"gpu": float(sum(n.gpus for n in nodes)),
+                "cpu": float(sum(n.cpu_millis for n in nodes)),
+                "memory": sum(n.memory_bytes for n in nodes) / (1024 * 1024)}
 
     def _placed_for(self, placed_by: dict[str, str]) -> dict[str, str]:
         """Per eviction action, whom it placed this cycle (``queue vision: default/p``),
@@ -428,7 +497,8 @@ class SchedulerLoop:
         started = time.perf_counter()
         try:
             self.client.create(PODS.item(name, namespace, "binding"), body)
-            self.metrics.bind(time.perf_counter() - started, True)
+            self.metrics.bind(time.perf_counter() - started, True,
+                              _since_created(self.mirror.raw_pods.get(key)))
             record_scheduled(self.events, self.mirror.raw_pods.get(key), node)
             return
         except Exception as error:
@@ -503,7 +573,7 @@ class SchedulerLoop:
             # Every pending pod says why, also one the job made after the reason was
             # first written (a replacement, a scale-up).
             for pod_key in mirror.pending_pods_of(key):
-                self._tell_pod(pod_key, reason)
+                self._tell_pod(pod_key, reason_for_pod(reason, pod_key))
             pg = mirror.raw_podgroups.get(key)
             if pg is not None and changed:
                 self.events.emit(pg, "Warning", "Unschedulable", reason)

@@ -12,6 +12,7 @@ and the ``Scheduled`` event.
 from __future__ import annotations
 
 import logging
+import re
 
 from gpushare.api.objects import Obj
 from gpushare.controllers.events import EventRecorder, now_rfc3339
@@ -20,6 +21,17 @@ from gpushare.kube.client import PODS, ApiError, KubeClient
 log = logging.getLogger(__name__)
 
 UNSCHEDULABLE = "Unschedulable"
+_NAMES_A_POD = re.compile(r"^Resources were not found for pod (\S+) due to: ")
+
+
+def reason_for_pod(reason: str, pod_key: str) -> str:
+    """A pod group's reason as one of its pods reads it: the core names the pod it tried
+    (``Resources were not found for pod ns/p-0 due to: ...``); every other pod of the
+    group is told the same about itself, not about a sibling (which may be long gone)."""
+    m = _NAMES_A_POD.match(reason)
+    if m is None or m.group(1) == pod_key:
+        return reason
+    return f"Resources were not found for pod {pod_key} due to: {reason[m.end():]}"
 
 
 def unschedulable_condition(message: str, now: str) -> Obj:

@@ -17,9 +17,7 @@ from collections.abc import Iterable
 
 from gpushare.api.objects import Obj
 from gpushare.api.taints import Taint, blocking_taints, tolerates_all
-
-#: Not a valid label key, so no real label can clash with it.
-TAINTS_LABEL = "(blocking taints)"
+from gpushare.model.node import TAINTS_LABEL
 
 
 def signature(taints: Iterable[Taint]) -> str:

@@ -15,10 +15,12 @@ from gpushare.api.contracts import DEFAULT_QUEUE, GPU_MEMORY_LABEL, GPU_RESOURCE
 from gpushare.api.gpu import GpuRequestError, bound_gpus, gpu_request
 from gpushare.api.objects import Obj, metadata
 from gpushare.api.quantity import QuantityError, to_int, to_milli
+from gpushare.api.taints import Taint
 from gpushare.api.timefmt import timestamp
 from gpushare.controllers.scheduling import taints as node_taints
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.gpu_products import PRODUCTS
+from gpushare.model.node import TAINTS_LABEL
 from gpushare.model.quantities import CPU, MEMORY, to_fraction
 from gpushare.scheduler.config import NODE_POOL_LABEL
 from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
@@ -91,6 +93,7 @@ def node_from_api(node: Obj) -> Node:
         max_pods=_int_quantity(alloc.get("pods", "110")) or 110,
         labels=node_taints.node_labels(node, labels),
         ready=ready and not unschedulable,
+        cordoned=unschedulable,
     )
 
 
@@ -318,7 +321,7 @@ def _term_in_constraints(term: Any, path: str) -> dict[str, set[str]]:
 
 
 def pod_from_api(pod: Obj, job_key: str, index: int, started_at: float,
-                 taint_sets: Iterable[tuple[node_taints.Taint, ...]] = ()) -> Pod:
+                 taint_sets: Iterable[tuple[Taint, ...]] = ()) -> Pod:
     """The core's pod; ``taint_sets`` are the distinct blocking taint sets of the
     cluster's nodes, of which the pod may use those it tolerates."""
     meta = metadata(pod)
@@ -367,11 +370,11 @@ def _node_selector(meta: Obj, spec: Obj) -> dict[str, str]:
     return selector
 
 
-def _taint_term(pod: Obj, taint_sets: Iterable[tuple[node_taints.Taint, ...]]
+def _taint_term(pod: Obj, taint_sets: Iterable[tuple[Taint, ...]]
                 ) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """The required-affinity term that keeps the pod off nodes whose taints it does not
     tolerate; none while no node has a blocking taint."""
     sets = tuple(taint_sets)
     if not sets:
         return ()
-    return ((node_taints.TAINTS_LABEL, node_taints.allowed(pod, sets)),)
+    return ((TAINTS_LABEL, node_taints.allowed(pod, sets)),)
