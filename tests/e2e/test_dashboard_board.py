@@ -15,14 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from browser_support import ARGS, CHROMIUM, goto
 from e2e_support import add_node
 from playwright.sync_api import Page, expect, sync_playwright
 
 from gpushare.controller_manager import start_controllers
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 EXAMPLES = Path(__file__).resolve().parents[2] / "src/gpushare/examples/three_teams"
 TEAMS = ("nlp", "vision", "recsys")
 
@@ -53,7 +51,7 @@ def _shot(page: Page, name: str) -> None:
 
 
 def _login(page: Page, url: str, kubeconfig: str) -> None:
-    page.goto(url)
+    goto(page, url)
     page.fill("#token", kubeconfig)
     page.click("#login-form button[type=submit]")
     expect(page.locator("#board")).to_be_visible()

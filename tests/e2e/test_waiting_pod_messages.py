@@ -74,9 +74,10 @@ def test_cordoned_and_tainted_nodes_in_kube_schedulers_words(server, controllers
 
     def warned():
         events = kubectl.json("get", "events", "-A")["items"]
-        return [e for e in events if e["reason"] == "QuotaOvercommitted"
-                and e["involvedObject"].get("kind") == "Queue"
-                and expected in e["message"]]
+        found = [e for e in events if e["reason"] == "QuotaOvercommitted"
+                 and e["involvedObject"].get("kind") == "Queue"
+                 and expected in e["message"]]
+        return found if len({e["involvedObject"]["name"] for e in found}) == 2 else None
     events = wait_for(warned, what="QuotaOvercommitted events")
     assert {e["involvedObject"]["name"] for e in events} == {"team", "other-org"}, events
     done = subprocess.run([sys.executable, "-m", "gpushare.cli.main", "status", "--json",
