@@ -17,9 +17,8 @@ import pytest
 import yaml
 from tenancy_support import QUEUES, Kubectl, Platform, pod_manifest
 
-from waiting import wait_for
-
 from gpushare.kube.client import ApiError, KubeClient
+from waiting import wait_for
 
 RATE, BURST = 2.0, 5
 
