@@ -150,12 +150,9 @@ def validate_virtual_cluster(vc: dict[str, Any]) -> list[Cause]:
     return causes
 
 
-def virtualcluster_crd() -> dict[str, Any]:
-    """The CRD of VirtualCluster, installed on the host cluster."""
-    names_ = {"plural": names.PLURAL, "singular": "virtualcluster", "kind": names.KIND,
-              "listKind": names.KIND + "List", "shortNames": ["vc", "vcluster"],
-              "categories": ["gpushare"]}
-    spec_schema = {
+def _spec_schema() -> dict[str, Any]:
+    """The schema of a VirtualCluster's spec: what the platform grants the tenant."""
+    return {
         "type": "object",
         "description": "What the tenant may use on the host.",
         "required": ["queues"],
@@ -185,7 +182,11 @@ def virtualcluster_crd() -> dict[str, Any]:
                                                "256Mi); enforced by the API server."},
         },
     }
-    status_schema = {
+
+
+def _status_schema() -> dict[str, Any]:
+    """The schema of a VirtualCluster's status, as the tenancy controller writes it."""
+    return {
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": True,
         "properties": {
@@ -200,6 +201,13 @@ def virtualcluster_crd() -> dict[str, Any]:
                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}},
         },
     }
+
+
+def virtualcluster_crd() -> dict[str, Any]:
+    """The CRD of VirtualCluster, installed on the host cluster."""
+    names_ = {"plural": names.PLURAL, "singular": "virtualcluster", "kind": names.KIND,
+              "listKind": names.KIND + "List", "shortNames": ["vc", "vcluster"],
+              "categories": ["gpushare"]}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -235,8 +243,8 @@ def virtualcluster_crd() -> dict[str, Any]:
                         "apiVersion": {"type": "string"},
                         "kind": {"type": "string"},
                         "metadata": {"type": "object"},
-                        "spec": spec_schema,
-                        "status": status_schema,
+                        "spec": _spec_schema(),
+                        "status": _status_schema(),
                     },
                 }},
             }],

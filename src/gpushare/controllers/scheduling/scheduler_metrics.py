@@ -137,8 +137,17 @@ class UsageWindow:
 class SchedulerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
+        self._queue_metrics(r)
+        self._cycle_metrics(r)
+        self._decision_metrics(r)
+        self.usage_window = UsageWindow(USAGE_WINDOW_SECONDS)
+        self._reports: dict[str, QueueReport] = {}
+        self._specs: dict[str, tuple] = {}
+        self._pending: dict[str, tuple[str, str]] = {}  # subject -> (queue, reason code)
+
+    def _queue_metrics(self, r: CollectorRegistry) -> None:
+        """Per queue: KAI's names, then gpushare's own."""
         q = ("queue_name",)
-        # -- per queue (KAI's names) --
         self.queue_info = Gauge(KAI + "queue_info", "Queue existence marker (1 per queue)",
                                 ("queue_name", "parent_queue"), registry=r)
         self.deserved_gpus = Gauge(KAI + "queue_deserved_gpus", "GPU quota of the queue", q,
@@ -171,7 +180,14 @@ class SchedulerMetrics:
                                   "memory: bytes)", res, registry=r)
         self.requested = Gauge("gpushare_queue_requested", "Allocated plus requested by pending "
                                "pods (gpu: GPUs, cpu: cores, memory: bytes)", res, registry=r)
-        # -- cycles --
+        self.usage = {
+            res: Gauge(KAI + f"queue_{name}_usage", f"{label} the queue held over the usage "
+                       "window, as a share of the cluster's (0..1)", q, registry=r)
+            for res, name, label in ((GPU, "gpu", "GPUs"), (CPU, "cpu", "CPU"),
+                                     (MEMORY, "memory", "Memory"))}
+
+    def _cycle_metrics(self, r: CollectorRegistry) -> None:
+        """Per scheduling cycle: its latency and its actions'."""
         self.e2e_ms = Gauge(KAI + "e2e_scheduling_latency_milliseconds", "Latency of the last "
                             "scheduling cycle in milliseconds", registry=r)
         self.action_ms = Gauge(KAI + "action_scheduling_latency_milliseconds", "Latency of each "
@@ -196,7 +212,9 @@ class SchedulerMetrics:
                                  buckets=MS_BUCKETS)
         self.cycles = Counter("gpushare_scheduler_cycles", "Scheduling cycles run", ("kind",),
                               registry=r)
-        # -- decisions --
+
+    def _decision_metrics(self, r: CollectorRegistry) -> None:
+        """What the cycles decided: binds, evictions, failures, who waits."""
         self.decisions = Counter("gpushare_scheduler_decisions", "Decisions by the action "
                                  "that made them and their result (bound, pipelined, evicted)",
                                  ("action", "result"), registry=r)
@@ -212,20 +230,11 @@ class SchedulerMetrics:
         self.evicted_pods = Counter(KAI + "pod_group_evicted_pods", "Pods evicted, per pod "
                                     "group and action", ("podgroup", "namespace", "uid",
                                                          "nodepool", "action"), registry=r)
-        self.usage = {
-            res: Gauge(KAI + f"queue_{name}_usage", f"{label} the queue held over the usage "
-                       "window, as a share of the cluster's (0..1)", q, registry=r)
-            for res, name, label in ((GPU, "gpu", "GPUs"), (CPU, "cpu", "CPU"),
-                                     (MEMORY, "memory", "Memory"))}
-        self.usage_window = UsageWindow(USAGE_WINDOW_SECONDS)
         self.bind_failures = Counter("gpushare_scheduler_bind_failures", "Bind requests that "
                                      "failed", registry=r)
         self.pending = Gauge("gpushare_scheduler_pending_jobs", "Jobs (pod groups) waiting, by "
                              "queue and the scheduler's reason", ("queue_name", "reason"),
                              registry=r)
-        self._reports: dict[str, QueueReport] = {}
-        self._specs: dict[str, tuple] = {}
-        self._pending: dict[str, tuple[str, str]] = {}  # subject -> (queue, reason code)
 
     # -- queues ---------------------------------------------------------------------------
 
