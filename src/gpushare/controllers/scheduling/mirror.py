@@ -45,7 +45,11 @@ log = logging.getLogger(__name__)
 #: root of its own, outside every team's tree, with no quota and a limit of zero, so that
 #: their running pods still hold their node's GPUs while no parent counts them and nothing
 #: new is placed. Not a valid Kubernetes name, so no Queue object can ever clash with it.
+#: Bound pods whose PodGroup is unknown are kept there too, each in a job of its own.
 ORPHAN_QUEUE = "(deleted queues)"
+#: The name of the job that keeps a bound pod without a known PodGroup on its node (after
+#: the prefix, the pod's name); not a valid Kubernetes name, so no PodGroup clashes with it.
+HOLDER_PREFIX = "(no pod group) "
 
 
 def _orphan_queue() -> Queue:
@@ -109,6 +113,10 @@ class Mirror:
     _orphans: set[str] = field(default_factory=set)  # jobs kept in ORPHAN_QUEUE
     # Jobs whose PodGroup was deleted while pods of theirs were still on nodes.
     _deleted_jobs: set[str] = field(default_factory=set)
+    # Bound pods whose PodGroup is unknown (a Job deleted with its PodGroup while its pods
+    # still stop, seen by a scheduler started since): pod key -> the job in ORPHAN_QUEUE
+    # that keeps what the pod holds on its node until the pod is gone or finished.
+    _held: dict[str, str] = field(default_factory=dict)
 
     # -- priority classes ---------------------------------------------------------------
 
@@ -321,8 +329,35 @@ class Mirror:
                 self._apply_pod(pod_key)
 
     def _drop_orphan_queue(self) -> None:
-        if not self._orphans and ORPHAN_QUEUE in self.state.queues:
+        if not self._orphans and not self._held and ORPHAN_QUEUE in self.state.queues:
             self.state.remove_queue(ORPHAN_QUEUE)
+
+    def _holder_for(self, key: str, raw: Obj) -> str | None:
+        """The job that keeps a bound, unfinished pod whose PodGroup is unknown on its node:
+        what it holds there is not free until it is gone (the agent stops it first), so
+        nothing is bound onto it meanwhile. None for a pod that holds nothing (pending, or
+        finished): it waits for its PodGroup as before."""
+        phase = (raw.get("status") or {}).get("phase")
+        if not (raw.get("spec") or {}).get("nodeName") or phase in ("Succeeded", "Failed"):
+            self._drop_holder(key)
+            return None
+        holder = self._held.get(key)
+        if holder is None:
+            namespace, _, name = key.partition("/")
+            job = Job(name=f"{HOLDER_PREFIX}{name}", namespace=namespace, queue=ORPHAN_QUEUE,
+                      preemptible=False, staleness_grace=-1.0)
+            if ORPHAN_QUEUE not in self.state.queues:
+                self.state.upsert_queue(_orphan_queue())
+            self.state.upsert_job(job)
+            holder = self._held[key] = job.key
+        return holder
+
+    def _drop_holder(self, key: str) -> None:
+        """The pod no longer needs its holder job (its PodGroup is known, or it is gone)."""
+        holder = self._held.pop(key, None)
+        if holder is not None:
+            self.state.remove_job(holder)
+            self._drop_orphan_queue()
 
     def pending_pods_of(self, job_key: str) -> list[str]:
         """The job's pods that wait to be placed, in creation order."""
@@ -421,6 +456,7 @@ class Mirror:
         self._pod_index.pop(key, None)
         self.invalid.pop(f"pod/{key}", None)
         self.state.remove_pod(key)
+        self._drop_holder(key)
         if job_key in self._deleted_jobs and not self._on_nodes(job_key):
             self._remove_job(job_key)
 
@@ -452,9 +488,13 @@ class Mirror:
         if raw is None:
             return
         job_key = self._job_of_pod.get(key)
-        if not job_key or job_key not in self.state.jobs:
-            self.state.remove_pod(key)  # not schedulable until its PodGroup is known
-            return
+        if job_key and job_key in self.state.jobs:
+            self._drop_holder(key)
+        else:
+            job_key = self._holder_for(key, raw)
+            if job_key is None:
+                self.state.remove_pod(key)  # not schedulable until its PodGroup is known
+                return
         orphan = self.state.jobs[job_key].queue == ORPHAN_QUEUE
         status = raw.get("status") or {}
         started = timestamp(status.get("startTime")) or timestamp(
@@ -568,7 +608,8 @@ def _same_node(a: Any, b: Any) -> bool:
 
 def _same_pod(a: Any, b: Any) -> bool:
     return (
-        a.status is b.status
+        a.job == b.job
+        and a.status is b.status
         and a.node == b.node
         and a.gpu_indices == b.gpu_indices
         and a.portion == b.portion
