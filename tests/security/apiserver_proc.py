@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import ssl
@@ -17,10 +18,12 @@ import yaml
 CLI = [sys.executable, "-m", "gpushare.cli.main"]
 
 
-def start(data: Path, *args: str, preexec: Callable[[], None] | None = None
+def start(data: Path, *args: str, preexec: Callable[[], None] | None = None,
+          env: dict[str, str] | None = None
           ) -> tuple[subprocess.Popen[str], httpx.Client]:
     proc = subprocess.Popen([*CLI, "apiserver", "--data-dir", str(data), "--port", "0", *args],
-                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec,
+                            env={**os.environ, **(env or {})})
     assert proc.stderr is not None
     line = proc.stderr.readline()
     match = re.search(r"listening on (https://\S+);", line)
