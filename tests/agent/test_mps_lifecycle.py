@@ -365,3 +365,24 @@ def test_the_compute_watchdog_evicts_only_work_that_mps_does_not_limit(tmp_path:
     for p in pods:
         p.supervisor.stop(1)
         p.supervisor.wait(10)
+
+
+def test_the_server_log_of_driver_580_says_a_fault(tmp_path: Path) -> None:
+    """Lines as the H100/H200's MPS server (driver 580) wrote them when a client faulted."""
+    manager = started(tmp_path, "1xH100")
+    log = manager.daemons[0].log_directory / "server.log"
+    log.write_text(
+        "[2026-12-05 09:22:05.523 Server   630] Client termination succeeded.\n"
+        "[2026-12-05 09:22:05.680 Server   630] Client {PID: 684, Context: 1} encountered a "
+        "fatal GPU error.\n"
+        "[2026-12-05 09:22:05.680 Server   630] Server is handling a fatal GPU error.\n")
+    lines = manager.log_lines()[0]
+    assert fault_clients(lines) == [684]
+    assert manager.log_says_faulting(0, 630) and not manager.log_says_faulting(0, 631)
+    manager.log_lines()  # nothing new: no longer said
+    assert not manager.log_says_faulting(0, 630)
+    with log.open("a") as f:
+        f.write("[2026-12-05 09:28:04.876 Server   630] Server teardown in progress. Refusing "
+                "to accept new client {PID: 2352, Context ID: 0}\n")
+    manager.log_lines()
+    assert manager.log_says_faulting(0, 630)

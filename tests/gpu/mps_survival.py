@@ -86,7 +86,7 @@ class NoValues:
 class Lab:
     """Pods of 0.33 of GPU 0 run the way the agent runs them."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, sandbox: str = "auto") -> None:
         self.out = out
         self.nvml = PynvmlBackend()
         self.inventory: GpuInventory = probe_inventory(self.nvml)
@@ -94,7 +94,7 @@ class Lab:
         self.root = Path(tempfile.mkdtemp(prefix="gpushare-survival-"))
         self.data = self.root / "agent"
         self.pods_root = self.data / "pods"
-        self.policy = sb.open_for_pods(sb.choose_policy("auto", [self.data]), self.data,
+        self.policy = sb.open_for_pods(sb.choose_policy(sandbox, [self.data]), self.data,
                                        self.pods_root)
         self.mps = MpsManager(self.inventory.devices[:1], sb.mps_base(self.data))
         errors = self.mps.start_all()
@@ -277,7 +277,11 @@ def storm(lab: Lab, cycles: int, label: str) -> dict[str, Any]:
     time.sleep(1)
     # judge the neighbours: every run of every slot, at each stop it did not suffer
     runs = [n for n in lab.pods if n.startswith(label + "-")]
-    deaths = {n: lab.errors(n) for n in runs if lab.errors(n)}
+    # a run's own error after it was stopped is the stop (cudaErrorMpsClientTerminated)
+    stopped_at = {s["victim"]: s["t"] for s in stops}
+    deaths = {n: [e for e in lab.errors(n) if e["t"] < stopped_at.get(n, float("inf"))]
+              for n in runs}
+    deaths = {n: errors for n, errors in deaths.items() if errors}
     checks = []
     for s in stops:
         for n in runs:
@@ -382,38 +386,44 @@ def main() -> int:
     parser.add_argument("--phases", default="probe,storm,cheat,fault,control")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    lab = Lab(args.out)
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    ended: list[dict[str, Any]] = []
 
     def save() -> None:
-        results["terminate_client_answers"] = lab.ended[-40:]
+        results["terminate_client_answers"] = ended[-40:]
         (args.out / "mps_survival.json").write_text(json.dumps(results, indent=1, default=str))
 
-    try:
-        for phase in args.phases.split(","):
-            began = time.time()
-            print(f"== {phase}", flush=True)
-            try:
-                if phase == "probe":
-                    results[phase] = probe(lab)
-                elif phase == "storm":
-                    results[phase] = storm(lab, args.cycles, "s")
-                elif phase == "cheat":
-                    results[phase] = cheat(lab)
-                elif phase == "fault":
-                    results[phase] = fault(lab)
-                elif phase == "control":
-                    lab.hook = None
-                    results[phase] = storm(lab, args.control, "c")
-                    lab.hook = lambda g: end_gpu_work(lab.mps, g)
-            except Exception as exc:  # record and go on to the next phase
-                results[phase] = {"crashed": f"{type(exc).__name__}: {exc}"}
-            results.setdefault("seconds", {})[phase] = round(time.time() - began, 1)
-            save()
-            print(json.dumps(results[phase], default=str)[:3000], flush=True)
-    finally:
-        lab.close()
+    # each phase (`name` or `name@sandbox`) gets a fresh daemon: a broken server stays behind
+    for spec in args.phases.split(","):
+        phase, _, mode = spec.partition("@")
+        began = time.time()
+        print(f"== {spec}", flush=True)
+        lab = Lab(args.out, mode or "auto")
+        try:
+            if phase == "probe":
+                results[spec] = probe(lab)
+            elif phase == "storm":
+                results[spec] = storm(lab, args.cycles, "s")
+            elif phase == "cheat":
+                results[spec] = cheat(lab)
+            elif phase == "fault":
+                results[spec] = fault(lab)
+            elif phase == "control":
+                lab.hook = None
+                results[spec] = storm(lab, args.control, "c")
+        except Exception as exc:  # record and go on to the next phase
+            results[spec] = {"crashed": f"{type(exc).__name__}: {exc}"}
+        finally:
+            results[spec] = {**results.get(spec, {}), "sandbox": lab.policy.mode}
+            ended.extend(lab.ended)
+            lab.close()
+            for log in ("control", "server"):
+                source = args.out / f"mps_{log}.log"
+                if source.exists():
+                    source.rename(args.out / f"mps_{log}_{phase}_{mode or 'auto'}.log")
+        results.setdefault("seconds", {})[spec] = round(time.time() - began, 1)
         save()
+        print(json.dumps(results[spec], default=str)[:2000], flush=True)
     return 0
 
 

@@ -82,6 +82,7 @@ def parse_status(output: str) -> str:
 
 
 _FAULT_LINE = re.compile(r"fault|fatal|exception|xid|illegal", re.IGNORECASE)
+_SERVER_FAULT = re.compile(r"fatal GPU error|teardown in progress", re.IGNORECASE)
 _CLIENT_PID = re.compile(r"(?:client|pid)\D{0,12}?(\d{2,9})", re.IGNORECASE)
 
 
@@ -237,7 +238,8 @@ class MpsManager:
         found = binary or shutil.which(CONTROL) or CONTROL
         self.daemons = {d.index: MpsDaemon(d, base, found, runner) for d in devices}
         self._lock = threading.Lock()
-        self._recent: dict[int, list[str]] = {}  # per GPU: log lines of the last pass
+        self._recent: dict[int, list[str]] = {}  # per GPU: the last fault lines of its logs
+        self.fresh: dict[int, list[str]] = {}  # per GPU: all lines the last pass read
 
     def start_all(self) -> list[str]:
         """Start every daemon; the errors, empty when all came up."""
@@ -314,11 +316,22 @@ class MpsManager:
 
     def log_lines(self) -> dict[int, list[str]]:
         """Per GPU, the last lines of its server's and daemon's logs that speak of faults."""
+        self.fresh = {}
         for index, daemon in self.daemons.items():
+            new = daemon.new_log_lines()
+            self.fresh[index] = new
             recent = self._recent.setdefault(index, [])
-            recent.extend(line for line in daemon.new_log_lines() if _FAULT_LINE.search(line))
+            recent.extend(line for line in new if _FAULT_LINE.search(line))
             del recent[:-50]
         return {index: list(lines) for index, lines in self._recent.items()}
+
+    def log_says_faulting(self, index: int, server: int) -> bool:
+        """Whether the lines the last `log_lines()` read say the server is handling a fatal
+        fault or refusing clients while it tears down after one (seen on driver 580, where
+        `get_server_status` may not say FAULT through it)."""
+        mine = re.compile(rf"Server\s+{server}\]")
+        return any(mine.search(line) and _SERVER_FAULT.search(line)
+                   for line in self.fresh.get(index, []))
 
     def stop_all(self, wait_s: float = 10.0) -> list[int]:
         """Quit every daemon and wait (up to `wait_s`) for their servers to exit: a server

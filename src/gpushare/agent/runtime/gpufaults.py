@@ -98,7 +98,7 @@ class MpsFaultHandler:
         self._owners = {**self._last, **faulted, **current}
         self._last = current
         for gpu, server in servers:
-            if server.status != FAULT:
+            if server.status != FAULT and not self.mps.log_says_faulting(gpu, server.pid):
                 continue
             key = (gpu, server.pid)
             faulting.add(key)
