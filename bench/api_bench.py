@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from gpushare.controllers.events import now_rfc3339
-from gpushare.controllers.static_nodes import register_static_node, static_node
+from gpushare.controllers.nodes.static_nodes import register_static_node, static_node
 from gpushare.kube.client import PODGROUPS, PODS, QUEUES, KubeClient
 
 SERVER = """

@@ -30,8 +30,9 @@ from pathlib import Path
 
 from gpushare.cli.compose import api_server
 from gpushare.kube.client import NODES, PODS, KubeClient
+from gpushare.tools import find_tool
 
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 NODE = "bench-node"
 
 

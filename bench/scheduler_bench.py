@@ -5,7 +5,12 @@ fractional and CPU-only pods), a two-level queue tree, and a mix of pending whol
 fractional and gang jobs; then runs full cycles (all actions) on the live state, settling
 in between like the scheduler loop would (collecting garbage between cycles, as it does),
 and prints seconds per cycle (median), pods
-placed per second, the fair-share division time and the sizes.
+placed per second, the fair-share division time and the sizes; then the CPU seconds per
+cycle (``time.process_time()``, which a loaded machine disturbs less than wall time), the
+process's peak resident memory, the load average and a calibration figure (a fixed
+pure-Python loop timed in CPU seconds, to compare runs made at different loads or on
+other machines). gpushare is read from ``PYTHONPATH``, so one copy of this script measures
+two trees (``PYTHONPATH=/tmp/base/src python bench/scheduler_bench.py ...``).
 
     python bench/scheduler_bench.py                 # 500, 1000 and 4000 nodes
     python bench/scheduler_bench.py --nodes 5000 --queues 1000 --cycles 3
@@ -17,12 +22,13 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import statistics
 import time
 from fractions import Fraction
 from pathlib import Path
 
-from gpushare.controllers.heap import HeapKeeper
+from gpushare.controllers.scheduling.heap import HeapKeeper
 from gpushare.model import GpuRequest, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.quantities import MIB
 from gpushare.scheduler import ClusterState, Config, run_cycle
@@ -115,6 +121,21 @@ def add_pending(state, rnd, leaves, count, new_job) -> None:
                                  cpu_millis=cpu, memory_bytes=16 * 1024 * MIB))
 
 
+def calibration() -> float:
+    """Seconds a fixed pure-Python loop takes now: printed beside the results, so that
+    figures taken on a loaded or a different machine can be put side by side."""
+    t = time.process_time()
+    total = 0
+    for i in range(2_000_000):
+        total += i * i % 7
+    return time.process_time() - t
+
+
+def peak_rss_mib() -> float:
+    """The process's peak resident memory so far (MiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def settle(state: ClusterState) -> None:
     for pod in list(state.pods.values()):
         if pod.status is PodStatus.BINDING:
@@ -149,7 +170,7 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
     build_s = time.perf_counter() - t0
     extra = {} if budget is None else {"victimSearchBudget": budget}
     config = Config(actions=actions, gpu_placement=placement, extra=extra)
-    times, placed = [], []
+    times, cpu, placed = [], [], []
     division = []
     heap = HeapKeeper()
     searched: list[str] = []
@@ -159,9 +180,10 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
         t = time.perf_counter()
         Session(state, config, 0.0)
         division.append(time.perf_counter() - t)
-        t = time.perf_counter()
+        t, c0 = time.perf_counter(), time.process_time()
         result = run_cycle(state, config, 0.0)
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c0)
         heap.between_cycles()  # as the scheduler loop does after each cycle
         placed.append(len(result.binds) + len(result.pipelines))
         searched.append(" ".join(
@@ -181,6 +203,11 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
         f"placements/s={sum(placed) / sum(times):.0f} "
         f"fair-share division median={statistics.median(division) * 1000:.1f}ms"
     )
+    later = cpu[1:] or cpu
+    print(f"  cpu per cycle: first={cpu[0]:.3f}s later min={min(later):.3f}s "
+          f"median={statistics.median(later):.3f}s (all {', '.join(f'{x:.3f}' for x in cpu)}) "
+          f"placements per cpu-s={sum(placed) / sum(cpu):.0f} peak rss={peak_rss_mib():.0f}MiB "
+          f"load={os.getloadavg()[0]:.2f} calibration={calibration():.3f}s")
     budget_text = "default" if budget is None else budget or "none"
     print(f"  victim searches per cycle (succeeded/searched, budget {budget_text}): "
           + " | ".join(searched))
@@ -208,14 +235,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.plot is not None:
         check_path(args.plot)
-    print(f"load average before: {os.getloadavg()}")
+    print(f"load average before: {os.getloadavg()} calibration loop: {calibration():.3f}s "
+          "cpu")
     series: dict[str, list[tuple[float, float]]] = {}
     for n in args.nodes:
         times = bench(n, args.queues, args.pending or n // 2, args.cycles,
                       tuple(args.actions.split(",")), args.free, args.search_budget,
                       args.placement)
         series[f"{n} nodes"] = [(c + 1, t) for c, t in enumerate(times)]
-    print(f"load average after: {os.getloadavg()}")
+    print(f"load average after: {os.getloadavg()} calibration loop: {calibration():.3f}s cpu")
     if args.plot is not None:
         actions = len(args.actions.split(","))
         line_plot(args.plot, series, title=f"scheduler cycles: {actions} actions, "

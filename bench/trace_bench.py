@@ -184,7 +184,7 @@ def plot(runs: list[dict], folder: Path, demand: float) -> None:
         path = folder / f"trace-fill-{name}.png"
         line_plot(path, series, title=f"openb {name}: GPU allocation, mean over seeds",
                   xlabel="arrived GPU demand (% of capacity)", ylabel="GPU allocated (%)",
-                  diagonal=True, ylim=(50, 100))
+                  diagonal=True, ylim=(50, 100), inset=(85, 100))
         print(f"plot: {path}")
 
 

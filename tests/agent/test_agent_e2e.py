@@ -20,12 +20,13 @@ import pytest
 from process_probes import gone, processes_named
 
 from gpushare.cli.compose import api_server
-from gpushare.controllers import node_lifecycle
+from gpushare.controllers.nodes import node_lifecycle
 from gpushare.kube.client import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, KubeClient
+from gpushare.tools import find_tool
 
 NODE = "e2e-node"
 NS = "default"
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 
 
 class Cluster:
@@ -230,7 +231,9 @@ def test_running_pod_status_and_init_containers_first(cluster: Cluster) -> None:
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"PodScheduled": "True", "Initialized": "True",
                           "ContainersReady": "True", "Ready": "True"}
-    assert status["podIP"] == "127.0.0.1" and status["hostIP"] == "127.0.0.1"
+    # the pod on its own network: an address of the node's pod CIDR, not the node's
+    assert status["hostIP"] == "127.0.0.1" and status["podIP"].startswith("10.244.")
+    assert status["podIPs"] == [{"ip": status["podIP"]}]
     logs = wait_for(lambda: "main-ready" in (out := cluster.kubectl("logs", "with-init").stdout)
                     and out)
     assert logs.splitlines()[:2] == ["first", "second"]

@@ -8,10 +8,11 @@ from __future__ import annotations
 import secrets
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from test_agent_e2e import NODE, NS, Cluster, wait_for
+from test_agent_e2e import NODE, NS, Cluster, container_pgid, wait_for
 
 from gpushare.agent.gpu.gpu_share import GpuShare
 from gpushare.agent.pods.ledger import CONDITION, OVERCOMMITTED, overcommit
@@ -162,3 +163,33 @@ def test_a_pod_written_into_the_store_onto_a_full_gpu_is_refused(cluster: Cluste
                  "containers": [{"name": "main", "image": "busybox",
                                  "command": ["sleep", "60"]}]}})
     _assert_refused(cluster, cluster.wait_phase("store-bound", "Failed"))
+
+
+def test_after_a_restart_the_pod_on_an_ended_pods_gpu_is_adopted_not_refused(
+        tmp_path: Path) -> None:
+    """A pod ended (Succeeded, not deleted) and the next one was bound to its GPU. A
+    restarted agent meets both in its first list, the ended one first: the ended pod must
+    hold no share from the moment it is picked up again, else the running pod after it is
+    refused by the ledger (Failed, while its processes go on unsupervised)."""
+    c = Cluster(tmp_path)
+    c.start_agent()
+    try:
+        c.create_pod("a-ended", [{"name": "main", "command": ["true"]}],
+                     annotations=_slots("0", "1"))
+        c.wait_phase("a-ended", "Succeeded")
+        c.create_pod("b-next", [{"name": "main", "command": ["sleep", "60"]}],
+                     annotations=_slots("0", "1"))
+        c.wait_phase("b-next", "Running")
+        pgid = container_pgid(c, "b-next", "main")
+        c.kill_agent(signal.SIGKILL)
+        c.start_agent()
+        # a pod created after the restart: once it runs, the agent went through the two
+        c.create_pod("c-probe", [{"name": "main", "command": ["sleep", "60"]}])
+        c.wait_phase("c-probe", "Running")
+        status = (c.pod("b-next") or {}).get("status") or {}
+        assert status.get("phase") == "Running", status
+        assert container_pgid(c, "b-next", "main") == pgid  # adopted, not started again
+    finally:
+        if c.agent is not None:
+            c.kill_agent(signal.SIGTERM)
+        c.server.stop()

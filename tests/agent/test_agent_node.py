@@ -6,8 +6,9 @@ import json
 
 from gpushare.agent.node.inventory import HostResources, declared_gpus
 from gpushare.agent.node.node import node_object
-from gpushare.controllers.node_lifecycle import UNREACHABLE_TAINT, decide
-from gpushare.kube.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
+from gpushare.api.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
+from gpushare.controllers.nodes.heartbeats import HeartbeatObserver
+from gpushare.controllers.nodes.node_lifecycle import UNREACHABLE_TAINT, decide
 
 NOW = 1_800_000_000.0
 
@@ -44,11 +45,11 @@ def node(heartbeat: float | None, status: str = "True", static: bool = False,
 
 
 def test_a_fresh_heartbeat_changes_nothing() -> None:
-    assert decide(node(NOW - 5), None, NOW, 40) is None
+    assert decide(node(NOW - 5), None, NOW, 40, age=5) is None
 
 
 def test_a_stale_heartbeat_turns_ready_unknown_and_taints() -> None:
-    decision = decide(node(NOW - 60), None, NOW, 40)
+    decision = decide(node(NOW - 60), None, NOW, 40, age=60)
     assert decision is not None
     ready = decision.status_patch["status"]["conditions"][-1]
     assert ready["status"] == "Unknown" and ready["reason"] == "NodeStatusUnknown"
@@ -57,28 +58,38 @@ def test_a_stale_heartbeat_turns_ready_unknown_and_taints() -> None:
     # already Unknown and tainted: nothing more to do
     tainted = node(NOW - 60, "Unknown", taints=[{"key": UNREACHABLE_TAINT,
                                                  "effect": "NoSchedule"}])
-    assert decide(tainted, None, NOW, 40) is None
+    assert decide(tainted, None, NOW, 40, age=60) is None
 
 
-def test_a_fresh_lease_counts_as_a_heartbeat() -> None:
+def test_a_renewed_lease_counts_as_a_heartbeat_seen_by_the_controllers_clock() -> None:
+    clock = [0.0]
+    observer = HeartbeatObserver(lambda: clock[0])
+    stale = node(NOW - 60)
+    assert observer.age("n1", stale, None) == 0  # new to it: the whole grace from now
+    clock[0] = 30
+    assert observer.age("n1", stale, None) == 30
     lease = {"spec": {"renewTime": rfc3339_micro(NOW - 2)}}
-    assert decide(node(NOW - 60), lease, NOW, 40) is None
+    assert observer.age("n1", stale, lease) == 0  # the lease moved
+    clock[0] = 50
+    assert decide(stale, lease, NOW, 40, observer.age("n1", stale, lease)) is None
+    clock[0] = 71
+    assert decide(stale, lease, NOW, 40, observer.age("n1", stale, lease)) is not None
 
 
 def test_static_nodes_are_left_alone() -> None:
-    assert decide(node(None, static=True), None, NOW, 40) is None
-    assert decide(node(NOW - 10_000, static=True), None, NOW, 40) is None
+    assert decide(node(None, static=True), None, NOW, 40, age=10_000) is None
+    assert decide(node(NOW - 10_000, static=True), None, NOW, 40, age=10_000) is None
 
 
 def test_a_node_that_never_heartbeat_goes_unknown_after_the_grace() -> None:
-    decision = decide(node(None), None, NOW, 40)
+    decision = decide(node(None), None, NOW, 40, age=41)
     assert decision is not None and decision.status_patch is not None
 
 
 def test_the_taint_goes_when_the_node_is_ready_again() -> None:
     back = node(NOW - 1, "True", taints=[{"key": UNREACHABLE_TAINT, "effect": "NoSchedule"},
                                          {"key": "other", "effect": "NoSchedule"}])
-    decision = decide(back, None, NOW, 40)
+    decision = decide(back, None, NOW, 40, age=1)
     assert decision is not None and decision.status_patch is None
     assert decision.spec_patch == {"spec": {"taints": [{"key": "other",
                                                         "effect": "NoSchedule"}]}}
@@ -89,7 +100,7 @@ def test_run_accepts_a_holder_of_the_api_client_and_a_stopper_without_is_set() -
 
     from kubernetes import client as k8s_client
 
-    from gpushare.controllers import node_lifecycle
+    from gpushare.controllers.nodes import node_lifecycle
     from gpushare.kube.client import KubeClient
 
     class Holder:  # anything that holds the official client's ApiClient
@@ -131,7 +142,7 @@ def test_a_watcher_that_sees_ready_unknown_already_sees_the_taint(tmp_path) -> N
     import threading
 
     from gpushare.cli.compose import api_server
-    from gpushare.controllers.node_lifecycle import NodeLifecycleController
+    from gpushare.controllers.nodes.node_lifecycle import NodeLifecycleController
     from gpushare.kube.client import NODES, KubeClient, Stopper
     from gpushare.kube.informer import Informer
 
@@ -159,7 +170,11 @@ def test_a_watcher_that_sees_ready_unknown_already_sees_the_taint(tmp_path) -> N
         informer.add_handler(record)
         informer.start()
         assert informer.wait_synced(10)
-        applied = NodeLifecycleController(kube, grace_s=40).reconcile_once(now=NOW)
+        clock = [0.0]
+        controller = NodeLifecycleController(kube, grace_s=40, clock=lambda: clock[0])
+        assert controller.reconcile_once(now=NOW) == []  # first sight: the grace from now
+        clock[0] = 41
+        applied = controller.reconcile_once(now=NOW)
         assert [d.node for d in applied] == ["n1"]
         with changed:
             assert changed.wait_for(lambda: ("Unknown", True) in seen, 10), seen

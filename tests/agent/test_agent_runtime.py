@@ -529,3 +529,21 @@ def test_a_pod_that_ended_holds_no_gpu_share_once_its_end_is_published(tmp_path:
         for sup in (done, stopped):
             sup.stop(0)
             sup.wait(10)
+
+
+def test_a_pod_that_had_ended_holds_no_gpu_share_from_the_moment_it_is_adopted(
+        tmp_path: Path) -> None:
+    """A restarted agent picks up an ended pod and, straight after, the pod bound to its
+    GPU share: the ledger must not count the ended one meanwhile (its record is read by
+    `start`, not later on the supervisor's thread)."""
+    p = pod("done", [{"name": "c", "command": ["true"]}], "Never")
+    first, recorder = supervise(p, tmp_path)
+    wait_for(lambda: recorder.last.get("phase") == "Succeeded")
+    first.detach()
+    assert first.wait(5)
+    for _ in range(5):
+        again, _ = supervise(p, tmp_path)
+        held = again.holds_gpu  # read at once, before its thread may have run
+        again.detach()
+        assert again.wait(5)
+        assert not held

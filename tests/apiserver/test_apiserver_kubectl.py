@@ -128,13 +128,20 @@ def test_pod_columns_wide_and_strategic_apply(cluster: Cluster) -> None:
     assert out.splitlines()[1].split()[:4] == ["web", "0/2", "Pending", "0"]
     wide = cluster.kubectl("get", "pods", "web", "-o", "wide").stdout
     assert "NODE" in headers(wide) and "IP" in headers(wide)
-    modified = POD.replace('{name: B, value: "2"}', '{name: C, value: "3"}')
+    # A pod's spec changes only in what Kubernetes lets change (the images): the patch
+    # kubectl computes merges the containers by name.
+    modified = POD.replace("image: busybox\n    command", "image: busybox:1.36\n    command")
     assert "configured" in cluster.kubectl("apply", "-f", "-", stdin=modified).stdout
     pod = json.loads(cluster.kubectl("get", "pod", "web", "-o", "json").stdout)
     main = pod["spec"]["containers"][0]
-    assert main["env"] == [{"name": "A", "value": "1"}, {"name": "C", "value": "3"}]
+    assert main["image"] == "busybox:1.36"
+    assert main["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
     assert main["command"] == ["sleep", "100"]
     assert [c["name"] for c in pod["spec"]["containers"]] == ["main", "side"]
+    assert pod["spec"]["containers"][1]["image"] == "busybox"
+    env_changed = modified.replace('{name: B, value: "2"}', '{name: C, value: "3"}')
+    refused = cluster.kubectl("apply", "-f", "-", stdin=env_changed, check=False)
+    assert refused.returncode != 0 and "pod updates may not change" in refused.stderr
     assert pod["metadata"]["labels"] == {"app": "web", "extra": "kept"}
     as_yaml = yaml.safe_load(cluster.kubectl("get", "pod", "web", "-o", "yaml").stdout)
     assert as_yaml["spec"]["schedulerName"] == "gpushare"

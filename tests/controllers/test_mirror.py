@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpushare.controllers.mirror import Mirror
-from gpushare.controllers.static_nodes import static_node
+from gpushare.controllers.nodes.static_nodes import static_node
+from gpushare.controllers.scheduling.mirror import Mirror
 from gpushare.model import PodStatus
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.cycle import run_cycle
@@ -219,3 +219,56 @@ def test_a_deleted_podgroup_without_pods_on_nodes_goes_at_once():
     mirror = seeded(["node", "queue", "podgroup", "pod"])
     mirror.on_podgroup("DELETED", podgroup("pg-a", "nlp"))  # its pod "a" is pending
     assert "ns/pg-a" not in mirror.state.jobs and "ns/a" not in mirror.state.pods
+
+
+def _stopping_whole_gpu_pod(name, group):
+    stopping = pod(name, group, gpus=1, node="n1",
+                   annotations={"gpushare.io/gpu-indices": "0", "gpushare.io/gpu-portion": "1"})
+    stopping["metadata"]["deletionTimestamp"] = NOW
+    return stopping
+
+
+def test_a_scheduler_started_after_a_podgroup_went_still_counts_its_stopping_pods():
+    """The scheduler (re)started after a Job and its PodGroup were deleted, while the
+    Job's pods still stop on their node: it never saw the PodGroup, yet what those pods
+    hold is not free until they are gone; a pod asking for part of that GPU waits
+    (pipelined) instead of being bound where the agent would refuse it. Found by the
+    fault run (tests/chaos): the agent refused such a pod as over-committing its GPU."""
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "1xH100", "64", "512Gi", {}, NOW, taint=False))
+    mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
+    stopping = _stopping_whole_gpu_pod("old", "pg-old")  # pg-old: never seen
+    mirror.on_pod("ADDED", stopping)
+    mirror.on_podgroup("ADDED", podgroup("pg-new", "q"))
+    mirror.on_pod("ADDED", pod("new", "pg-new", fraction="0.5"))
+    assert mirror.state.usage["n1"].gpu_used == [1000]
+    assert mirror.state.pods["ns/old"].status is PodStatus.RELEASING
+    first = run_cycle(mirror.state, Config(), 1.0)
+    assert first.binds == [] and [p.pod for p in first.pipelines] == ["ns/new"]
+    mirror.on_pod("DELETED", stopping)
+    assert mirror.state.usage["n1"].gpu_used == [0]
+    assert [q for q in mirror.state.queues if q.startswith("(")] == []  # nothing left over
+    assert [j for j in mirror.state.jobs if j.startswith("ns/(")] == []
+    mirror.on_pod("MODIFIED", pod("new", "pg-new", fraction="0.5"))
+    second = run_cycle(mirror.state, Config(), 2.0)
+    assert [(b.pod, b.gpu_indices) for b in second.binds] == [("ns/new", (0,))]
+
+
+def test_a_bound_pod_without_its_podgroup_is_never_evicted_and_joins_it_when_it_comes():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "1xH100", "64", "512Gi", {}, NOW, taint=False))
+    mirror.on_queue("ADDED", queue("q", quota=0, limit=-1))
+    mirror.on_queue("ADDED", queue("r", quota=1, limit=-1))
+    running = pod("a", "pg-a", gpus=1, node="n1",
+                  annotations={"gpushare.io/gpu-indices": "0", "gpushare.io/gpu-portion": "1"})
+    mirror.on_pod("ADDED", running)  # bound, its PodGroup not (yet) known
+    mirror.on_podgroup("ADDED", podgroup("pg-b", "r"))
+    mirror.on_pod("ADDED", pod("b", "pg-b", gpus=1))  # within its quota: would reclaim
+    result = run_cycle(mirror.state, Config(), 1.0)
+    assert result.binds == [] and result.evictions == []
+    assert mirror.state.pods["ns/a"].status is PodStatus.RUNNING
+    mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))  # over its quota of 0 now
+    assert mirror.state.pods["ns/a"].job == "ns/pg-a"
+    assert mirror.state.usage["n1"].gpu_used == [1000]
+    assert [j for j in mirror.state.jobs if j.startswith("ns/(")] == []
+    assert [e.pod for e in run_cycle(mirror.state, Config(), 2.0).evictions] == ["ns/a"]

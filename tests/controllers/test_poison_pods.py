@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from gpushare.api.quantity import QuantityError, parse_quantity
 from gpushare.apiserver.http.server import ApiServer
 from gpushare.cli.compose import api_server
-from gpushare.controllers.manager import start_controllers
-from gpushare.controllers.translate import TranslateError, cpu_memory_requests
+from gpushare.controller_manager import start_controllers
+from gpushare.controllers.scheduling.translate import TranslateError, cpu_memory_requests
 from gpushare.kube.client import EVENTS, PODS, KubeClient
-from gpushare.kube.quantity import QuantityError, parse_quantity
 from store_edit import store_put
 from waiting import wait_for
 

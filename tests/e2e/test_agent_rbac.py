@@ -20,7 +20,7 @@ from gpushare.apiserver.http.server import ApiServer
 from gpushare.cli.compose import api_server
 
 ROOT = Path(__file__).resolve().parents[2]
-RBAC = ROOT / "deploy" / "overlays" / "cluster-with-agent" / "agent-rbac.yaml"
+RBAC = ROOT / "src" / "gpushare" / "deploy" / "overlays" / "cluster-with-agent" / "agent-rbac.yaml"
 NODE = "rbac-node"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -86,6 +86,11 @@ def test_the_overlays_agent_role_runs_a_pod_end_to_end(cluster, tmp_path: Path) 
          str(tmp_path / "agent"), "--heartbeat", "0.5", "--stop-pods-on-exit"],
         stdout=log.open("ab"), stderr=subprocess.STDOUT)
     try:
+        # a ServiceAccount is not a node identity: its own approval signs nothing, an
+        # administrator approves its serving certificate (on a real cluster the cluster's
+        # kubelet-serving signer and approver do)
+        csr = wait_for(lambda: kubectl(admin, "get", "csr", "-o", "name").strip(), 60)
+        kubectl(admin, "certificate", "approve", "--force", *csr.split())
         ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
         wait_for(lambda: kubectl(admin, "get", "node", NODE, "-o", ready, check=False)
                  == "True", 60)

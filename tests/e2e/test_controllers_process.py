@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from e2e_support import wait_for
 
-from gpushare.controllers.static_nodes import (
+from gpushare.controllers.nodes.node_lifecycle import DEFAULT_GRACE_S
+from gpushare.controllers.nodes.static_nodes import (
     STATIC_NODE_ANNOTATION,
     register_static_node,
     static_node,
@@ -25,6 +26,8 @@ def test_silent_agent_node_turns_unknown_and_static_node_stays_ready(client, con
     del silent["metadata"]["annotations"][STATIC_NODE_ANNOTATION]
     register_static_node(client, silent)
     register_static_node(client, static_node("declared", "1xL4", "8", "32Gi", {}, LONG_AGO))
-    wait_for(lambda: _ready(client, "silent") == "Unknown", timeout=30,
+    # the grace period runs from when the controller first saw the node (its own clock,
+    # as Kubernetes' node lifecycle controller does), not from the stale stamp
+    wait_for(lambda: _ready(client, "silent") == "Unknown", timeout=DEFAULT_GRACE_S + 30,
              what="the silent node Unknown")
     assert _ready(client, "declared") == "True"

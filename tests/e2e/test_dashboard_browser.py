@@ -16,14 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from browser_support import ARGS, CHROMIUM, goto
 from e2e_support import add_node, wait_for
 from playwright.sync_api import expect, sync_playwright
 
-from gpushare.controllers.manager import start_controllers
+from gpushare.controller_manager import start_controllers
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 EXAMPLES = Path(__file__).resolve().parents[2] / "src/gpushare/examples/three_teams"
 TEAMS = ("nlp", "vision", "recsys")
 
@@ -51,7 +49,7 @@ def _play(server, kubectl, tmp_path):
                                        viewport={"width": 1280, "height": 1000}).new_page()
             navigations: list[str] = []
             page.on("framenavigated", lambda frame: navigations.append(frame.url))
-            page.goto(f"{base}/dashboard")
+            goto(page, f"{base}/dashboard")
             # Log in by pasting the whole kubeconfig.
             page.fill("#token", Path(server.kubeconfig).read_text())
             page.click("#login-form button[type=submit]")
@@ -137,7 +135,7 @@ def test_a_user_sees_what_their_rbac_allows(server, kubectl, tmp_path):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             page = browser.new_context(ignore_https_errors=True).new_page()
-            page.goto(f"https://127.0.0.1:{server.port}/dashboard")
+            goto(page, f"https://127.0.0.1:{server.port}/dashboard")
             page.fill("#token", carol.read_text())
             page.click("#login-form button[type=submit]")
             expect(page.locator('[data-queue="nlp"] .quota-value')).to_have_text(
@@ -156,7 +154,7 @@ def test_a_bad_token_is_refused_on_the_login_form(server):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             page = browser.new_context(ignore_https_errors=True).new_page()
-            page.goto(f"https://127.0.0.1:{server.port}/dashboard")
+            goto(page, f"https://127.0.0.1:{server.port}/dashboard")
             page.fill("#token", "not-a-token")
             page.click("#login-form button[type=submit]")
             expect(page.locator("#login-error")).to_contain_text("401")

@@ -39,5 +39,5 @@ def test_gpu_product_affinity_picks_the_allowed_model_or_waits(server, controlle
                 and e["involvedObject"]["name"] == "on-h100"]
 
     event = wait_for(unschedulable, what="an Unschedulable event for on-h100")[0]
-    assert "node selector does not match" in event["message"]
+    assert "node(s) didn't match Pod's node affinity/selector" in event["message"]
     assert not kubectl.json("get", "pod", "on-h100", "-n", "default")["spec"].get("nodeName")

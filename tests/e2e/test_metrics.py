@@ -10,8 +10,8 @@ import pytest
 from e2e_support import add_node, wait_for
 from metrics_support import Scraper, total, value
 
-from gpushare.controllers.manager import start_controllers
-from gpushare.controllers.scheduler_metrics import reason_code
+from gpushare.controller_manager import start_controllers
+from gpushare.controllers.scheduling.scheduler_metrics import reason_code
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src/gpushare/examples/three_teams"
 TEAMS = ("nlp", "vision", "recsys")
@@ -37,15 +37,15 @@ def test_three_teams_on_metrics(server, pushing_controllers, kubectl):
 
     def nlp_bursts():
         s = scraper.samples()
-        return s if value(s, "queue_allocated_gpus", queue_name="nlp") == pytest.approx(0.99) \
+        return s if value(s, "kai_queue_allocated_gpus", queue_name="nlp") == pytest.approx(0.99) \
             else None
 
     samples = wait_for(nlp_bursts, what="nlp holding 0.99 on /metrics")
-    assert value(samples, "queue_deserved_gpus", queue_name="nlp") == pytest.approx(0.33)
-    assert value(samples, "queue_deserved_gpus", queue_name="ml-org") == pytest.approx(1.0)
+    assert value(samples, "kai_queue_deserved_gpus", queue_name="nlp") == pytest.approx(0.33)
+    assert value(samples, "kai_queue_deserved_gpus", queue_name="ml-org") == pytest.approx(1.0)
     assert value(samples, "gpushare_queue_limit", queue_name="nlp",
                  resource="gpu") == pytest.approx(1.0)
-    assert value(samples, "queue_quota_cpu_cores", queue_name="nlp") == -1
+    assert value(samples, "kai_queue_quota_cpu_cores", queue_name="nlp") == -1
     bound_before = total(samples, "gpushare_scheduler_decisions_total", result="bound")
     assert bound_before == 3
 
@@ -53,16 +53,16 @@ def test_three_teams_on_metrics(server, pushing_controllers, kubectl):
 
     def settled():
         s = scraper.samples()
-        got = {t: value(s, "queue_allocated_gpus", queue_name=t) for t in TEAMS}
+        got = {t: value(s, "kai_queue_allocated_gpus", queue_name=t) for t in TEAMS}
         return s if all(v == pytest.approx(0.33) for v in got.values()) else None
 
     samples = wait_for(settled, timeout=60, what="every team at 0.33 on /metrics")
     for team in TEAMS:
-        assert value(samples, "queue_fair_share_gpu", queue_name=team) == pytest.approx(
+        assert value(samples, "kai_queue_fair_share_gpu", queue_name=team) == pytest.approx(
             0.33, abs=0.011)
         assert value(samples, "gpushare_queue_allocated_non_preemptible", queue_name=team,
                      resource="gpu") == 0
-    assert value(samples, "queue_allocated_gpus", queue_name="ml-org") == pytest.approx(0.99)
+    assert value(samples, "kai_queue_allocated_gpus", queue_name="ml-org") == pytest.approx(0.99)
 
     # The reclaim: two nlp pods evicted, each counted once, as many as the Evict events.
     evictions = [e for e in _events(kubectl, "Evict") if "reclaim" in e["message"]]

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.telemetry.pushes import ComponentMetrics, ResourceUsage
-from gpushare.controllers.scheduler_metrics import SchedulerMetrics, reason_code
+from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics, reason_code
 from gpushare.model.queue import Queue, ResourceSpec
 from gpushare.scheduler.decisions import Bind, CycleResult, Evict, Pipeline, QueueReport
 
@@ -59,7 +59,7 @@ def test_histograms_and_odd_label_values_survive_the_merge():
     r = CollectorRegistry()
     h = Histogram("lat_seconds", "latency", ("action",), registry=r, buckets=(0.1, 1.0))
     h.labels('re"claim {x} ').observe(0.3)
-    Gauge("queue_allocated_gpus", "g", ("queue_name",), registry=r).labels("nlp").set(0.33)
+    Gauge("kai_queue_allocated_gpus", "g", ("queue_name",), registry=r).labels("nlp").set(0.33)
     c = ComponentMetrics(Clock())
     c.push("controllers", "host-1", generate_latest(r), "5")
     c.push("controllers", "host-2", generate_latest(r), "5")
@@ -67,7 +67,7 @@ def test_histograms_and_odd_label_values_survive_the_merge():
     buckets = [(lab, v) for n, lab, v in samples if n == "lat_seconds_bucket"]
     assert len(buckets) == 6  # 3 buckets x 2 pushers
     assert {lab["action"] for lab, _ in buckets} == {'re"claim {x} '}
-    assert [v for n, lab, v in samples if n == "queue_allocated_gpus"
+    assert [v for n, lab, v in samples if n == "kai_queue_allocated_gpus"
             and lab["instance"] == "host-2"] == [0.33]
 
 
@@ -75,10 +75,10 @@ def test_a_push_never_replaces_the_servers_own_families():
     c = ComponentMetrics(Clock())
     r = CollectorRegistry()
     Gauge("apiserver_watches", "fake", registry=r).set(99)
-    Gauge("queue_info", "q", ("queue_name",), registry=r).labels("a").set(1)
+    Gauge("kai_queue_info", "q", ("queue_name",), registry=r).labels("a").set(1)
     c.push("intruder", "x", generate_latest(r), "5")
     names = {n for n, _, _ in _render(c, frozenset({"apiserver_watches"}))}
-    assert "apiserver_watches" not in names and "queue_info" in names
+    assert "apiserver_watches" not in names and "kai_queue_info" in names
 
 
 def test_a_push_that_stops_expires():
@@ -213,20 +213,20 @@ def test_queue_gauges_follow_spec_and_reports_and_go_with_the_queue():
         "memory": ResourceSpec(Fraction(2_000_000_000), Fraction(-1)),
     })
     m.queue_spec("nlp", q)
-    assert _value(m, "queue_deserved_gpus", queue_name="nlp") == pytest.approx(0.33)
-    assert _value(m, "queue_quota_cpu_cores", queue_name="nlp") == -1
-    assert _value(m, "queue_quota_memory_bytes", queue_name="nlp") == 2e9
-    assert _value(m, "queue_info", queue_name="nlp", parent_queue="ml-org") == 1
+    assert _value(m, "kai_queue_deserved_gpus", queue_name="nlp") == pytest.approx(0.33)
+    assert _value(m, "kai_queue_quota_cpu_cores", queue_name="nlp") == -1
+    assert _value(m, "kai_queue_quota_memory_bytes", queue_name="nlp") == 2e9
+    assert _value(m, "kai_queue_info", queue_name="nlp", parent_queue="ml-org") == 1
     nat = {"gpu": 0.33, "cpu": 500.0, "memory": 1024.0}
     report = QueueReport(fair_share=nat, deserved=nat, allocated=nat,
                          allocated_non_preemptible={"gpu": 0.0, "cpu": 0.0, "memory": 0.0},
                          requested={"gpu": 0.66, "cpu": 500.0, "memory": 1024.0})
     m.queue_reports({"nlp": report}, ["nlp"])
-    assert _value(m, "queue_allocated_gpus", queue_name="nlp") == pytest.approx(0.33)
-    assert _value(m, "queue_allocated_cpu_cores", queue_name="nlp") == 0.5
-    assert _value(m, "queue_allocated_memory_bytes", queue_name="nlp") == 1024 * 1024 * 1024
+    assert _value(m, "kai_queue_allocated_gpus", queue_name="nlp") == pytest.approx(0.33)
+    assert _value(m, "kai_queue_allocated_cpu_cores", queue_name="nlp") == 0.5
+    assert _value(m, "kai_queue_allocated_memory_bytes", queue_name="nlp") == 1024 * 1024 * 1024
     assert _value(m, "gpushare_queue_requested", queue_name="nlp",
                   resource="gpu") == pytest.approx(0.66)
     m.queue_spec("nlp", None)
-    assert _value(m, "queue_allocated_gpus", queue_name="nlp") is None
-    assert _value(m, "queue_info", queue_name="nlp", parent_queue="ml-org") is None
+    assert _value(m, "kai_queue_allocated_gpus", queue_name="nlp") is None
+    assert _value(m, "kai_queue_info", queue_name="nlp", parent_queue="ml-org") is None

@@ -18,10 +18,11 @@ from gpushare.agent.node.inventory import declared_gpus
 from gpushare.agent.runtime.telemetry import AgentMetrics
 from gpushare.apiserver.telemetry.metrics import Metrics
 from gpushare.cli.compose import api_server
-from gpushare.controllers.scheduler_metrics import SchedulerMetrics
+from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics
+from gpushare.tools import find_tool
 
-ROOT = Path(__file__).resolve().parents[2] / "deploy/monitoring"
-NAME = re.compile(r"\b((?:queue|gpushare|apiserver|task|e2e|action)_[a-z0-9_]+)\b")
+ROOT = Path(__file__).resolve().parents[2] / "src/gpushare/deploy/monitoring"
+NAME = re.compile(r"\b((?:kai|gpushare|apiserver)_[a-z0-9_]+)\b")
 SUFFIXES = ("_bucket", "_count", "_sum", "_total")
 
 
@@ -57,7 +58,7 @@ def test_every_grafana_expression_uses_exported_metrics():
     assert not any("tenant_name" in e for e in bare)
     used = {m for e in bare for m in NAME.findall(e)}
     assert used - exported == set(), sorted(used - exported)
-    for must in ("queue_allocated_gpus", "queue_fair_share_gpu", "queue_deserved_gpus",
+    for must in ("kai_queue_allocated_gpus", "kai_queue_fair_share_gpu", "kai_queue_deserved_gpus",
                  "gpushare_scheduler_decisions_total", "gpushare_scheduler_pending_jobs",
                  "gpushare_gpu_slots_held", "gpushare_watchdog_kills_total",
                  "gpushare_tenant_pods", "gpushare_tenant_sync_seconds_bucket"):
@@ -81,8 +82,8 @@ def test_the_shipped_rbac_lets_prometheus_scrape_and_nothing_more(tmp_path):
         env = {**os.environ, "KUBECONFIG": str(tmp_path / "api/admin.kubeconfig")}
         for args in (["create", "namespace", "monitoring"],
                      ["apply", "-f", str(ROOT / "rbac.yaml")]):
-            done = subprocess.run(["/usr/bin/kubectl", *args], env=env, capture_output=True,
-                                  text=True, timeout=60)
+            done = subprocess.run([find_tool("kubectl") or "kubectl", *args], env=env,
+                                  capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
         assert server.ca_path is not None
         tls = ssl.create_default_context(cafile=str(server.ca_path))

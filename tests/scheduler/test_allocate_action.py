@@ -1,6 +1,7 @@
 from scheduler_builders import add_job, cluster, queue
 
 from gpushare.model import Node, PodStatus
+from gpushare.model.node import TAINTS_LABEL
 from gpushare.scheduler import Config, run_cycle
 
 ALLOCATE = Config(actions=("allocate",))
@@ -158,6 +159,21 @@ def test_reason_counts_nodes_that_are_not_ready_or_do_not_match():
     state.job_pods(job)[0].node_selector = {"type": "t4"}
     result = run_cycle(state, ALLOCATE, 0)
     assert result.pending_reasons["default/sel"].endswith(
-        "0/2 nodes are available: 1 node(s) node not ready, "
-        "1 node(s) node selector does not match."
+        "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+        "1 node(s) were not ready."
+    )
+
+
+def test_reason_uses_kube_schedulers_wording_for_cordoned_and_tainted_nodes():
+    state = cluster(nodes=0)
+    state.upsert_node(Node("cordoned", gpus=4, ready=False, cordoned=True))
+    state.upsert_node(Node("agentless", gpus=4, labels={
+        TAINTS_LABEL: "gpushare.io/no-agent=true:NoSchedule"}))
+    state.upsert_queue(queue("q", gpu_quota=-1))
+    job = add_job(state, "t", "q", whole=1)
+    state.job_pods(job)[0].node_affinity = ((TAINTS_LABEL, ("",)),)
+    result = run_cycle(state, ALLOCATE, 0)
+    assert result.pending_reasons["default/t"].endswith(
+        "0/2 nodes are available: 1 node(s) had untolerated taint "
+        "{gpushare.io/no-agent: true}, 1 node(s) were unschedulable."
     )

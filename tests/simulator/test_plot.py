@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,49 @@ def test_several_scenarios_get_one_plot_each(tmp_path):
     written = sorted(p.name for p in tmp_path.glob("seed-*.png"))
     assert len(written) == len(list(folder.glob("*.yaml")))
     assert "seed-seed-teams-come-back-and-reclaim-kai.png" in written
+
+
+def test_without_matplotlib_plot_fails_naming_the_extra_and_runs_nothing(tmp_path):
+    """matplotlib is the `plot` extra: without it, --plot is refused before any scenario
+    runs, with the pip command to get it; the same scenario without --plot still runs."""
+    blocked = ("import runpy, sys; sys.modules['matplotlib'] = None; sys.argv = sys.argv[1:]; "
+               "runpy.run_module('gpushare.cli.main', run_name='__main__')")
+    out = tmp_path / "alloc.png"
+    wide = {**os.environ, "COLUMNS": "300"}  # typer's error box keeps the message on one line
+    done = subprocess.run([sys.executable, "-c", blocked, "gpushare", "simulate", "scenario",
+                           str(SCENARIO), "--plot", str(out)],
+                          capture_output=True, text=True, timeout=120, env=wide)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "pip install 'gpushare[plot]'" in done.stderr
+    assert "ok " not in done.stdout and not out.exists()
+    plain = subprocess.run([sys.executable, "-c", blocked, "gpushare", "simulate", "scenario",
+                            str(SCENARIO)], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0 and plain.stdout.startswith("ok "), plain.stderr
+
+
+def test_allocation_plot_is_a_panel_of_steps_per_queue(tmp_path):
+    """Cycles are discrete and equal series must not hide each other: one panel per
+    queue, allocation drawn as steps, fair share over it."""
+    from gpushare.simulator.plots import allocation_plot
+
+    out = allocation_plot(tmp_path / "a.svg", {"a": [1.0, 0.5, 0.5], "b": [0.0, 0.5, 0.5]},
+                          {"a": [0.5, 0.5, 0.5], "b": [0.5, 0.5, 0.5]}, title="t")
+    text = out.read_text()
+    assert text.count('<g id="axes_') == 2  # a panel each
+    assert "a allocated" in text and "b fair share" in text
+    # a step: the path of a's allocation goes flat, then straight down (same x twice)
+    import re
+
+    paths = re.findall(r'<g id="line2d_\d+">\s*<path d="([^"]+)"', text)
+    assert any(re.search(r"L ([\d.]+) ([\d.]+) \nL \1 (?!\2)", p) for p in paths), paths[:3]
+
+
+def test_line_plot_inset_magnifies_the_band(tmp_path):
+    from gpushare.simulator.plots import line_plot
+
+    series = {"fgd": [(float(x), min(x, 95.0 + x / 100)) for x in range(50, 131)],
+              "spread": [(float(x), min(x, 76.0)) for x in range(50, 131)]}
+    out = line_plot(tmp_path / "f.svg", series, diagonal=True, inset=(85, 100))
+    text = out.read_text()
+    assert text.count('<g id="axes_') == 2
+    assert "85–100 magnified" in text

@@ -11,7 +11,7 @@ from typing import Any
 from tenancy_support import wait_for
 
 from gpushare.cli.compose import api_server
-from gpushare.controllers.manager import start_controllers
+from gpushare.controller_manager import start_controllers
 from gpushare.kube.client import EVENTS, PODS, KubeClient
 from gpushare.tenancy.controller import VIRTUALCLUSTERS, tenant_client
 from store_edit import store_put

@@ -15,7 +15,7 @@ import pytest
 from tenancy_support import wait_for
 
 from gpushare.cli.compose import api_server
-from gpushare.controllers.manager import ControllerSet, start_controllers
+from gpushare.controller_manager import ControllerSet, start_controllers
 from gpushare.kube.client import PODS, KubeClient
 from gpushare.tenancy import names
 from gpushare.tenancy.controller import VIRTUALCLUSTERS, tenant_client

@@ -7,7 +7,7 @@ from pathlib import Path
 from tenancy_support import wait_for
 
 from gpushare.cli.compose import api_server
-from gpushare.controllers.manager import start_controllers
+from gpushare.controller_manager import start_controllers
 from gpushare.kube.client import PODS, KubeClient
 from gpushare.tenancy.controller import VIRTUALCLUSTERS, tenant_client
 

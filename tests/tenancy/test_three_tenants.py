@@ -61,8 +61,16 @@ def test_tenant_list_and_bad_input(platform):
     assert set(TEAMS) <= set(rows)
     assert rows["vision"]["queues"] == ["vision"] and rows["vision"]["phase"] == "Ready"
     assert rows["vision"]["endpoint"] == "/clusters/vision"
+    # the API quota the platform set (the defaults here) and what the tenant holds of it
+    assert rows["vision"]["maxObjects"] == 10_000
+    assert rows["vision"]["maxStorageBytes"] == 256 * 1024**2
+    assert 0 < rows["vision"]["objects"] < 10_000 and rows["vision"]["storageBytes"] > 0
     table = platform.gpushare("tenant", "list", "--data-dir", str(platform.data)).stdout
     assert table.splitlines()[0].split()[:3] == ["NAME", "QUEUES", "PHASE"]
+    assert "OBJECTS" in table.splitlines()[0] and "/10000" in table
+    bad = platform.gpushare("tenant", "create", "ok-name", "--queue", "nlp", "--max-objects",
+                            "-1", "--data-dir", str(platform.data), check=False)
+    assert bad.returncode != 0 and "spec.maxObjects" in bad.stderr
     bad = platform.gpushare("tenant", "create", "Bad_Name", "--queue", "nlp", "--data-dir",
                             str(platform.data), check=False)
     assert bad.returncode != 0 and "metadata.name" in bad.stderr

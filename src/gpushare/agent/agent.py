@@ -29,13 +29,7 @@ from gpushare.agent.gpu.gpu_share import (
     share_from_annotations,
 )
 from gpushare.agent.gpu.nvml import NvmlBackend
-from gpushare.agent.gpu.watchdog import (
-    ComputeViolation,
-    PodGpuUsage,
-    PodLimit,
-    Violation,
-    node_totals,
-)
+from gpushare.agent.gpu.watchdog import ComputeViolation, Violation
 from gpushare.agent.node import node as nodes
 from gpushare.agent.node.inventory import GpuInventory, HostResources
 from gpushare.agent.node.nodeauth import CallerCheck
@@ -45,8 +39,11 @@ from gpushare.agent.pods.podspec import ContainerPlan, decode_secret
 from gpushare.agent.pods.statuswriter import StatusSink, StatusWriter
 from gpushare.agent.runtime import sandbox as sb
 from gpushare.agent.runtime.gpuguard import GpuGuard
+from gpushare.agent.runtime.gpuusage import UsageReport
 from gpushare.agent.runtime.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
+from gpushare.agent.runtime.network.addressing import NetworkError
+from gpushare.agent.runtime.network.podnet import open_network
 from gpushare.agent.runtime.planning import make_planner
 from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
 from gpushare.agent.runtime.supervisor import (
@@ -56,9 +53,10 @@ from gpushare.agent.runtime.supervisor import (
     kill_unrecorded,
 )
 from gpushare.agent.runtime.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
-from gpushare.apiserver.schema import shapes
-from gpushare.bodies import field_dict
-from gpushare.contracts import GPU_USAGE_ANNOTATION
+from gpushare.api import shapes
+from gpushare.api.contracts import GPU_USAGE_ANNOTATION
+from gpushare.api.objects import field_dict
+from gpushare.api.timefmt import rfc3339, rfc3339_micro
 from gpushare.kube.client import (
     CONFIGMAPS,
     NODES,
@@ -70,7 +68,6 @@ from gpushare.kube.client import (
 )
 from gpushare.kube.informer import Informer
 from gpushare.kube.lease import renew_node_lease
-from gpushare.kube.timefmt import rfc3339, rfc3339_micro
 
 log = logging.getLogger("gpushare.agent")
 
@@ -112,6 +109,12 @@ class AgentConfig:
     sandbox: str = "auto"
     #: Directories no pod may see besides the data directory (the kubeconfig's).
     sandbox_hidden: tuple[Path, ...] = ()
+    #: Host paths pods may read though the sandbox hides their place (--sandbox-read-only).
+    sandbox_read_only: tuple[Path, ...] = ()
+    #: The pods' network: auto (isolated when the node can), isolated, or host.
+    pod_network: str = "auto"
+    #: The node's pod CIDR (auto: 10.244.<n>.0/24, the first free n from the data dir's).
+    pod_cidr: str = "auto"
 
 
 # How long forgetting a pod waits for its processes to end (SIGKILL, then the reaping).
@@ -164,26 +167,26 @@ class Agent:
         self._pods: dict[str, _Running] = {}  # by uid
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        self._writes_stop = threading.Event()  # set once the pods' last statuses are queued
         # The pods bound to this node, listed and watched by the shared informer.
         self._pod_stopper = Stopper()
         self._pod_informer = Informer(kube, PODS, self._pod_stopper,
                                       field_selector=self._on_this_node,
                                       watch_timeout_seconds=config.watch_timeout_s)
         self._skipped: set[str] = set()  # uids of pods skipped as malformed (event sent)
-        self.writer = StatusWriter(kube, config.node_name, self._stop)
+        self.writer = StatusWriter(kube, config.node_name, self._writes_stop)
         self._writes = self.writer.writes
         self._values = _ApiValues(kube)
         self._threads: list[threading.Thread] = []
         self._ready_since = time.time()
-        self._last_usage: dict[str, str] = {}
-        self._usage_at = 0.0
         self.metrics = AgentMetrics(config.node_name, inventory, enforcement.annotation)
-        self._gpu_mib: dict[str, dict[int, int]] = {}
+        self.usage = UsageReport(kube, config.node_name, self._writes, inventory, nvml,
+                                 self.metrics, config.usage_report_s)
         self._telemetry_stop = Stopper()
         self.telemetry: AgentTelemetry | None = None
         if config.telemetry_s > 0:
             self.telemetry = AgentTelemetry(kube, self.metrics, inventory, self.pod_views,
-                                            lambda: self._gpu_mib, self._telemetry_stop,
+                                            lambda: self.usage.gpu_mib, self._telemetry_stop,
                                             config.telemetry_s)
         self.monitor: GpuMonitor | None = None
         if nvml is not None and enforcement.watchdog:
@@ -203,9 +206,12 @@ class Agent:
         self.gpu = GpuGuard(enforcement.mps, self._watched, self.node_event, self.metrics)
         self.node_server: NodeServer | None = None
         self.sandbox = sb.open_for_pods(
-            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden]),
+            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden],
+                             config.sandbox_read_only),
             config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
+        self.network = open_network(kube, config.pod_network, config.pod_cidr,
+                                    config.data_dir)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------
@@ -243,7 +249,8 @@ class Agent:
     def _start_node_server(self) -> NodeServer:
         tls = self._serving_certificate()
         server = NodeServer(
-            NodeHandlers(self._locate, self._container_running, self._exec_target), tls,
+            NodeHandlers(self._locate, self._container_running, self._exec_target,
+                         self.pod_netns), tls,
             CallerCheck(self.kube, self.config.node_name).check, self.config.address,
             self.config.port)
         server.start()
@@ -252,6 +259,7 @@ class Agent:
     def start(self) -> None:
         self.node_server = self._start_node_server()
         try:
+            self.network.start()
             self.register()
             self._adopt_or_clean()
         except BaseException:
@@ -294,6 +302,7 @@ class Agent:
                 entry.supervisor.shutdown(self.config.shutdown_grace_s)
             for entry in running:
                 entry.supervisor.wait(self.config.shutdown_grace_s + 10)
+        self._writes_stop.set()  # the writer sends what is queued, then ends
         deadline = time.monotonic() + 5
         while not self._writes.empty() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -311,6 +320,7 @@ class Agent:
             busy = any(not e.supervisor.finished for e in self._pods.values())
         if self.enforcement.mps is not None and (stop_pods or not busy):
             self.enforcement.mps.stop_all()
+        self.network.stop(teardown=stop_pods or not busy)  # running pods keep theirs
 
     def wait(self) -> None:
         while not self._stop.wait(1.0):
@@ -355,7 +365,13 @@ class Agent:
                 },
             )
         self._ready_since = time.time()
+        body["status"]["conditions"].append(self._network_condition())
         self._patch_node_status({"status": body["status"]})
+        with contextlib.suppress(ApiError):  # the node's pod CIDR, as a kubelet's Node
+            self.kube.merge_patch(node, {"spec": self.network.node_spec()})
+
+    def _network_condition(self) -> dict[str, Any]:
+        return self.network.condition(rfc3339(time.time()), rfc3339(self._ready_since))
 
     def heartbeat(self) -> None:
         now = time.time()
@@ -367,6 +383,7 @@ class Agent:
                             nodes.ready_condition(now, self._ready_since),
                             nodes.sandbox_condition(*self._sandbox_summary(), now,
                                                     self._ready_since),
+                            self._network_condition(),
                         ],
                         "daemonEndpoints": {"kubeletEndpoint": {"Port": self.node_port}},
                     }
@@ -406,6 +423,7 @@ class Agent:
             )
             for p in pods
         }
+        self.network.cleanup(uid for uid in live.values() if uid)
         root = pods_root(self.config.data_dir)
         for ns_dir in root.iterdir() if root.is_dir() else []:
             for directory in ns_dir.iterdir():
@@ -518,13 +536,21 @@ class Agent:
             if refused is not None:
                 self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
                 return
+            if (refused_network := self.network.refusal(pod)) is not None:
+                self._fail_unstartable(pod, *refused_network)
+                return
             directory.mkdir(parents=True, exist_ok=True)
             state = self._sandbox_for(pod, directory, share, recorded == uid)
+            try:
+                state, pod_ip = self.network.sandbox_for(pod, state)
+            except NetworkError as exc:
+                self._fail_unstartable(pod, "FailedCreatePodSandBox", str(exc))
+                return
             supervisor = PodSupervisor(
                 pod,
                 directory,
                 make_planner(
-                    pod,
+                    self.network.with_address(pod, pod_ip),
                     share,
                     self._runtime_env(pod),
                     self._values,
@@ -532,7 +558,7 @@ class Agent:
                     self.inventory.declared,
                     self.config.address,
                 ),
-                StatusSink(self._writes, namespace, name, uid),
+                StatusSink(self._writes, namespace, name, uid, pod_ip),
                 self.config.supervisor,
                 state,
                 before_signal=self.gpu.end_gpu_work,
@@ -556,7 +582,8 @@ class Agent:
             state = sb.new_state(
                 self.sandbox, directory, str(meta.get("name") or "pod")[:63],
                 sb.ids_in_use(pods_root(self.config.data_dir)), mps_gpu,
-                sb.gpu_devices() if share is not None else (), writable)
+                sb.gpu_devices(d.index for d in share.devices) if share is not None else (),
+                writable)
         sb.prepare(state, pods_root(self.config.data_dir))
         if self.tokens.wanted(pod):
             written = self.tokens.write(pod, state)
@@ -567,6 +594,12 @@ class Agent:
             self._writes.put(("annotations", meta.get("namespace", "default"),
                               meta.get("name", ""), "", {nodes.ANN_SANDBOX: _describe(state)}))
         return state
+
+    def pod_netns(self, namespace: str, name: str) -> str | None:
+        """The network namespace of a pod running here (None: the node's network)."""
+        with self._lock:
+            uids = [u for u, e in self._pods.items() if (e.namespace, e.name) == (namespace, name)]
+        return self.network.netns_of(uids[0]) if uids else None
 
     def _mps_client(self, share: GpuShare | None) -> tuple[int | None, tuple[str, ...]]:
         """(GPU index, its pipe directory) when the pod will be a client of an MPS daemon."""
@@ -602,6 +635,7 @@ class Agent:
             with self._lock:
                 if self._pods.get(uid or "") is entry:
                     del self._pods[uid or ""]
+            self.network.release(uid or "")
             shutil.rmtree(entry.supervisor.directory, ignore_errors=True)
 
         threading.Thread(target=reap, daemon=True).start()
@@ -622,15 +656,15 @@ class Agent:
         self.event(pod, reason, message)
 
     def _runtime_env(self, pod: dict[str, Any]) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)
-        }
+        env = {k: v for k, v in os.environ.items()
+               if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)}
         env["HOSTNAME"] = (pod.get("metadata") or {}).get("name", "")
-        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox)
+        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox); on
+        # its own network, a pod reaches it through the `kubernetes` Service only
         api = urlsplit(self.kube.host)
-        if api.hostname:
+        if service := self.network.api_env(pod):
+            env.update(service)
+        elif api.hostname:
             env["KUBERNETES_SERVICE_HOST"] = api.hostname
             env["KUBERNETES_SERVICE_PORT"] = str(
                 api.port or (443 if api.scheme == "https" else 80))
@@ -683,38 +717,8 @@ class Agent:
         if self.monitor is None:
             return []
         result = self.monitor.once()
-        self._gpu_mib = {key: dict(u.memory_mib) for key, u in result.usage.items()}
-        if self.nvml is not None:
-            used: dict[int, int] = {}
-            for device in self.inventory.devices:
-                with contextlib.suppress(Exception):
-                    used[device.index] = self.nvml.used_memory_bytes(device.index)
-            self.metrics.gpu_memory(used, self._gpu_mib)
-        self._report_usage(result.usage, result.limits, [d.index for d in self.inventory.devices])
+        self.usage.publish(result)
         return [v.pod for v in result.killed]
-
-    def _report_usage(
-        self, usage: Mapping[str, Any], limits: Mapping[str, PodLimit], indices: list[int]
-    ) -> None:
-        now = time.monotonic()
-        if now - self._usage_at < self.config.usage_report_s:
-            return
-        self._usage_at = now
-        for key, limit in limits.items():
-            entry = usage.get(key)
-            text = (entry or PodGpuUsage()).to_annotation(limit.share_mib)
-            if self._last_usage.get(key) != text:
-                self._last_usage[key] = text
-                namespace, name = key.split("/", 1)
-                self._writes.put(("annotations", namespace, name, "", {ANN_POD_USAGE: text}))
-        totals = node_totals(usage, limits, indices)
-        if self._last_usage.get("") != totals:
-            self._last_usage[""] = totals
-            with contextlib.suppress(Exception):
-                self.kube.merge_patch(
-                    NODES.item(self.config.node_name),
-                    {"metadata": {"annotations": {nodes.ANN_GPU_USAGE: totals}}},
-                )
 
     def _monitor_loop(self) -> None:
         while not self._stop.wait(self.config.monitor_s):
@@ -781,7 +785,6 @@ def _describe(state: sb.SandboxState) -> str:
 
 def _recorded_uid(directory: Path) -> str | None:
     import json
-
     try:
         return json.loads((directory / META_DIR / "state.json").read_text()).get("uid")
     except (OSError, ValueError):

@@ -58,6 +58,22 @@ def agent(
                           "bubblewrap namespaces when they work, else a per-pod user; "
                           "none when the agent is not root)")
     ] = "auto",
+    sandbox_read_only: Annotated[
+        list[Path] | None, typer.Option(
+            "--sandbox-read-only", help="a host path under /tmp, /run, /root or /home that "
+            "pods may read (bound read-only into every bwrap sandbox; repeatable). Nothing a "
+            "pod names itself is bound")
+    ] = None,
+    pod_network: Annotated[
+        str, typer.Option(help="auto|isolated|host: each pod in a network namespace of its "
+                          "own on the node's bridge (auto: when the node can; else pods share "
+                          "the node's network, the Node says so and tenants' pods are "
+                          "refused)")
+    ] = "auto",
+    pod_cidr: Annotated[
+        str, typer.Option(help="the node's pod addresses, e.g. 10.244.1.0/24 (auto: "
+                          "10.244.<n>.0/24 with an n no other agent here uses)")
+    ] = "auto",
 ) -> None:
     """Register this machine as a Node and run the pods bound to it as local processes."""
     from gpushare import __version__
@@ -114,17 +130,21 @@ def agent(
         telemetry_s=metrics_interval,
         sandbox=sandbox,
         sandbox_hidden=(kubeconfig.resolve().parent,),
+        sandbox_read_only=tuple(sandbox_read_only or ()),
+        pod_network=pod_network,
+        pod_cidr=pod_cidr,
     )
     try:
         kube = KubeClient.from_kubeconfig(str(kubeconfig))
     except Exception as exc:
         typer.echo(f"error: --kubeconfig {kubeconfig}: {exc}", err=True)
         raise typer.Exit(2) from None
+    from gpushare.agent.runtime.network.addressing import NetworkError
     from gpushare.agent.runtime.sandbox import SandboxError
 
     try:
         runner = Agent(kube, config, inventory, host_resources(), chosen, nvml)
-    except SandboxError as exc:
+    except (SandboxError, NetworkError) as exc:
         typer.echo(f"error: {exc}", err=True)
         if chosen.mps is not None:
             chosen.mps.stop_all()
@@ -147,7 +167,7 @@ def agent(
     typer.echo(
         f"node {name}: {inventory.count} GPU(s){' (declared)' if inventory.declared else ''}, "
         f"enforcement {chosen.annotation}, node endpoint on https port {runner.node_port}, "
-        f"sandbox {runner.sandbox.mode}"
+        f"sandbox {runner.sandbox.mode}; pod network: {runner.network.describe()}"
     )
     while not done.wait(1.0):
         pass

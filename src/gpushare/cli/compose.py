@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpushare import dashboard
-from gpushare.apiserver.http.plugins import PluginFactory
+from gpushare.api.plugins import PluginFactory
 from gpushare.apiserver.http.server import ApiServer
 from gpushare.tenancy import admission as tenancy_admission
 

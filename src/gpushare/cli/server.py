@@ -44,6 +44,22 @@ EventLogBytes = Annotated[int, typer.Option(
     "--event-log-bytes", help="Bound of the watch event log in bytes (besides 50,000 events).")]
 
 
+QuotaBytes = Annotated[int, typer.Option(
+    "--storage-quota-bytes", help="Space quota of the store: past it only deletes and writes "
+    "that do not grow objects are accepted, until room is freed (default 2 GiB).")]
+ReserveBytes = Annotated[int, typer.Option(
+    "--storage-reserve-bytes", help="Free disk space kept: below it the store grows no more "
+    "(default 256 MiB).")]
+HandshakeTimeout = Annotated[float, typer.Option(
+    "--tls-handshake-timeout", help="Seconds a client has to complete the TLS handshake; "
+    "connections that do not are closed (default 10).")]
+WatchBacklogBytes = Annotated[int, typer.Option(
+    "--watch-backlog-bytes", help="Bytes of events one watch may have waiting to be sent: "
+    "past it the watch is closed and its client re-lists (default 16 MiB; 0: no bound "
+    "but 20,000 events).")]
+FlowControl = Annotated[bool, typer.Option(
+    "--flow-control/--no-flow-control", help="Per-tenant fairness: requests queued fairly "
+    "per logical cluster with bounded concurrency, bulk work in slices (default on).")]
 AnonymousMetrics = Annotated[bool, typer.Option(
     "--anonymous-metrics", help="serve /metrics without a token (by default a token whose "
     "user may `get` the nonResourceURL /metrics is needed: the system:monitoring role)")]
@@ -52,8 +68,14 @@ AnonymousMetrics = Annotated[bool, typer.Option(
 def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
               sync: Sync = "full", max_request_bytes: MaxBody = 3 * 1024 * 1024,
               event_log_bytes: EventLogBytes = 64 * 1024 * 1024,
-              anonymous_metrics: AnonymousMetrics = False) -> None:
+              anonymous_metrics: AnonymousMetrics = False,
+              storage_quota_bytes: QuotaBytes = 2 * 1024**3,
+              storage_reserve_bytes: ReserveBytes = 256 * 1024**2,
+              tls_handshake_timeout: HandshakeTimeout = 10.0,
+              watch_backlog_bytes: WatchBacklogBytes = 16 * 1024 * 1024,
+              flow_control: FlowControl = True) -> None:
     """Run the Kubernetes-compatible API server in the foreground (Ctrl-C stops it)."""
+    from gpushare.apiserver.http.server import DEFAULT_FAIRNESS
     from gpushare.cli.compose import api_server
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
@@ -63,8 +85,13 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
     try:
         server = api_server(data_dir, host, port, sync=sync,
                            max_body_bytes=max_request_bytes, event_log_bytes=event_log_bytes,
-                           anonymous_metrics=anonymous_metrics)
-    except (OSError, RuntimeError) as e:
+                           anonymous_metrics=anonymous_metrics,
+                           storage_quota_bytes=storage_quota_bytes,
+                           storage_reserve_bytes=storage_reserve_bytes,
+                           tls_handshake_timeout=tls_handshake_timeout,
+                           watch_backlog_bytes=watch_backlog_bytes,
+                           fairness=DEFAULT_FAIRNESS if flow_control else None)
+    except (OSError, RuntimeError, ValueError) as e:
         typer.echo(f"error: cannot start the API server on {host}:{port}: {e}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"gpushare apiserver listening on {server.url}; "

@@ -9,7 +9,7 @@ import orjson
 import typer
 
 from gpushare.simulator.fill import POLICIES, RECOMMENDED, FillResult, run_fill
-from gpushare.simulator.plots import PlotError, line_plot
+from gpushare.simulator.plots import PlotError, check_path, line_plot
 from gpushare.simulator.timeline import QUEUE_BY, run_timeline
 from gpushare.simulator.traces import TraceError, read_nodes, read_pods
 
@@ -38,8 +38,11 @@ def trace(
         _fail(f"--demand: expected a ratio in (0, 10], got {demand}")
     if queue_by not in QUEUE_BY:
         _fail(f"--queue-by: expected one of {', '.join(QUEUE_BY)}, got {queue_by!r}")
-    if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
-        _fail(f"--plot: expected a .png or .svg file name, got {str(plot)!r}")
+    if plot is not None:
+        try:
+            check_path(plot)  # the name, its directory and matplotlib, before the trace runs
+        except PlotError as err:
+            _fail(str(err))
     try:
         trace_nodes = read_nodes(nodes)
         trace_pods = read_pods(pods)
@@ -77,7 +80,7 @@ def trace(
             a = r.allocation(1, top)
             series[f"{r.policy} seed {r.seed}"] = [(float(k), v) for k, v in a.items()]
         _plot(plot, series, "GPU allocation against arrived demand", "arrived GPU demand (%)",
-              "GPU allocated (%)", diagonal=True)
+              "GPU allocated (%)", diagonal=True, inset=(85, 100))
 
 
 def _table(results: list[FillResult], demand: float) -> None:
@@ -122,9 +125,11 @@ def _timeline(nodes, pods, policies, queue_by, json: bool, plot: Path | None) ->
         _plot(plot, series, "GPU allocation over the trace", "time (s)", "GPU allocated (%)")
 
 
-def _plot(path: Path, series, title: str, xlabel: str, ylabel: str, diagonal=False) -> None:
+def _plot(path: Path, series, title: str, xlabel: str, ylabel: str, diagonal=False,
+          inset: tuple[float, float] | None = None) -> None:
     try:
-        line_plot(path, series, title=title, xlabel=xlabel, ylabel=ylabel, diagonal=diagonal)
+        line_plot(path, series, title=title, xlabel=xlabel, ylabel=ylabel, diagonal=diagonal,
+                  inset=inset)
     except (PlotError, OSError) as err:
         _fail(str(err))
 

@@ -17,13 +17,16 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-tenant_app = typer.Typer(help="Virtual clusters: each team its own Kubernetes cluster on the "
-                              "shared GPUs.", no_args_is_help=True)
+from gpushare.cli import helpformat
+from gpushare.cli.kubeconfig import HELP_WITH_DATA_DIR, kubeconfig_path
+
+tenant_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
+                         help="Virtual clusters: each team its own Kubernetes cluster on "
+                              "the shared GPUs.", no_args_is_help=True)
 
 DataDir = Annotated[Path, typer.Option(help="the API server's data directory (tokens.yaml, "
                                             "admin.kubeconfig)")]
-KubeconfigOpt = Annotated[Path | None, typer.Option(help="host admin kubeconfig (default: "
-                                                         "DATA_DIR/admin.kubeconfig)")]
+KubeconfigOpt = Annotated[Path | None, typer.Option(help=HELP_WITH_DATA_DIR)]
 
 
 def register(app: typer.Typer) -> None:
@@ -33,12 +36,7 @@ def register(app: typer.Typer) -> None:
 def _client(data_dir: Path, kubeconfig: Path | None) -> Any:
     from gpushare.kube.client import KubeClient
 
-    path = kubeconfig or data_dir / "admin.kubeconfig"
-    if not path.exists():
-        typer.echo(f"error: {path} does not exist; start the control plane (gpushare up) or "
-                   "pass --kubeconfig", err=True)
-        raise typer.Exit(1)
-    return KubeClient.from_kubeconfig(str(path))
+    return KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig, data_dir))
 
 
 def _fail(message: str) -> typer.Exit:
@@ -58,6 +56,14 @@ def create(
     priority_classes: Annotated[str | None, typer.Option(
         help="allowed priority classes, a,b (default: any of the host's)")] = None,
     max_pods: Annotated[int | None, typer.Option(help="live pods at most")] = None,
+    pod_create_rate: Annotated[float | None, typer.Option(
+        help="pods it may create per second (429 past it)")] = None,
+    pod_create_burst: Annotated[int | None, typer.Option(
+        help="pod creates allowed at once (default: the rate)")] = None,
+    max_objects: Annotated[int | None, typer.Option(
+        help="objects its cluster may hold (API quota; default 10000)")] = None,
+    max_storage_bytes: Annotated[str | None, typer.Option(
+        help="bytes its objects may take, e.g. 512Mi (API quota; default 256Mi)")] = None,
     data_dir: DataDir = Path(".gpushare"),
     kubeconfig: KubeconfigOpt = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="where to write the "
@@ -75,6 +81,15 @@ def create(
         spec["priorityClasses"] = _split([priority_classes])
     if max_pods is not None:
         spec["maxPods"] = max_pods
+    if pod_create_rate is not None:
+        spec["podCreateRate"] = pod_create_rate
+    if pod_create_burst is not None:
+        spec["podCreateBurst"] = pod_create_burst
+    if max_objects is not None:
+        spec["maxObjects"] = max_objects
+    if max_storage_bytes is not None:
+        spec["maxStorageBytes"] = (int(max_storage_bytes) if max_storage_bytes.isdigit()
+                                   else max_storage_bytes)
     client = _client(data_dir, kubeconfig)
     try:
         try:
@@ -129,33 +144,73 @@ def list_cmd(
     kubeconfig: KubeconfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable")] = False,
 ) -> None:
-    """The virtual clusters: queues, phase, pods, GPUs held."""
+    """The virtual clusters: queues, phase, pods, GPUs held, API quota and its use."""
     from gpushare.tenancy.controller import VIRTUALCLUSTERS
+    from gpushare.tenancy.policy import TenantPolicy
 
     client = _client(data_dir, kubeconfig)
     try:
         items = client.list(VIRTUALCLUSTERS.collection()).get("items") or []
+        used = _api_usage(client)
     finally:
         client.close()
     rows = []
     for vc in sorted(items, key=lambda v: v["metadata"]["name"]):
         spec, status = vc.get("spec") or {}, vc.get("status") or {}
+        policy = TenantPolicy.from_object(vc)
+        objects, held = used.get(policy.name, (None, None))
         rows.append({"name": vc["metadata"]["name"], "queues": spec.get("queues") or [],
                      "priorityClasses": spec.get("priorityClasses"),
                      "maxPods": spec.get("maxPods"), "paused": bool(spec.get("paused")),
                      "phase": status.get("phase", ""), "pods": status.get("pods", 0),
                      "gpuAllocated": status.get("gpuAllocated", "0"),
                      "endpoint": status.get("endpoint", ""),
-                     "message": status.get("message", "")})
+                     "message": status.get("message", ""),
+                     "maxObjects": policy.max_objects, "objects": objects,
+                     "maxStorageBytes": policy.max_storage_bytes, "storageBytes": held})
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    header = ("NAME", "QUEUES", "PHASE", "PODS", "GPU ALLOCATED", "ENDPOINT")
+    header = ("NAME", "QUEUES", "PHASE", "PODS", "GPU ALLOCATED", "OBJECTS", "STORAGE",
+              "ENDPOINT")
     table = [header] + [(r["name"], ",".join(r["queues"]), r["phase"], str(r["pods"]),
-                         r["gpuAllocated"], r["endpoint"]) for r in rows]
+                         r["gpuAllocated"], _of(r["objects"], r["maxObjects"], str),
+                         _of(r["storageBytes"], r["maxStorageBytes"], _mib), r["endpoint"])
+                        for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         typer.echo("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _api_usage(client: Any) -> dict[str, tuple[int, int]]:
+    """(objects, bytes) each tenant's cluster holds, from the API server's /metrics
+    (`apiserver_tenant_objects`, `apiserver_tenant_bytes`); empty if it cannot be read."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        response = client._send("GET", "/metrics")
+        if response.status != 200:
+            return {}
+        text = response.data.decode()
+    except Exception:  # the list still shows the quotas
+        return {}
+    objects: dict[str, int] = {}
+    held: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        target = {"apiserver_tenant_objects": objects,
+                  "apiserver_tenant_bytes": held}.get(family.name)
+        if target is not None:
+            for sample in family.samples:
+                target[sample.labels["cluster"]] = int(sample.value)
+    return {c: (n, held.get(c, 0)) for c, n in objects.items()}
+
+
+def _of(used: int | None, limit: int, show: Any) -> str:
+    return f"{'?' if used is None else show(used)}/{show(limit)}"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024**2:.1f}Mi"
 
 
 def _set_paused(name: str, paused: bool, data_dir: Path, kubeconfig: Path | None,
@@ -236,7 +291,7 @@ def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
     from gpushare.apiserver.http.server import kubeconfig as make_kubeconfig
     from gpushare.tenancy.tokens import tenant_token
 
-    admin = yaml.safe_load((kubeconfig or data_dir / "admin.kubeconfig").read_text())
+    admin = yaml.safe_load(Path(kubeconfig_path(kubeconfig, data_dir)).read_text())
     cluster = admin["clusters"][0]["cluster"]
     server = str(cluster["server"]).split("/clusters/", 1)[0].rstrip("/")
     name = vc["metadata"]["name"]

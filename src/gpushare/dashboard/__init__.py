@@ -14,8 +14,7 @@ from importlib import resources
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gpushare.apiserver.http.plugins import ServerPlugin
-from gpushare.apiserver.registry.api import Api
+from gpushare.api.plugins import ServerApi, ServerPlugin
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -24,7 +23,8 @@ _TYPES = {
     ".svg": "image/svg+xml",
 }
 # Served files are only these: no path from the request reaches the file system.
-_FILES = ("index.html", "app.js", "api.js", "model.js", "render.js", "style.css")
+_FILES = ("index.html", "app.js", "api.js", "model.js", "render.js", "history.js", "charts.js",
+          "style.css")
 _HEADERS = {
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
@@ -48,7 +48,7 @@ def dashboard_response(path: str) -> Response:
     return Response(_load(name), 200, media_type=_TYPES[suffix], headers=_HEADERS)
 
 
-def server_plugin(_api: Api) -> ServerPlugin:
+def server_plugin(_api: ServerApi) -> ServerPlugin:
     """The API server's ``/dashboard``: static files only, served without a token; the
     page reads everything through the API with the user's token."""
     return ServerPlugin("dashboard", mounts={"/dashboard": dashboard_response})

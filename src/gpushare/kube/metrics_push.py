@@ -18,7 +18,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    disable_created_metrics,
+    generate_latest,
+    start_http_server,
+)
 from prometheus_client.core import Metric
 
 from gpushare.kube.client import ApiError, KubeClient, Stopper
@@ -26,6 +31,9 @@ from gpushare.kube.client import ApiError, KubeClient, Stopper
 log = logging.getLogger(__name__)
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
+# Every component that pushes imports this module: none of their counters gets a
+# ``_created`` series (a timestamp that a union of pushes would show as one more gauge).
+disable_created_metrics()
 
 
 class _Union:
@@ -47,7 +55,10 @@ def union_registry(*registries: CollectorRegistry) -> CollectorRegistry:
 
 
 def default_instance() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+    """The ``instance`` label of a component's pushes: stable across restarts (a PID in it
+    would start a new series at every restart), so the pod's name where Kubernetes gives
+    one (``POD_NAME`` from the downward API), else the host's name."""
+    return os.environ.get("POD_NAME") or socket.gethostname()
 
 
 class MetricsPusher:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: The node label that names a node's blocking taints (``key=value:effect`` joined by
+#: commas; empty without any): taints reach the core as this label, and a pod's affinity
+#: allows the taint sets it tolerates. Not a valid label key: no real label clashes.
+TAINTS_LABEL = "(blocking taints)"
+
 
 @dataclass(slots=True)
 class Node:
@@ -14,4 +19,5 @@ class Node:
     memory_bytes: int = 262144 * 1024 * 1024
     max_pods: int = 110
     labels: dict[str, str] = field(default_factory=dict)
-    ready: bool = True
+    ready: bool = True  # False also while cordoned: nothing new is placed there
+    cordoned: bool = False  # not ready because it was cordoned (spec.unschedulable)

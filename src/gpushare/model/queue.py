@@ -22,10 +22,6 @@ class ResourceSpec:
     over_quota_weight: Fraction = Fraction(1)
 
     @property
-    def unlimited_quota(self) -> bool:
-        return self.quota == UNLIMITED
-
-    @property
     def unlimited_limit(self) -> bool:
         return self.limit == UNLIMITED
 
@@ -62,3 +58,16 @@ class Queue:
 
     def is_leaf(self) -> bool:
         return not self.children
+
+
+def root_quota_overcommit(root_quotas: dict[str, float], capacity_gpus: float) -> str | None:
+    """Top-level queues whose GPU quotas together exceed the cluster's GPUs promise
+    guarantees that cannot all be kept: the warning to give, or None. ``root_quotas``:
+    each top-level queue's GPU quota (unlimited or none: left out or <= 0)."""
+    promised = {name: q for name, q in root_quotas.items() if q > 0}
+    total = sum(promised.values())
+    if capacity_gpus <= 0 or total <= capacity_gpus + 1e-9:
+        return None
+    listed = ", ".join(f"{name} {q:g}" for name, q in sorted(promised.items()))
+    return (f"top-level GPU quotas sum to {total:g} ({listed}) but the cluster has "
+            f"{capacity_gpus:g} GPU(s): not every guarantee can be met at once")

@@ -47,8 +47,9 @@ MOVED_FROM = frozenset({PodStatus.RUNNING, PodStatus.BINDING, PodStatus.RELEASIN
 def collect(session: Session) -> CycleResult:
     state = session.state
     result = CycleResult()
-    for key in sorted(state.touched()):
-        before = state.touched()[key]
+    touched = state.touched()
+    for key in sorted(touched):
+        before = touched[key]
         pod = state.pods.get(key)
         if pod is None or pod.status is before:
             continue
@@ -71,19 +72,17 @@ def collect(session: Session) -> CycleResult:
         elif pod.status is PodStatus.RELEASING:
             result.evictions.append(Evict(key, pod.evict_reason, pod.evict_action))
     for job_key, reason in sorted(session.pending_reasons.items()):
-        job = state.jobs.get(job_key)
-        if job is not None and any(
-            state.pods[k].status is PodStatus.PENDING for k in job.pods
-        ):
+        if job_key in state.jobs and state.has_pending_pods(job_key):
             result.pending_reasons[job_key] = reason
+    shares = session.proportion
     for name in sorted(state.queues):
         qu = state.queue_usage[name]
         result.queues[name] = QueueReport(
-            fair_share=session.fair_share_report(name),
-            deserved=session.deserved_report(name),
+            fair_share=shares.fair_share_report(name),
+            deserved=shares.deserved_report(name),
             allocated=_res_natural(qu.allocated),
             allocated_non_preemptible=_res_natural(qu.allocated_np),
-            requested=_natural(session.requested.get(name, session.allocated(name))),
+            requested=_natural(shares.requested.get(name, shares.allocated(name))),
         )
     result.searches = {name: dict(figures) for name, figures in session.searches.items()}
     # Staleness is reported for jobs that are stale now or were when the cycle began.

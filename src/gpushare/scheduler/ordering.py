@@ -41,19 +41,20 @@ def compare_queues(
     left_victims: Vec | None = None, right_victims: Vec | None = None,
 ) -> int:
     """Negative when ``left`` goes first (KAI's queue order, criterion by criterion)."""
-    l_over, r_over = session.over_fair_share(left), session.over_fair_share(right)
+    shares = session.proportion
+    l_over, r_over = shares.over_fair_share(left), shares.over_fair_share(right)
     if l_over != r_over:
         return 1 if l_over else -1
     l_req = job_init_request(session, left_job) if left_job else (F0, F0, F0)
     r_req = job_init_request(session, right_job) if right_job else (F0, F0, F0)
-    l_starved = session.within_deserved(left, l_req)
-    r_starved = session.within_deserved(right, r_req)
+    l_starved = shares.within_deserved(left, l_req)
+    r_starved = shares.within_deserved(right, r_req)
     if l_starved != r_starved:
         return -1 if l_starved else 1
     lq, rq = session.state.queues[left], session.state.queues[right]
     if lq.priority != rq.priority:
         return -1 if lq.priority > rq.priority else 1
-    l_with, r_with = vadd(session.allocated(left), l_req), vadd(session.allocated(right), r_req)
+    l_with, r_with = vadd(shares.allocated(left), l_req), vadd(shares.allocated(right), r_req)
     l_zero, r_zero = _zero_share_violation(session, left, l_with), _zero_share_violation(
         session, right, r_with
     )
@@ -63,16 +64,16 @@ def compare_queues(
         l_with = tuple(a - b for a, b in zip(l_with, left_victims, strict=True))  # type: ignore[assignment]
     if right_victims is not None:
         r_with = tuple(a - b for a, b in zip(r_with, right_victims, strict=True))  # type: ignore[assignment]
-    c = _cmp(session.drf_share(left, l_with), session.drf_share(right, r_with))
+    c = _cmp(shares.drf_share(left, l_with), shares.drf_share(right, r_with))
     if c:
         return c
     c = _cmp(
-        session.drf_share(left, session.allocated(left)),
-        session.drf_share(right, session.allocated(right)),
+        shares.drf_share(left, shares.allocated(left)),
+        shares.drf_share(right, shares.allocated(right)),
     )
     if c:
         return c
-    la, ra = session.allocatable_share(left), session.allocatable_share(right)
+    la, ra = shares.allocatable_share(left), shares.allocatable_share(right)
     if _pareto_less(la, ra):
         return -1
     if _pareto_less(ra, la):
@@ -87,7 +88,7 @@ def _cmp(a: Fraction, b: Fraction) -> int:
 
 
 def _zero_share_violation(session: Session, name: str, allocated_with_job: Vec) -> bool:
-    share = session.allocatable_share(name)
+    share = session.proportion.allocatable_share(name)
     return any(share[i] == 0 and allocated_with_job[i] > 0 for i in range(3))
 
 
@@ -191,6 +192,38 @@ def step_units(session: Session, pods: list[Pod]) -> tuple[int | Fraction, int, 
     return gpu, cpu, mem
 
 
+def _within(a: tuple[int, int, int], req: tuple[Any, ...],
+            floor: tuple[int | None, ...], quota: tuple[Fraction | None, ...]) -> bool:
+    """``a + req`` within the quota (in units) everywhere: an integer against the quota's
+    floor, which is exact, a fraction (a memory-sized GPU request) against the quota."""
+    for i in range(3):
+        q = floor[i]
+        if q is None:
+            continue
+        w = a[i] + req[i]
+        if (w > q) if type(w) is int else (w > quota[i]):
+            return False
+    return True
+
+
+def _exact_share(units: tuple[Any, ...], zero: tuple[bool, ...],
+                 share: tuple[int | Fraction, ...]) -> Fraction:
+    """The dominant share of ``units`` exactly, as ``Proportion.drf_share`` gives it for the
+    same amount in natural units (``share``: the allocatable share in units)."""
+    best = F0
+    for i in range(3):
+        w = units[i]
+        if zero[i]:
+            value = Fraction(w * (1 if i == 0 else MILLI))  # allocated x 1000, natural units
+        elif type(w) is int and type(share[i]) is int:
+            value = Fraction(w, share[i])
+        else:
+            value = Fraction(w) / share[i]
+        if value > best:
+            best = value
+    return best
+
+
 _CLOSE = 1e-9  # relative: floats nearer than this are compared exactly
 
 
@@ -229,6 +262,7 @@ class JobQueue:
         # key -> (version, order, req)
         self._job_cache: dict[str, tuple[int, object, tuple[Any, ...]]] = {}
         self._queue_cache: dict[str, tuple[Any, ...]] = {}
+        self._exact_cache: dict[str, tuple[tuple[int, int], tuple[Any, ...]]] = {}
         # Per queue: candidates in its subtree, a local change counter (pushes and pops in
         # the subtree) and the best job found last time, valid while neither that counter
         # nor the state's version of the queue (any change below it) has moved.
@@ -245,6 +279,7 @@ class JobQueue:
         self._dirty: dict[str | None, set[str]] = {}
         self._keyed: dict[str, tuple[int, int]] = {}  # child -> stamp of its newest entry
         self._parent: dict[str, str | None] = {}
+        self._links: dict[str, tuple[tuple[str, str | None], ...]] = {}  # leaf -> (queue, parent)
         self._log_pos = len(self.state.queue_log)
         for job in jobs:
             self.push(job)
@@ -274,14 +309,20 @@ class JobQueue:
         self._touch(job.queue, +1)
 
     def _touch(self, leaf: str, delta: int) -> None:
-        chain = self.state.ancestors(leaf) or [leaf]
-        last = len(chain) - 1
-        for i, name in enumerate(chain):
-            self._sub_count[name] = self._sub_count.get(name, 0) + delta
-            self._epoch[name] = self._epoch.get(name, 0) + 1
-            parent = chain[i + 1] if i < last else None
+        links = self._links.get(leaf)
+        if links is None:
+            chain = self.state.ancestors(leaf) or [leaf]
+            links = self._links[leaf] = tuple(zip(chain, [*chain[1:], None], strict=True))
+        sub_count, epoch, dirty = self._sub_count, self._epoch, self._dirty
+        for name, parent in links:
+            sub_count[name] = sub_count.get(name, 0) + delta
+            epoch[name] = epoch.get(name, 0) + 1
             self._parent[name] = parent
-            self._dirty.setdefault(parent, set()).add(name)
+            marked = dirty.get(parent)
+            if marked is None:
+                dirty[parent] = {name}
+            else:
+                marked.add(name)
 
     def _catch_up(self) -> None:
         """Mark dirty the queues whose usage changed since the last pop."""
@@ -343,8 +384,7 @@ class JobQueue:
         a = (qu.allocated.gpu, qu.allocated.cpu, qu.allocated.mem)
         ff = fig.fair_floor[name]
         over = a[0] > ff[0] and a[1] > ff[1] and a[2] > ff[2]
-        quota = fig.quota[name]
-        starved = all(quota[i] is None or a[i] + req[i] <= quota[i] for i in range(3))
+        starved = _within(a, req, fig.quota_floor[name], fig.quota[name])
         zero = fig.alloc_zero[name]
         share = fig.alloc_share[name]
         violation = any(zero[i] and a[i] + req[i] > 0 for i in range(3))
@@ -372,15 +412,30 @@ class JobQueue:
         if job is None:
             return None
         heap = self._heaps[job.queue]
-        for i, entry in enumerate(heap):
-            if entry[2] is job:
-                heap[i] = heap[-1]
-                heap.pop()
-                heapq.heapify(heap)
-                break
+        if heap[0][2] is job:  # the leaf's best is its heap's top (``_top``)
+            heapq.heappop(heap)
+        else:
+            for i, entry in enumerate(heap):
+                if entry[2] is job:
+                    heap[i] = heap[-1]
+                    heap.pop()
+                    heapq.heapify(heap)
+                    break
         self._count -= 1
         self._touch(job.queue, -1)
         return job
+
+    def drain(self) -> list[Job]:
+        """Every job still queued, taken out of the queue (by leaf name, then job order):
+        for a caller to whom their order no longer matters."""
+        out: list[Job] = []
+        for leaf in sorted(self._heaps):
+            heap = self._heaps[leaf]
+            out.extend(entry[2] for entry in sorted(heap, key=lambda e: (e[0], e[1])))
+            heap.clear()
+        self._count = 0
+        self._sub_count.clear()
+        return out
 
     def with_steps(self) -> Iterator[tuple[Job, list[Pod]]]:
         """Pop jobs in order, each with its next gang step (jobs with none are passed over).
@@ -429,6 +484,11 @@ class JobQueue:
         # The keys hold floats: every child whose key is the top's but for shares too
         # close to tell is taken out and compared exactly (rare).
         top = heap[0][0]
+        # The second smallest entry is a child of the top: when neither child is near the
+        # top, no entry is (keys only grow down the heap, and so do their distances).
+        size = len(heap)
+        if (size < 2 or not _near(heap[1][0], top)) and (size < 3 or not _near(heap[2][0], top)):
+            return heap[0][1]
         tied: list[tuple[tuple[Any, ...], str, tuple[int, int]]] = []
         while heap and _near(heap[0][0], top):
             entry = heapq.heappop(heap)
@@ -443,10 +503,10 @@ class JobQueue:
         tied = [entry for entry in tied if exact[entry[1]] == first]
         if len(tied) == 1:
             return tied[0][1]
-        session = self.session
+        shares = self.session.proportion
 
         def cmp(a: str, b: str) -> int:
-            la, ra = session.allocatable_share(a), session.allocatable_share(b)
+            la, ra = shares.allocatable_share(a), shares.allocatable_share(b)
             if _pareto_less(la, ra):
                 return -1
             if _pareto_less(ra, la):
@@ -464,12 +524,21 @@ class JobQueue:
     def _exact_key(self, name: str, key: tuple[Any, ...]) -> tuple[Any, ...]:
         """``key`` with its dominant shares exact, as :func:`compare_queues` reads them (the
         child's entry is up to date, so the state reads as it did when it was keyed)."""
+        stamp = self._stamp(name)
+        hit = self._exact_cache.get(name)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]  # nothing below the queue moved since: the same figures
         job = self._best(name)
         assert job is not None
-        session = self.session
-        allocated = session.allocated(name)
-        return (*key[:4], session.drf_share(name, vadd(allocated, job_init_request(session, job))),
-                session.drf_share(name, allocated))
+        _, req = self._job_info(job)
+        alloc = self.state.queue_usage[name].allocated
+        a = (alloc.gpu, alloc.cpu, alloc.mem)
+        fig = self.fig
+        zero, share = fig.alloc_zero[name], fig.alloc_exact[name]
+        exact = (*key[:4], _exact_share(tuple(a[i] + req[i] for i in range(3)), zero, share),
+                 _exact_share(a, zero, share))
+        self._exact_cache[name] = (stamp, exact)
+        return exact
 
     def _key_again(self, heap: list[Any], child: str) -> None:
         if not self._live(child):

@@ -16,12 +16,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from gpushare.model.job import Job
+from gpushare.model.node import TAINTS_LABEL, Node
 from gpushare.model.pod import Pod, PodStatus
 from gpushare.model.quantities import MILLI
-from gpushare.scheduler import frag_placement
+from gpushare.scheduler.frag_placement import Choice, best_choice, ordered_choices
 from gpushare.scheduler.gang import is_gang
 from gpushare.scheduler.node_index import NodeIndex
-from gpushare.scheduler.nodeplacement import placement_strategy
+from gpushare.scheduler.placement_registry import placement_strategy
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import NodeUsage, Statement
 
@@ -62,7 +63,7 @@ def fit_on_node(
     if usage.pods_free_future() < 1:
         return None
     if (pod.gpu.is_memory and session.behaviour.per_node_quota_check
-            and not session.node_quota_allows(pod, node.gpu_memory_mib)):
+            and not session.proportion.node_quota_allows(pod, node.gpu_memory_mib)):
         return None
     if pod.cpu_millis > usage.cpu_free_future() or pod.memory_bytes > usage.mem_free_future():
         return None
@@ -172,7 +173,7 @@ def ordered_fits(
     if _chooses_nodes(session, pod):
         return [
             _fit_of(c)
-            for c in frag_placement.ordered_choices(session, pod, names, pipeline_only, fit_on_node)
+            for c in ordered_choices(session, pod, names, pipeline_only, fit_on_node)
         ]
     fits: list[tuple[Fit, NodeUsage]] = []
     for name in names:
@@ -217,7 +218,7 @@ def best_fit(
     g = pod.gpu
     gpu_placement, cpu_placement = session.config.placement_for(pod)
     if nodes is None and _chooses_nodes(session, pod) and not _fit_reads_queue(session, pod):
-        choice = frag_placement.best_choice(session, pod, pipeline_only, fit_on_node)
+        choice = best_choice(session, pod, pipeline_only, fit_on_node)
         return None if choice is None else _fit_of(choice)
     if nodes is not None or (g.is_shared and g.devices > 1):
         fits = ordered_fits(session, pod, nodes, pipeline_only)
@@ -290,7 +291,7 @@ def _chooses_nodes(session: Session, pod: Pod) -> bool:
                    False)
 
 
-def _fit_of(c: frag_placement._Choice) -> Fit:
+def _fit_of(c: Choice) -> Fit:
     return Fit(c.node, c.now, c.gpu_indices, c.portion, c.has_shared_fit)
 
 
@@ -362,6 +363,20 @@ def _failure_reason(session: Session, job: Job, pod: Pod, placed: int) -> str:
     return f"Resources were not found for pod {pod.key} due to: {why}"
 
 
+def _selector_reason(pod: Pod, node: Node) -> str:
+    """Why the node's labels keep the pod off: an untolerated taint (named as
+    kube-scheduler names it, ``{key: value}``), else the pod's selector or affinity."""
+    taints = node.labels.get(TAINTS_LABEL, "")
+    own = [(k, v) for k, v in pod.node_affinity if k != TAINTS_LABEL]
+    selector_ok = all(node.labels.get(k) == v for k, v in pod.node_selector.items()) and all(
+        node.labels.get(k) in values for k, values in own)
+    if selector_ok and taints:
+        key, _, rest = taints.split(",")[0].partition("=")
+        value = rest.rpartition(":")[0]
+        return f"had untolerated taint {{{key}: {value}}}"
+    return "didn't match Pod's node affinity/selector"
+
+
 def unschedulable_reason(session: Session, pod: Pod) -> str:
     """Why no node takes the pod, summarised over the nodes.
 
@@ -374,9 +389,11 @@ def unschedulable_reason(session: Session, pod: Pod) -> str:
     index = NodeIndex.of(state, *session.config.placement_for(pod))
     counts: dict[str, int] = {}
     ready = [u for u in state.usage.values() if u.node.ready]
-    not_ready = len(state.usage) - len(ready)
-    if not_ready:
-        counts["node not ready"] = not_ready
+    # kube-scheduler's wording, so that what users search for is what they read
+    for u in state.usage.values():
+        if not u.node.ready:
+            why = "were unschedulable" if u.node.cordoned else "were not ready"
+            counts[why] = counts.get(why, 0) + 1
     g = pod.gpu
     if g.whole:
         names = list(index.whole_candidates(g.whole))
@@ -393,7 +410,7 @@ def unschedulable_reason(session: Session, pod: Pod) -> str:
     for name in names:
         usage = state.usage[name]
         if not _selector_ok(pod, usage):
-            why = "node selector does not match"
+            why = _selector_reason(pod, usage.node)
         elif usage.pods_free_future() < 1:
             why = "too many pods"
         elif pod.cpu_millis > usage.cpu_free_future():

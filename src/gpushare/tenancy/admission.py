@@ -3,7 +3,7 @@
 Plugged into the API server by the process that composes it (``server_plugin``):
 
 * in the host cluster, VirtualCluster objects are validated (fields named, nothing stored
-  on a bad one) and the VirtualCluster CRD is kept installed;
+  on a bad one) and the VirtualCluster CRD is kept installed (by the server, as given);
 * in a tenant cluster, pods, workloads and PodGroups are admitted only with the queue(s)
   and priority classes its VirtualCluster allows (a pod naming no queue gets the first),
   live pods are capped at ``maxPods``, and what would reach around the host's scheduler
@@ -17,22 +17,27 @@ Plugged into the API server by the process that composes it (``server_plugin``):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import math
+from typing import Any
 
-from gpushare.apiserver.errors import ApiError, invalid
-from gpushare.apiserver.http.plugins import ServerPlugin
+from gpushare.api.contracts import PRIORITY_LABEL, QUEUE_LABEL
+from gpushare.api.plugins import (
+    Caller,
+    LimitsOf,
+    LogTarget,
+    RequestAttributes,
+    RequestPolicy,
+    Resource,
+    ServerApi,
+    ServerPlugin,
+    TenantLimits,
+)
+from gpushare.api.status import ApiError, invalid
 from gpushare.tenancy import names
 from gpushare.tenancy.policy import TenantPolicy, validate_virtual_cluster, virtualcluster_crd
+from gpushare.tenancy.ratelimit import CreateRateLimiter
 
-if TYPE_CHECKING:
-    from gpushare.apiserver.auth.access import Attributes, User
-    from gpushare.apiserver.registry.api import Api
-    from gpushare.apiserver.resources import ResourceInfo
-
-QUEUE_LABEL = "kai.scheduler/queue"
-PRIORITY_LABEL = "priorityClassName"
 PRIORITYCLASS_GR = "scheduling.k8s.io/priorityclasses"
-CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"
 PODGROUP_GR = "scheduling.run.ai/podgroups"
 QUEUE_GR = "scheduling.run.ai/queues"
 WORKLOAD_TEMPLATES = {
@@ -48,7 +53,7 @@ READ_ONLY_VIEWS = {"nodes", QUEUE_GR, PRIORITYCLASS_GR}
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 
 
-def policy_of(api: Api, cluster: str) -> TenantPolicy | None:
+def policy_of(api: ServerApi, cluster: str) -> TenantPolicy | None:
     """The policy of the tenant served as logical cluster ``cluster`` (None: not a tenant)."""
     if cluster == names.HOST_CLUSTER:
         return None
@@ -64,7 +69,10 @@ def _forbidden(kind: str, name: str, message: str) -> ApiError:
 class TenantAdmission:
     """``ServerPlugin.admission`` entry."""
 
-    def __call__(self, api: Api, cluster: str, info: ResourceInfo, obj: dict[str, Any],
+    def __init__(self) -> None:
+        self.creates = CreateRateLimiter()
+
+    def __call__(self, api: ServerApi, cluster: str, info: Resource, obj: dict[str, Any],
                  old: dict[str, Any] | None) -> None:
         gr = info.group_resource
         if cluster == names.HOST_CLUSTER:
@@ -106,7 +114,7 @@ class TenantAdmission:
 
     # -- pods ----------------------------------------------------------------------------
 
-    def _pod(self, api: Api, cluster: str, policy: TenantPolicy, pod: dict[str, Any],
+    def _pod(self, api: ServerApi, cluster: str, policy: TenantPolicy, pod: dict[str, Any],
              old: dict[str, Any] | None, name: str) -> None:
         meta = pod["metadata"]
         labels = meta.get("labels")
@@ -127,14 +135,25 @@ class TenantAdmission:
                              "by the host's scheduler; leave spec.nodeName empty")
         self._pod_template(api, policy, "pods", name, pod, "")
         if policy.max_pods is not None:
+            # Terminating pods count: their processes run until the grace period ends.
             live = sum(1 for p in api.store.list(cluster, "pods")
-                       if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                       and not p["metadata"].get("deletionTimestamp"))
+                       if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
             if live >= policy.max_pods:
                 raise _forbidden("pods", name, f"virtual cluster {policy.name!r} allows at most "
-                                 f"{policy.max_pods} live pods (maxPods) and has {live}")
+                                 f"{policy.max_pods} live pods (maxPods) and has {live} "
+                                 "(terminating pods count)")
+        if policy.pod_create_rate is not None:
+            wait = self.creates.take(policy.name, policy.pod_create_rate,
+                                     policy.pod_create_burst)
+            if wait > 0:
+                raise ApiError(429, f'pods "{name}" is forbidden: virtual cluster '
+                               f"{policy.name!r} creates at most {policy.pod_create_rate:g} "
+                               f"pods per second (podCreateRate, burst "
+                               f"{policy.pod_create_burst}); retry in {wait:.1f}s",
+                               "TooManyRequests", {"name": name, "kind": "pods",
+                                                   "retryAfterSeconds": math.ceil(wait)})
 
-    def _pod_template(self, api: Api, policy: TenantPolicy, resource: str, name: str,
+    def _pod_template(self, api: ServerApi, policy: TenantPolicy, resource: str, name: str,
                       template: dict[str, Any], path: str) -> None:
         prefix = f"{path}." if path else ""
         tmeta = _dict(template.get("metadata"))
@@ -173,7 +192,7 @@ class TenantAdmission:
                              f"virtual cluster {policy.name!r}; allowed queue(s): {allowed}")
 
     @staticmethod
-    def _priority(api: Api, policy: TenantPolicy, resource: str, name: str, cls: str,
+    def _priority(api: ServerApi, policy: TenantPolicy, resource: str, name: str, cls: str,
                   field: str) -> None:
         if policy.priority_classes is not None:
             if cls not in policy.priority_classes:
@@ -189,11 +208,11 @@ class TenantAdmission:
                              f"the platform's; allowed priority classes: {', '.join(host)}")
 
 
-def request_policy(api: Api) -> Any:
+def request_policy(api: ServerApi) -> RequestPolicy:
     """``ServerPlugin.request_policies`` entry: the verbs a tenant cannot use in its own
     cluster."""
 
-    def refuse(cluster: str, user: User, attrs: Attributes) -> str | None:
+    def refuse(cluster: str, user: Caller, attrs: RequestAttributes) -> str | None:
         if cluster == names.HOST_CLUSTER or user.is_admin:
             return None
         if attrs.verb not in WRITE_VERBS:
@@ -215,7 +234,7 @@ def request_policy(api: Api) -> Any:
     return refuse
 
 
-def log_target(api: Api) -> Any:
+def log_target(api: ServerApi) -> LogTarget:
     """``ServerPlugin.log_targets`` entry: where the logs of a tenant pod are."""
 
     def target(cluster: str, ns: str, name: str) -> tuple[str, str, str] | None:
@@ -234,26 +253,35 @@ def log_target(api: Api) -> Any:
     return target
 
 
-def server_plugin(api: Api) -> ServerPlugin:
+def tenant_limits(api: ServerApi) -> LimitsOf:
+    """``ServerPlugin.tenant_limits`` entry: the API quota its VirtualCluster sets for a
+    tenant's cluster (read on every growing write, so kept per VirtualCluster version)."""
+    cache: dict[str, tuple[str, TenantLimits]] = {}
+
+    def limits(cluster: str) -> TenantLimits | None:
+        if cluster == names.HOST_CLUSTER:
+            return None
+        vc = api.store.get(names.HOST_CLUSTER, names.VC_GR, "", cluster)
+        if vc is None:
+            cache.pop(cluster, None)
+            return None
+        rv = vc["metadata"].get("resourceVersion", "")
+        cached = cache.get(cluster)
+        if cached is not None and cached[0] == rv:
+            return cached[1]
+        policy = TenantPolicy.from_object(vc)
+        found = TenantLimits(policy.name, policy.max_objects, policy.max_storage_bytes)
+        cache[cluster] = (rv, found)
+        return found
+    return limits
+
+
+
+def server_plugin(api: ServerApi) -> ServerPlugin:
     """What tenancy plugs into the API server (`ApiServer(plugins=[...])`)."""
     return ServerPlugin("tenancy", admission=[TenantAdmission()],
                         request_policies=[request_policy(api)], log_targets=[log_target(api)],
-                        on_start=ensure_virtualcluster_crd)
-
-
-def ensure_virtualcluster_crd(api: Api) -> None:
-    """Keep the VirtualCluster CRD installed in the host cluster, as this version ships it."""
-    reg = api.registry(names.HOST_CLUSTER)
-    crd_info = reg.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-    assert crd_info is not None
-    crd = virtualcluster_crd()
-    existing = api.store.get(names.HOST_CLUSTER, CRD_GR, "", crd["metadata"]["name"])
-    if existing is None:
-        api.create(names.HOST_CLUSTER, crd_info, None, crd)
-    elif existing.get("spec") != crd["spec"]:
-        rv = existing["metadata"]["resourceVersion"]
-        api.update(names.HOST_CLUSTER, crd_info, "", crd["metadata"]["name"],
-                   {**crd, "metadata": {**crd["metadata"], "resourceVersion": rv}})
+                        crds=[virtualcluster_crd()], tenant_limits=tenant_limits(api))
 
 
 def _dig(obj: Any, path: tuple[str, ...]) -> Any:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpushare.agent.runtime import sandbox as sb
-from gpushare.apiserver.auth.serviceaccounts import (
+from gpushare.api.serviceaccounts import (
     API_AUDIENCE,
     KUBELET_TOKEN_EXPIRATION,
     ROOT_CA_CONFIGMAP,

@@ -116,8 +116,21 @@ class PodSupervisor:
     # --- control from the agent's threads ---------------------------------------------
 
     def start(self) -> None:
+        """Pick up what a previous agent recorded for this pod, then supervise it on a
+        thread of its own. The record is read here, before the caller goes on: a pod that
+        had ended holds no GPU share from the moment it is picked up, so the agent's
+        ledger, which next looks at the pods bound after it, does not count it."""
+        try:
+            self._restore()
+            restored = True
+        except Exception:
+            log.exception("pod %s: its recorded state could not be read", self.name)
+            restored = False
+        if restored and self._phase() in ("Succeeded", "Failed"):
+            self._released.set()
         key = f"{(self.pod.get('metadata') or {}).get('namespace')}/{self.name}"
-        self._thread = threading.Thread(target=self._run, name=f"pod {key}", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(restored,), name=f"pod {key}",
+                                        daemon=True)
         self._thread.start()
 
     @property
@@ -214,9 +227,10 @@ class PodSupervisor:
 
     # --- the pod's thread -------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, restored: bool = True) -> None:
         try:
-            self._restore()
+            if not restored:
+                return  # its recorded processes may still run: never start them twice
             self._publish()
             while True:
                 with self._lock:
@@ -521,9 +535,6 @@ class PodSupervisor:
         if status != self._last_report:
             self._last_report = status
             self._sink.report(status)
-
-    def current_status(self) -> dict[str, Any] | None:
-        return self._last_report
 
     # --- surviving an agent restart ------------------------------------------------------
 

@@ -1,14 +1,8 @@
-"""Bearer-token authentication (`tokens.yaml`) and RBAC authorization.
+"""Bearer-token authentication (`tokens.yaml`, read and written through
+`gpushare.tokenfile`) and RBAC authorization.
 
-`tokens.yaml`:
-
-    tokens:
-    - token: <secret>
-      user: admin
-      groups: [system:masters]
-      clusters: [root]        # logical clusters the token is valid in (default: root only;
-                              # every cluster for a system:masters token; ["!root"]: every
-                              # cluster but root)
+A token's `clusters:` are the logical clusters it is valid in: by default root only, every
+cluster for a system:masters token; ["!root"]: every cluster but root.
 
 Members of `system:masters` may do anything; everybody else is authorized by the Roles,
 ClusterRoles and bindings of the logical cluster the request is for.
@@ -16,16 +10,14 @@ ClusterRoles and bindings of the logical cluster the request is for.
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpushare.apiserver.storage.store import Store
+from gpushare.tokenfile import add_token, read_tokens, write_tokens
 
 MASTERS = "system:masters"
 AUTHENTICATED = "system:authenticated"
@@ -82,21 +74,12 @@ class TokenFile:
         if admin is None:
             admin = {"token": secrets.token_urlsafe(32), "user": ADMIN_USER, "groups": [MASTERS]}
             entries.insert(0, admin)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-            os.chmod(tmp, 0o600)
-            tmp.replace(self.path)
+            write_tokens(self.path, data)
         self.admin_token = str(admin["token"])
         self._reload(force=True)
 
     def _read(self) -> dict[str, Any]:
-        if not self.path.exists():
-            return {"tokens": []}
-        data = yaml.safe_load(self.path.read_text()) or {}
-        if not isinstance(data, dict):
-            return {"tokens": []}
-        return data
+        return read_tokens(self.path)
 
     def _reload(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -143,17 +126,7 @@ class TokenFile:
 
     def add(self, token: str, user: str, groups: list[str],
             clusters: list[str] | None = None) -> None:
-        data = self._read()
-        entries = [e for e in data.setdefault("tokens", []) if e.get("token") != token]
-        entry: dict[str, Any] = {"token": token, "user": user, "groups": groups}
-        if clusters:
-            entry["clusters"] = clusters
-        entries.append(entry)
-        data["tokens"] = entries
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-        os.chmod(tmp, 0o600)
-        tmp.replace(self.path)
+        add_token(self.path, token, user, groups, clusters)
         self._reload(force=True)
 
 

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 AUTOUPDATE = "rbac.authorization.kubernetes.io/autoupdate"
 CONTROLLERS_USER = "system:gpushare-controllers"
 AGENT_USER = "system:gpushare-agent"
+NODE_USER_PREFIX = "system:node:"
+NODES_GROUP = "system:nodes"
 TENANCY_USER = "system:gpushare-tenancy"
 #: `clusters:` of a token entry that is valid in every logical cluster except root.
 TENANT_CLUSTERS = "!root"
@@ -58,11 +60,16 @@ ROLE_FILES = ("gpushare.controllers", "gpushare.agent")
 
 def role_objects() -> list[dict[str, Any]]:
     """The ClusterRoles and ClusterRoleBindings of ``controllers/rbac.yaml`` and
-    ``agent/rbac.yaml``."""
+    ``agent/rbac.yaml``, and (embedded control plane only, not in the manifests for a real
+    cluster, whose kubelets are ``system:nodes`` too) the agent's role for node identities."""
     out: list[dict[str, Any]] = []
     for package in ROLE_FILES:
         text = resources.files(package).joinpath("rbac.yaml").read_text()
         out += [doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
+    out.append({"apiVersion": f"{RBAC}/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "gpushare-agent-nodes"},
+                "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": "gpushare-agent"},
+                "subjects": [{"apiGroup": RBAC, "kind": "Group", "name": NODES_GROUP}]})
     return out
 
 
@@ -91,6 +98,12 @@ def bootstrap_roles(api: Api) -> None:
             continue
         body["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
         api.update(ROOT_CLUSTER, info, "", name, body)
+
+
+def node_identity(node: str) -> User:
+    """The identity of the node agent of `node`: ``system:node:<node>`` in ``system:nodes``
+    (bound to the ``gpushare-agent`` ClusterRole), valid in the root cluster only."""
+    return User(f"{NODE_USER_PREFIX}{node}", (NODES_GROUP,), (ROOT_CLUSTER,))
 
 
 def component_token(tokens: TokenFile, identity: User) -> str:

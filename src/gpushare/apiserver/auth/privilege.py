@@ -19,15 +19,15 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
-from gpushare.apiserver.auth.access import RBAC, Attributes, Authorizer, User
-from gpushare.apiserver.errors import ApiError
-from gpushare.apiserver.resources import ResourceInfo
-from gpushare.bodies import field_dict
-from gpushare.contracts import (
+from gpushare.api.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
 )
+from gpushare.api.objects import field_dict
+from gpushare.apiserver.auth.access import RBAC, Attributes, Authorizer, User
+from gpushare.apiserver.errors import ApiError
+from gpushare.apiserver.resources import ResourceInfo
 
 REQUEST_USER: ContextVar[User | None] = ContextVar("gpushare_request_user", default=None)
 

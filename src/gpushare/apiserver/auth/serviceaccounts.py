@@ -23,12 +23,18 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gpushare.apiserver.auth.access import AUTHENTICATED, User
+from gpushare.api.serviceaccounts import (
+    API_AUDIENCE,
+    ISSUER,
+    KUBELET_TOKEN_EXPIRATION,
+    ROOT_CA_CONFIGMAP,
+    TOKEN_MOUNT_PATH,
+)
+from gpushare.api.timefmt import rfc3339
+from gpushare.apiserver.auth.access import AUTHENTICATED, ROOT_CLUSTER, User
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, invalid, not_found
 from gpushare.apiserver.storage.store import Store
 
-ISSUER = "https://kubernetes.default.svc.cluster.local"
-API_AUDIENCE = ISSUER  # like kube-apiserver: --api-audiences defaults to the issuer
 SIGNING_KEY = "sa.key"
 CLUSTER_CLAIM = "gpushare.io/cluster"
 DEFAULT_EXPIRATION = 3600
@@ -36,9 +42,6 @@ MIN_EXPIRATION = 600
 MAX_EXPIRATION = 2**32
 
 SERVICE_ACCOUNTS = "system:serviceaccounts"
-TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
-ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
-KUBELET_TOKEN_EXPIRATION = 3607  # what the ServiceAccount admission plugin asks for
 
 
 def service_account_user(namespace: str, name: str) -> str:
@@ -168,10 +171,10 @@ class ServiceAccountTokens:
         return {
             "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
             "metadata": {"name": name, "namespace": ns,
-                         "creationTimestamp": _rfc3339(now)},
+                         "creationTimestamp": rfc3339(now)},
             "spec": out_spec,
             "status": {"token": token,
-                       "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
+                       "expirationTimestamp": rfc3339(expires.timestamp())},
         }
 
     def _bound_pod(self, cluster: str, ns: str, sa_name: str, ref: Any) -> dict[str, Any]:
@@ -250,8 +253,6 @@ class ServiceAccountTokens:
         return review.user if review is not None else None
 
 
-def _rfc3339(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- the ServiceAccount admission plugin ---------------------------------------------------------
@@ -310,17 +311,14 @@ def projected_token_volume(name: str) -> dict[str, Any]:
     ]}}
 
 
-def token_volume(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """The projected volume of `pod` that carries a ServiceAccount token, if any."""
-    for volume in (pod.get("spec") or {}).get("volumes") or ():
-        if not isinstance(volume, dict):
-            continue
-        projected = volume.get("projected")
-        if isinstance(projected, dict) and any(
-                isinstance(s, dict) and "serviceAccountToken" in s
-                for s in projected.get("sources") or ()):
-            return volume
-    return None
+def _reviewable_in(user: User, cluster: str) -> bool:
+    """Whether a TokenReview asked in `cluster` may confirm this static token: in the root
+    cluster any token valid there; in a tenant's logical cluster only a token whose entry
+    names that cluster, so that a tenant never learns that a platform credential (the
+    cluster admin's token, valid everywhere, or one for every cluster but root) is good."""
+    if cluster == ROOT_CLUSTER:
+        return user.valid_in(cluster)
+    return user.clusters is not None and cluster in user.clusters
 
 
 def token_review(tokens: ServiceAccountTokens, static_user: User | None, cluster: str,
@@ -343,7 +341,8 @@ def token_review(tokens: ServiceAccountTokens, static_user: User | None, cluster
         status = {"authenticated": True, "audiences": list(review.audiences),
                   "user": {"username": review.user.name, "uid": review.uid,
                            "groups": list(review.user.groups), "extra": review.extra}}
-    elif static_user is not None and API_AUDIENCE in wanted and static_user.valid_in(cluster):
+    elif static_user is not None and API_AUDIENCE in wanted and _reviewable_in(static_user,
+                                                                              cluster):
         # Static tokens are meant for the API server itself.
         status = {"authenticated": True, "audiences": [API_AUDIENCE],
                   "user": {"username": static_user.name, "groups": list(static_user.groups)}}

@@ -5,11 +5,18 @@ kubeconfig carries the CA so clients verify the server. The CA is made once and 
 kubeconfigs stay valid; the server certificate is re-issued when it does not name the
 address the server listens on.
 
-The same CA signs the two halves of the API server ↔ node agent link, as in Kubernetes:
-the API server's client certificate (`node-client.crt`, what it shows a node agent when it
-proxies logs, exec, attach and port-forward) and each agent's serving certificate, asked for
-with a CertificateSigningRequest for the `kubernetes.io/kubelet-serving` signer
-(`sign_node_serving`).
+Two CAs, so that nothing a node or a tenant can get signed is trusted by the platform's
+clients:
+
+* the **cluster CA** (`ca.crt`) signs only what the control plane itself holds: the API
+  server's serving certificate (every kubeconfig trusts this CA) and its client certificate
+  for node agents (`node-client.crt`, what it shows an agent when it proxies logs, exec,
+  attach and port-forward; the agents check callers against this CA);
+* the **kubelet-serving CA** (`node-ca.crt`) signs node agents' serving certificates, asked
+  for with a CertificateSigningRequest for the `kubernetes.io/kubelet-serving` signer
+  (`sign_node_serving`). Only the API server's connections to node agents trust it (as
+  kube-apiserver's `--kubelet-certificate-authority`): a certificate of this CA, whatever
+  names it carries, is never accepted as the API server.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gpushare.contracts import NODE_CLIENT_NAME
+from gpushare.api.contracts import API_SERVICE_IP, API_SERVICE_NAMES, NODE_CLIENT_NAME
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
@@ -32,6 +39,8 @@ SERVER_CERT = "server.crt"
 SERVER_KEY = "server.key"
 NODE_CLIENT_CERT = "node-client.crt"
 NODE_CLIENT_KEY = "node-client.key"
+NODE_CA_CERT = "node-ca.crt"
+NODE_CA_KEY = "node-ca.key"
 NODE_PREFIX = "system:node:"
 NODES_GROUP = "system:nodes"
 _VALIDITY = datetime.timedelta(days=3650)
@@ -57,8 +66,10 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     path.chmod(0o600)
 
 
-def _ensure_ca(pki: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    ca_path, key_path = pki / CA_CERT, pki / CA_KEY
+def _ensure_ca(pki: Path, cert_name: str = CA_CERT, key_name: str = CA_KEY,
+               common_name: str = "gpushare-ca"
+               ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    ca_path, key_path = pki / cert_name, pki / key_name
     if ca_path.exists() and key_path.exists():
         key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
         assert isinstance(key, ec.EllipticCurvePrivateKey)
@@ -67,8 +78,8 @@ def _ensure_ca(pki: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
-        .subject_name(_name("gpushare-ca"))
-        .issuer_name(_name("gpushare-ca"))
+        .subject_name(_name(common_name))
+        .issuer_name(_name(common_name))
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(hours=1))
@@ -107,9 +118,23 @@ def ensure_ca(pki: Path) -> Path:
     return pki / CA_CERT
 
 
+def _ensure_node_ca(pki: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    return _ensure_ca(pki, NODE_CA_CERT, NODE_CA_KEY, "gpushare-kubelet-serving-ca")
+
+
+def ensure_node_ca(pki: Path) -> Path:
+    """The kubelet-serving CA's certificate path (made on first use): what the API server
+    checks node agents' serving certificates against, and nothing else trusts."""
+    pki.mkdir(parents=True, exist_ok=True, mode=0o700)
+    pki.chmod(0o700)
+    _ensure_node_ca(pki)
+    return pki / NODE_CA_CERT
+
+
 def ensure_node_client(pki: Path) -> tuple[Path, Path, Path]:
     """(ca.crt, node-client.crt, node-client.key): the identity the API server shows node
-    agents. Re-issued when it is missing or not the CA's."""
+    agents, signed by the cluster CA (which the agents check callers against). Re-issued when
+    it is missing or not the CA's."""
     ca_path = ensure_ca(pki)
     ca_cert, ca_key = _ensure_ca(pki)
     cert_path, key_path = pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY
@@ -159,19 +184,22 @@ def _node_serving_names(csr: x509.CertificateSigningRequest) -> list[x509.Genera
 
 
 def sign_node_serving(pki: Path, csr_pem: bytes) -> bytes:
-    """A node agent's serving certificate (PEM) for its CertificateSigningRequest."""
+    """A node agent's serving certificate for its CertificateSigningRequest, signed by the
+    kubelet-serving CA (never the cluster CA): PEM of the certificate followed by that CA's,
+    so the agent knows what it was signed with."""
     try:
         csr = x509.load_pem_x509_csr(csr_pem)
     except ValueError as e:
         raise CsrRefused(f"spec.request is not a PEM certificate request: {e}") from None
     sans = _node_serving_names(csr)
-    ca_cert, ca_key = _ensure_ca(pki)
+    ca_cert, ca_key = _ensure_node_ca(pki)
     public_key = csr.public_key()
     if not isinstance(public_key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey)):
         raise CsrRefused("the request's key must be EC or RSA")
     cert = _issue(ca_cert, ca_key, csr.subject, public_key, sans,
                   ExtendedKeyUsageOID.SERVER_AUTH, _NODE_SERVING_VALIDITY)
-    return cert.public_bytes(serialization.Encoding.PEM)
+    return cert.public_bytes(serialization.Encoding.PEM) + \
+        ca_cert.public_bytes(serialization.Encoding.PEM)
 
 
 def _issue(ca_cert: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey, subject: x509.Name,
@@ -202,6 +230,8 @@ def ensure_certificates(pki: Path, hosts: list[str]) -> tuple[Path, Path, Path]:
     cert_path, key_path = pki / SERVER_CERT, pki / SERVER_KEY
     wanted: list[x509.GeneralName] = [x509.DNSName("localhost"),
                                       x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    # pods reach the API through the `kubernetes` Service (its address and DNS names)
+    wanted += [_san(API_SERVICE_IP), *(x509.DNSName(n) for n in API_SERVICE_NAMES)]
     for host in hosts:
         if _san(host) not in wanted:
             wanted.append(_san(host))

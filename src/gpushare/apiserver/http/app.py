@@ -16,23 +16,25 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gpushare import __version__
+from gpushare.api.plugins import Mount, ServerPlugin
 from gpushare.apiserver.auth.access import Authorizer, TokenFile, User
 from gpushare.apiserver.auth.privilege import REQUEST_USER, PrivilegeAdmission
 from gpushare.apiserver.auth.serviceaccounts import ServiceAccountTokens, TokenSigner
 from gpushare.apiserver.errors import ApiError, bad_request, not_found
 from gpushare.apiserver.http import discovery, limits, requestinfo
 from gpushare.apiserver.http.content import JSON, json_response
+from gpushare.apiserver.http.flowcontrol import FlowControl, FlowControlConfig
 from gpushare.apiserver.http.handlers import ResourceHandlers
 from gpushare.apiserver.http.openapi import OpenApiCache
 from gpushare.apiserver.http.pipeline import NOT_FOUND, Filters, RequestContext, status_error
-from gpushare.apiserver.http.plugins import Mount, ServerPlugin
 from gpushare.apiserver.http.reads import Reads
 from gpushare.apiserver.http.streams import NodeStreams
 from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.registry.certificates import NodeServingSigner
 from gpushare.apiserver.registry.gc import GarbageCollector
+from gpushare.apiserver.schema import fieldvalidation
 from gpushare.apiserver.storage.store import StoreUnavailable
-from gpushare.apiserver.storage.watch import WatchHub
+from gpushare.apiserver.storage.watch import DEFAULT_BACKLOG_BYTES, WatchHub
 from gpushare.apiserver.telemetry.metrics import Metrics
 from gpushare.apiserver.telemetry.pushes import ComponentMetrics, ResourceUsage, parse_exposition
 
@@ -52,14 +54,19 @@ class App:
                  anonymous_metrics: bool = False,
                  signer: TokenSigner | None = None,
                  node_signer: NodeServingSigner | None = None,
-                 node_tls: ssl.SSLContext | None = None) -> None:
+                 node_tls: ssl.SSLContext | None = None,
+                 fairness: FlowControlConfig | None = None,
+                 watch_backlog_bytes: int = DEFAULT_BACKLOG_BYTES) -> None:
         self.api = api
         self.max_body_bytes = max_body_bytes
         # /metrics needs a token allowed `get` on it (the system:monitoring role) unless
         # the operator chose to let anybody scrape
         self.anonymous_metrics = anonymous_metrics
         self.store = api.store
-        self.hub = WatchHub(api.store)
+        # per-tenant fairness (None: off, as before it: no queues, bulk work in one go)
+        self.flow = FlowControl(fairness) if fairness is not None else None
+        slice_s = fairness.slice_s if fairness is not None else None
+        self.hub = WatchHub(api.store, watch_backlog_bytes, slice_s)
         self.tokens = tokens
         self.sa_tokens = ServiceAccountTokens(api.store, signer or TokenSigner())
         self.authorizer = Authorizer(api.store)
@@ -70,6 +77,9 @@ class App:
         self.metrics = Metrics(lambda: self.hub.count, api.store.total_objects,
                                lambda: api.store.rv, lambda: api.store.writes,
                                lambda: api.store.commits)
+        self.hub.register(self.metrics.registry)
+        if self.flow is not None:
+            self.flow.register(self.metrics.registry)
         # What the controllers and node agents push (their figures, their measurements).
         self.components = ComponentMetrics()
         self.usage = ResourceUsage()
@@ -80,20 +90,23 @@ class App:
         self.filters = Filters(api, tokens, self.sa_tokens, self.authorizer)
         self.streams = NodeStreams(api.store, self.filters, self.metrics, node_tls)
         self.handlers = ResourceHandlers(
-            api, self.filters, Reads(api, self.hub, bookmark_interval), self.streams, tokens,
+            api, self.filters, Reads(api, self.hub, bookmark_interval, slice_s), self.streams,
+            tokens,
             self.sa_tokens, self.usage, max_body_bytes, node_signer)
 
         # unauthenticated routes of the plug-ins: path prefix -> route
         self.mounts: dict[str, Mount] = {}
 
     def install(self, plugin: ServerPlugin) -> None:
-        """Put a plug-in's hooks in place, then run its start hook."""
+        """Put a plug-in's hooks in place, then its CRDs."""
         self.api.admission_hooks.extend(plugin.admission)
         self.filters.request_policies.extend(plugin.request_policies)
         self.streams.log_targets.extend(plugin.log_targets)
         self.mounts.update(plugin.mounts)
-        if plugin.on_start is not None:
-            plugin.on_start(self.api)
+        for crd in plugin.crds:
+            self.api.keep_crd(DEFAULT_CLUSTER, crd)
+        if plugin.tenant_limits is not None and self.store.usage is not None:
+            self.store.usage.limits_of.append(plugin.tenant_limits)
 
     def _mount(self, path: str) -> tuple[str, Mount] | None:
         for prefix, route in self.mounts.items():
@@ -120,10 +133,17 @@ class App:
         except Exception as e:
             response = self._status(e, f"{request.method} {scope['path']}")
         if self.store.pending:
+            # acknowledge (or show) only committed writes; with fairness on, a read waits
+            # only for its own logical cluster's writes, not for another tenant's
+            upto = (self.store.cluster_rv.get(scope["state"].get("cluster", ""), 0)
+                    if self.flow is not None and verb in ("get", "list", "watch")
+                    and "cluster" in scope.get("state", {}) else None)
             try:
-                await self.store.durable()  # acknowledge (or show) only committed writes
+                await self.store.durable(upto)
             except StoreUnavailable as e:
                 response = self._status(e)
+        for text in fieldvalidation.take_warnings():  # what field validation dropped
+            response.headers.append("Warning", '299 - "' + text.replace('"', '\\"') + '"')
         await response(scope, receive, send)
         if verb != "watch":
             self.metrics.observe(verb, resource, response.status_code,
@@ -134,7 +154,10 @@ class App:
     @staticmethod
     def _status(e: Exception, where: str = "") -> Response:
         error = status_error(e, where)
-        return json_response(error.status_body(), error.code)
+        response = json_response(error.status_body(), error.code)
+        if error.code == 429:  # clients retry after it (client-go needs the header)
+            response.headers["Retry-After"] = str(error.details.get("retryAfterSeconds", 1))
+        return response
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -165,11 +188,19 @@ class App:
             return mounted[1](path), "get", mounted[0].lstrip("/")
         if path == "/metrics":
             return self._metrics(request, info.cluster), "get", path
+        info = self.filters.home(request, info)  # a tenant's token without its prefix
         ctx = RequestContext(request, info, dict(request.query_params))
         ctx.user = self.filters.identify(request, info.cluster)
         REQUEST_USER.set(ctx.user)  # for admission: who is writing
         self.filters.cluster_exists(ctx)
-        if not info.is_resource_request:
+        request.scope.setdefault("state", {})["cluster"] = info.cluster
+        if self.flow is None:
+            return await self._serve(ctx)
+        async with self.flow.seat(ctx.user, info.cluster):  # fair among tenants
+            return await self._serve(ctx)
+
+    async def _serve(self, ctx: RequestContext) -> tuple[Response, str, str]:
+        if not ctx.info.is_resource_request:
             return await self._non_resource(ctx)
         for step in (self.filters.resolve, self.filters.authorize, self.filters.admit):
             step(ctx)

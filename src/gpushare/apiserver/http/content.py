@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gpushare.apiserver.errors import ApiError, bad_request
-from gpushare.apiserver.http import limits, protobuf
+from gpushare.apiserver.http import duplicates, limits, protobuf
 from gpushare.apiserver.registry.api import PATCH_APPLY, PATCH_APPLY_CBOR
 
 JSON = "application/json"
@@ -61,6 +61,7 @@ async def read_body(request: Request, max_bytes: int, ctype: str | None = None,
             return None
         raise bad_request("the request body is empty")
     ctype = ctype or content_type(request)
+    duplicates.scan_body(raw, ctype)
     try:
         if ctype in (PATCH_APPLY, "application/yaml", "application/x-yaml"):
             return limits.load_yaml(raw)

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from gpushare.apiserver.auth import reviews
 from gpushare.apiserver.auth.access import Attributes, TokenFile
 from gpushare.apiserver.auth.serviceaccounts import ServiceAccountTokens, token_review
+from gpushare.apiserver.cooperative import Slicer
 from gpushare.apiserver.errors import ApiError, bad_request, forbidden
 from gpushare.apiserver.http.content import content_type, json_response, read_body
 from gpushare.apiserver.http.pipeline import Filters, Handler, RequestContext
@@ -19,6 +20,7 @@ from gpushare.apiserver.http.streams import NodeStreams
 from gpushare.apiserver.objects import status_success
 from gpushare.apiserver.registry.api import PATCH_JSON, Api, DeleteOptions
 from gpushare.apiserver.registry.certificates import NodeServingSigner
+from gpushare.apiserver.schema import typecheck
 from gpushare.apiserver.schema.patch import json_patch, merge_patch
 from gpushare.apiserver.telemetry.pushes import ResourceUsage
 from gpushare.apiserver.telemetry.resource_metrics import METRICS_GROUP, resource_metrics_response
@@ -90,6 +92,7 @@ class ResourceHandlers:
         body = await self.body(ctx)
         if not isinstance(body, dict):
             raise bad_request("the request body must be a SelfSubjectAccessReview")
+        typecheck.check(body, "authorization.k8s.io", "v1", "SelfSubjectAccessReview")
         spec = body.get("spec") or {}
         ra = spec.get("resourceAttributes")
         allowed = False
@@ -118,19 +121,22 @@ class ResourceHandlers:
         if not self.filters.authorizer.allowed(ctx.info.cluster, user, Attributes(
                 "create", info.group, info.resource, "", "", "")):
             raise forbidden(user.name, "create", info.group, info.resource, "", "")
-        review = reviews.subject_access_review(await self.body(ctx), self.filters.authorizer,
-                                               ctx.info.cluster)
+        body = await self.body(ctx)
+        typecheck.check(body, "authorization.k8s.io", "v1", "SubjectAccessReview")
+        review = reviews.subject_access_review(body, self.filters.authorizer, ctx.info.cluster)
         return json_response(review, 201)
 
     async def rules_review(self, ctx: RequestContext) -> Response:
-        review = reviews.self_subject_rules_review(await self.body(ctx), ctx.user,
+        body = await self.body(ctx)
+        typecheck.check(body, "authorization.k8s.io", "v1", "SelfSubjectRulesReview")
+        review = reviews.self_subject_rules_review(body, ctx.user,
                                                    self.filters.authorizer, ctx.info.cluster)
         return json_response(review, 201)
 
     async def resource_metrics(self, ctx: RequestContext) -> Response:
         return resource_metrics_response(self.api.store, self.usage, ctx.info.cluster,
                                          ctx.resource, ctx.info.namespace, ctx.info.name,
-                                         ctx.query)
+                                         ctx.query, list(self.streams.log_targets))
 
     async def token_review(self, ctx: RequestContext) -> Response:
         ctx.metric_verb = "create"
@@ -154,6 +160,7 @@ class ResourceHandlers:
     async def bind(self, ctx: RequestContext) -> Response:
         ctx.metric_verb, ctx.metric_resource = "create", "pods/binding"
         body = await self.body(ctx)
+        typecheck.check(body, "", "v1", "Binding")
         pod_name = ctx.info.name or ((body or {}).get("metadata") or {}).get("name")
         if not pod_name:
             raise bad_request("the Binding must name the pod in metadata.name")
@@ -168,6 +175,7 @@ class ResourceHandlers:
             raise ApiError(405, "eviction only supports POST", "MethodNotAllowed")
         ctx.metric_verb, ctx.metric_resource = "create", "pods/eviction"
         body = await self.body(ctx)
+        typecheck.check(body, "policy", "v1", "Eviction")
         self.api.evict(ctx.info.cluster, ctx.resource, ctx.ns, ctx.name, body)
         return json_response({**status_success("pods", ctx.name), "code": 201}, 201)
 
@@ -252,6 +260,9 @@ class ResourceHandlers:
         body = await self.body(ctx, allow_empty=True)
         opts = DeleteOptions.parse(body, ctx.query)
         items = self.reads.select(ctx)
+        # one object at a time, the loop given back between slices: a tenant's
+        # `delete --all` of thousands of objects holds nobody else up
+        slicer = Slicer(self.reads.slice_s)
         for obj in items:
             try:
                 self.api.delete(ctx.info.cluster, info, obj["metadata"].get("namespace") or "",
@@ -259,5 +270,6 @@ class ResourceHandlers:
             except ApiError as e:
                 if e.code != 404:
                     raise
-        return json_response(self.reads.list_body(info, items, {
-            "resourceVersion": str(self.api.store.rv)}))
+            await slicer.pause()
+        return await self.reads.list_response(info, items, {
+            "resourceVersion": str(self.api.store.rv)})

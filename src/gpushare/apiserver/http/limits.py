@@ -44,7 +44,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-class _BoundedLoader(yaml.SafeLoader):
+class BoundedLoader(yaml.SafeLoader):
     """A safe loader that refuses aliases and documents nested deeper than MAX_DEPTH."""
 
     _depth = 0
@@ -66,9 +66,39 @@ class _BoundedLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        """Keys as JSON has them: a scalar key (`1`, `true`) by its text, as Kubernetes'
+        YAML-to-JSON conversion; a key of any other kind is refused."""
+        mapping = super().construct_mapping(node, deep=deep)
+        out: dict[str, Any] = {}
+        for (key_node, _), (key, value) in zip(node.value, mapping.items(), strict=False):
+            if not isinstance(key, str):
+                if not isinstance(key_node, yaml.ScalarNode) or isinstance(key, bytes):
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "a mapping key must be a string", key_node.start_mark)
+                key = key_node.value
+            out[key] = value
+        return out
+
+
+def _refuse_binary(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    raise yaml.constructor.ConstructorError(
+        None, None, "!!binary values are not allowed: the body must be JSON-compatible "
+        "(base64 text in a string field)", node.start_mark)
+
+
+def _timestamp_text(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    return loader.construct_scalar(node)  # type: ignore[arg-type]
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:binary", _refuse_binary)
+# a YAML timestamp stays the text it was (JSON has no dates), as in Kubernetes
+BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_text)
+
+
 def load_yaml(raw: bytes) -> Any:
     """Parse one YAML document (aliases refused, nesting bounded)."""
-    return yaml.load(raw, Loader=_BoundedLoader)
+    return yaml.load(raw, Loader=BoundedLoader)
 
 
 def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:

@@ -23,8 +23,8 @@ from starlette.types import Receive, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
+from gpushare.api.contracts import node_hop_subprotocol
 from gpushare.apiserver.errors import ApiError, bad_request
-from gpushare.contracts import node_hop_subprotocol
 
 _PASSED_LOG_PARAMS = ("follow", "tailLines", "timestamps", "previous", "sinceSeconds",
                       "limitBytes", "sinceTime")

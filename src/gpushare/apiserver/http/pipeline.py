@@ -1,21 +1,23 @@
 """One request's way through the server, as kube-apiserver's handler chain:
 
-`RequestInfo` (parsed once) → authenticate → impersonate → [logical cluster exists] →
-resolve (the served resource, or 404/405/406) → authorize (RBAC) → admission (the
-plug-ins' request policies) → the handler the (verb, subresource) table names. Whatever
-any step raises becomes a `Status` through `status_error`, the one exception → Status map.
+`RequestInfo` (parsed once) → [a tenant token's home cluster] → authenticate →
+impersonate → [logical cluster exists] → resolve (the served resource, or 404/405/406) →
+authorize (RBAC) → admission (the plug-ins' request policies) → the handler the (verb,
+subresource) table names. Whatever any step raises becomes a `Status` through
+`status_error`, the one exception → Status map.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
+from gpushare.apiserver.auth import homecluster
 from gpushare.apiserver.auth.access import AUTHENTICATED, Attributes, Authorizer, TokenFile, User
 from gpushare.apiserver.auth.serviceaccounts import ServiceAccountTokens
 from gpushare.apiserver.errors import ApiError, forbidden
@@ -23,6 +25,7 @@ from gpushare.apiserver.http.content import field_manager
 from gpushare.apiserver.http.requestinfo import RequestInfo
 from gpushare.apiserver.registry.api import Api
 from gpushare.apiserver.resources import ResourceInfo
+from gpushare.apiserver.schema import fieldvalidation
 from gpushare.apiserver.storage.store import ObjectTooLarge, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -103,6 +106,15 @@ class Filters:
 
     # -- who asks ----------------------------------------------------------------------------
 
+    def home(self, conn: HTTPConnection, info: RequestInfo) -> RequestInfo:
+        """Before authentication: a request without a ``/clusters/<name>`` prefix whose token
+        holds in exactly one tenant's cluster is served there (``auth/homecluster.py``), so
+        a tenant's token never acts in the root cluster."""
+        if info.prefix:
+            return info
+        home = homecluster.route(conn, self.tokens)
+        return info if home is None else replace(info, cluster=home)
+
     def identify(self, conn: HTTPConnection, cluster: str) -> User:
         """authenticate, then impersonate."""
         return self.impersonate(conn, self.authenticate(conn, cluster))
@@ -156,6 +168,7 @@ class Filters:
             raise ApiError(404, NOT_FOUND, "NotFound")
         ctx.target = target
         ctx.manager = field_manager(ctx.query, ctx.request.headers.get("user-agent", ""))
+        fieldvalidation.begin(ctx.query.get("fieldValidation", ""))  # 400 for a bad value
         if not info.verb:
             raise ApiError(405, f"method {info.method} is not allowed", "MethodNotAllowed")
         if info.name is None and info.verb in ("update", "patch"):

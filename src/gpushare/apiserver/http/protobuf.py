@@ -9,9 +9,9 @@ Responses are always JSON (clients also accept it). Unknown fields are skipped.
 from __future__ import annotations
 
 import base64
-from datetime import UTC, datetime
 from typing import Any
 
+from gpushare.api.timefmt import rfc3339, rfc3339_micro
 from gpushare.apiserver.errors import ApiError
 
 MAGIC = b"k8s\x00"
@@ -254,8 +254,8 @@ def _time(data: bytes, micro: bool = False) -> str | None:
             nanos = v
     if seconds == 0 and nanos == 0:
         return None
-    t = datetime.fromtimestamp(seconds + nanos / 1e9, UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+    epoch = seconds + nanos / 1e9
+    return rfc3339_micro(epoch) if micro else rfc3339(epoch)
 
 
 def _scalar(typ: str, wire: int, value: Any) -> Any:

@@ -8,8 +8,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from gpushare.apiserver.cooperative import Slicer
 from gpushare.apiserver.errors import ApiError, bad_request
-from gpushare.apiserver.http import tables
+from gpushare.apiserver.http import bulk, tables
 from gpushare.apiserver.http.content import JSON, json_response, wants_table
 from gpushare.apiserver.http.pipeline import RequestContext
 from gpushare.apiserver.registry import crds
@@ -24,11 +25,14 @@ DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
 class Reads:
-    def __init__(self, api: Api, hub: WatchHub, bookmark_interval: float) -> None:
+    def __init__(self, api: Api, hub: WatchHub, bookmark_interval: float,
+                 slice_s: float | None = None) -> None:
         self.api = api
         self.store = api.store
         self.hub = hub
         self.bookmark_interval = bookmark_interval
+        #: lists are serialised in slices of this many seconds (None: in one go)
+        self.slice_s = slice_s
 
     async def get_object(self, ctx: RequestContext) -> Response:
         obj = self.api.get(ctx.info.cluster, ctx.resource, ctx.ns, ctx.name)
@@ -45,6 +49,18 @@ class Reads:
         return {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": list_meta,
                 "items": items}
 
+    async def list_response(self, info: ResourceInfo, items: list[dict[str, Any]],
+                            list_meta: dict[str, Any]) -> Response:
+        """`list_body` as a response, serialised in slices when slicing is on."""
+        if self.slice_s is None:
+            return json_response(self.list_body(info, items, list_meta))
+        convert = None
+        if (info.crd and crds.has_defaults(info.schema)) or any(
+                o.get("apiVersion") != info.api_version for o in items):
+            convert = lambda o: self.api.served(info, o)  # noqa: E731
+        head = {"kind": info.list_kind, "apiVersion": info.api_version, "metadata": list_meta}
+        return await bulk.list_response(head, items, convert, Slicer(self.slice_s))
+
     async def list_objects(self, ctx: RequestContext) -> Response:
         requested, match = versions.list_request(ctx.query)
         if requested:
@@ -56,6 +72,13 @@ class Reads:
             items = self._exact(ctx, items, requested)
             rv = requested
         items, list_meta = paginate(items, ctx.query, rv)
+        if self.slice_s is not None:
+            accept = ctx.request.headers.get("accept", "")
+            if "as=Table" in accept and wants_table(accept):
+                include = ctx.request.query_params.get("includeObject", "Metadata")
+                return await bulk.table(ctx.resource, items, include, list_meta,
+                                        Slicer(self.slice_s))
+            return await self.list_response(ctx.resource, items, list_meta)
         return self.render(ctx.request, ctx.resource, items, single=False, list_meta=list_meta)
 
     def _exact(self, ctx: RequestContext, items: list[dict[str, Any]],
@@ -85,9 +108,9 @@ class Reads:
         fields = parse_field_selector(query.get("fieldSelector"), info.group_resource)
         send_initial, timeout = _watch_options(query)
         rv_param = query.get("resourceVersion") or ""
-        watcher = Watcher(ctx.info.cluster, info.group_resource,
-                          ctx.info.namespace if info.namespaced else None, labels, fields,
-                          min_rv=self.store.rv)
+        watcher = self.hub.watcher(ctx.info.cluster, info.group_resource,
+                                   ctx.info.namespace if info.namespaced else None, labels,
+                                   fields, min_rv=self.store.rv)
         initial: list[tuple[str, dict[str, Any]]] = []
         accept = ctx.request.headers.get("accept", "")
         as_table = "as=Table" in accept and wants_table(accept)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import fcntl
 import logging
@@ -16,22 +17,29 @@ from typing import Any
 import uvicorn
 import yaml
 
-from gpushare.apiserver.auth import components
+from gpushare.api.plugins import PluginFactory
+from gpushare.apiserver.auth import components, noderestriction
 from gpushare.apiserver.auth.access import TokenFile
 from gpushare.apiserver.auth.serviceaccounts import SIGNING_KEY as SA_SIGNING_KEY
 from gpushare.apiserver.auth.serviceaccounts import TokenSigner
-from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_client
+from gpushare.apiserver.auth.tls import ensure_certificates, ensure_node_ca, ensure_node_client
 from gpushare.apiserver.http.app import App
+from gpushare.apiserver.http.flowcontrol import FlowControlConfig, platform_write
 from gpushare.apiserver.http.limits import DEFAULT_MAX_BODY_BYTES
 from gpushare.apiserver.http.nodeproxy import client_context
-from gpushare.apiserver.http.plugins import PluginFactory
+from gpushare.apiserver.registry import builtin_kinds, certificates
 from gpushare.apiserver.registry.api import DEFAULT_CLUSTER, Api
 from gpushare.apiserver.registry.certificates import NodeServingSigner
+from gpushare.apiserver.storage import snapshot, space
 from gpushare.apiserver.storage.encryption import Transformer
 from gpushare.apiserver.storage.store import DEFAULT_EVENT_LOG_BYTES, Store
+from gpushare.apiserver.storage.tenantquota import TenantUsage
+from gpushare.apiserver.storage.watch import DEFAULT_BACKLOG_BYTES
 
 log = logging.getLogger(__name__)
 
+#: per-tenant fairness as the server runs by default (`fairness=None` turns it off)
+DEFAULT_FAIRNESS = FlowControlConfig()
 KUBECONFIG_NAME = "admin.kubeconfig"
 TOKENS_NAME = "tokens.yaml"
 DB_NAME = "state.db"
@@ -71,12 +79,36 @@ def restrict_data_dir(data_dir: Path) -> None:
         os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
 
 
+#: Seconds a client has to complete the TLS handshake (kube-apiserver's is 10 s).
+DEFAULT_TLS_HANDSHAKE_TIMEOUT = 10.0
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, ending watch streams first so that shutdown does not wait on them."""
 
-    def __init__(self, config: uvicorn.Config, app: App) -> None:
+    def __init__(self, config: uvicorn.Config, app: App, handshake_timeout: float) -> None:
         super().__init__(config)
         self._app = app
+        self._handshake_timeout = handshake_timeout
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's startup, its TLS listeners given a handshake deadline: a connection that
+        does not finish its TLS handshake in time is closed (asyncio's own default, 60 s, let
+        idle sockets pile up until the process ran out of descriptors)."""
+        loop = asyncio.get_running_loop()
+        create = loop.create_server
+        deadline = self._handshake_timeout
+
+        async def create_server(*args: Any, **kwargs: Any) -> asyncio.Server:
+            if kwargs.get("ssl") is not None:
+                kwargs.setdefault("ssl_handshake_timeout", deadline)
+            return await create(*args, **kwargs)
+
+        loop.create_server = create_server  # type: ignore[method-assign]
+        try:
+            await super().startup(sockets)
+        finally:
+            del loop.create_server
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._app.hub.close_all()
@@ -96,9 +128,18 @@ class ApiServer:
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  event_log_bytes: int = DEFAULT_EVENT_LOG_BYTES,
                  anonymous_metrics: bool = False, commit_thread: bool = True,
-                 plugins: Sequence[PluginFactory] = ()) -> None:
+                 plugins: Sequence[PluginFactory] = (),
+                 storage_quota_bytes: int = space.DEFAULT_QUOTA_BYTES,
+                 storage_reserve_bytes: int = space.DEFAULT_RESERVE_BYTES,
+                 tls_handshake_timeout: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+                 fairness: FlowControlConfig | None = DEFAULT_FAIRNESS,
+                 watch_backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
+                 tenant_quotas: bool = True) -> None:
+        if not tls_handshake_timeout > 0:
+            raise ValueError(f"tls_handshake_timeout must be > 0, not {tls_handshake_timeout}")
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        snapshot.check_store_file(self.data_dir)  # a lost state.db is not a new cluster
         restrict_data_dir(self.data_dir)
         # One server per data directory: two would each trust their own copy in memory.
         self._lock = (self.data_dir / LOCK_NAME).open("a")
@@ -128,13 +169,23 @@ class ApiServer:
                            event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes,
                            transformer=Transformer.for_data_dir(self.data_dir),
                            commit_thread=commit_thread)
+        self.space = space.SpaceQuota(self.data_dir, storage_quota_bytes,
+                                      storage_reserve_bytes)
+        self.space.load(self.store.db)
+        self.store.space = self.space
+        if tenant_quotas:  # the quotas the plug-ins set (tenancy: the VirtualCluster's)
+            self.store.usage = TenantUsage()
+            self.store.usage.load(self.store.db)
+            self.store.usage.exempt = platform_write
         self.tokens = TokenFile(self.data_dir / TOKENS_NAME)
-        # the cluster CA signs node agents' serving certificates and the client certificate
-        # the API server shows them, with or without TLS on the API itself
-        node_ca, node_cert, node_key = ensure_node_client(self.data_dir / "pki")
-        root_ca = (self.ca_path or node_ca).read_text()
+        # the cluster CA signs the client certificate the API server shows node agents; their
+        # serving certificates come from a CA of their own, trusted only on the way to them
+        cluster_ca, node_cert, node_key = ensure_node_client(self.data_dir / "pki")
+        node_ca = ensure_node_ca(self.data_dir / "pki")
+        root_ca = (self.ca_path or cluster_ca).read_text()
         self.api = Api(self.store, root_ca_pem=root_ca)
         self.api.publish_root_ca_everywhere()
+        builtin_kinds.complete_stored_nodes(self.store, list(self.api.registries))
         self.api.publish_api_endpoints(host, self.port)
         components.bootstrap_roles(self.api)
         signer = TokenSigner(self.data_dir / "pki" / SA_SIGNING_KEY)
@@ -143,14 +194,22 @@ class ApiServer:
                        max_body_bytes=max_body_bytes,
                        anonymous_metrics=anonymous_metrics, signer=signer,
                        node_signer=NodeServingSigner(self.data_dir / "pki"),
-                       node_tls=client_context(node_ca, node_cert, node_key))
+                       node_tls=client_context(node_ca, node_cert, node_key),
+                       fairness=fairness, watch_backlog_bytes=watch_backlog_bytes)
+        self.space.register(self.app.metrics.registry)
+        if self.store.usage is not None:
+            self.store.usage.register(self.app.metrics.registry)
+        # the server's own safeguards first: who asked for a certificate, what a node reaches
+        self.api.admission_hooks += [certificates.RequesterAdmission(),
+                                     noderestriction.NodeRestriction()]
+        self.app.filters.request_policies.append(noderestriction.NodeAuthorizer(self.api))
         for plugin in plugins:  # what the composing process plugs in (tenancy, dashboard)
             self.app.install(plugin(self.api))
         config = uvicorn.Config(self.app, log_level="warning", access_log=False,
                                 lifespan="on", timeout_keep_alive=120,
                                 ws="wsproto", ws_per_message_deflate=False,
                                 timeout_graceful_shutdown=2, **ssl)
-        self._server = _Server(config, self.app)
+        self._server = _Server(config, self.app, tls_handshake_timeout)
         self._thread: threading.Thread | None = None
         self.write_kubeconfig(self.data_dir / KUBECONFIG_NAME)
 

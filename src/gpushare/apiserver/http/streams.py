@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 import ssl
 import time
-from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import HTTPConnection
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from gpushare.api.plugins import LogTarget
 from gpushare.apiserver.auth.access import Attributes
 from gpushare.apiserver.errors import ApiError, bad_request, forbidden, not_found
 from gpushare.apiserver.http import nodeproxy
@@ -21,9 +21,6 @@ from gpushare.apiserver.http.pipeline import Filters, RequestContext
 from gpushare.apiserver.http.requestinfo import ROOT_CLUSTER
 from gpushare.apiserver.storage.store import Store
 from gpushare.apiserver.telemetry.metrics import Metrics
-
-#: Where a pod's logs are: (cluster, ns, name) of the pod that really runs, or None.
-LogTarget = Callable[[str, str, str], "tuple[str, str, str] | None"]
 
 _STREAM_PATH = re.compile(
     r"^(?:/clusters/(?P<cluster>[a-z0-9][-a-z0-9]*))?/api/v1/namespaces/(?P<ns>[^/]+)/"

@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from gpushare.apiserver.objects import parse_time
+from gpushare.api.objects import field_dict
+from gpushare.api.timefmt import parse_time
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
-from gpushare.bodies import field_dict
 
 log = logging.getLogger(__name__)
 
@@ -307,6 +307,138 @@ def _binding_row(obj: dict[str, Any], now: datetime) -> Row:
                      if s.get("kind") == "ServiceAccount")]
 
 
+def _containers_images(spec: dict[str, Any]) -> list[str]:
+    containers = [c for c in spec.get("containers") or () if isinstance(c, dict)]
+    return [",".join(str(c.get("name", "")) for c in containers),
+            ",".join(str(c.get("image", "")) for c in containers)]
+
+
+def _format_selector(selector: Any) -> str:
+    """A LabelSelector as kubectl writes it (``app=web,tier in (a,b)``); ``<none>``."""
+    if not isinstance(selector, dict):
+        return "<none>"
+    parts = [f"{k}={v}" for k, v in sorted(field_dict(selector, "matchLabels").items())]
+    for expr in selector.get("matchExpressions") or ():
+        if not isinstance(expr, dict):
+            continue
+        key, op = expr.get("key", ""), expr.get("operator", "")
+        values = ",".join(sorted(str(v) for v in expr.get("values") or ()))
+        if op == "Exists":
+            parts.append(str(key))
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            parts.append(f"{key} {'in' if op == 'In' else 'notin'} ({values})")
+    return ",".join(parts) or "<none>"
+
+
+def _more(items: list[str], count: int, limit: int = 3, empty: str = "<unset>") -> str:
+    text = ",".join(items[:limit])
+    if count > limit:
+        return f"{text} + {count - limit} more..."
+    return text or empty
+
+
+def _cronjob_row(obj: dict[str, Any], now: datetime) -> Row:
+    spec, status = field_dict(obj, "spec"), field_dict(obj, "status")
+    job_spec = field_dict(field_dict(spec, "jobTemplate"), "spec")
+    last = status.get("lastScheduleTime")
+    return [obj["metadata"]["name"], spec.get("schedule", ""),
+            spec.get("timeZone") or "<none>",
+            "<unset>" if spec.get("suspend") is None else str(bool(spec["suspend"])),
+            len(status.get("active") or ()), age(last, now) if last else "<none>",
+            age(obj["metadata"].get("creationTimestamp"), now),
+            *_containers_images(field_dict(field_dict(job_spec, "template"), "spec")),
+            _format_selector(job_spec.get("selector"))]
+
+
+def _statefulset_row(obj: dict[str, Any], now: datetime) -> Row:
+    spec, status = field_dict(obj, "spec"), field_dict(obj, "status")
+    return [obj["metadata"]["name"],
+            f"{status.get('readyReplicas') or 0}/{spec.get('replicas', 0)}",
+            age(obj["metadata"].get("creationTimestamp"), now),
+            *_containers_images(field_dict(field_dict(spec, "template"), "spec"))]
+
+
+def _daemonset_row(obj: dict[str, Any], now: datetime) -> Row:
+    spec, status = field_dict(obj, "spec"), field_dict(obj, "status")
+    pod_spec = field_dict(field_dict(spec, "template"), "spec")
+    node_selector = field_dict(pod_spec, "nodeSelector")
+    return [obj["metadata"]["name"], status.get("desiredNumberScheduled") or 0,
+            status.get("currentNumberScheduled") or 0, status.get("numberReady") or 0,
+            status.get("updatedNumberScheduled") or 0, status.get("numberAvailable") or 0,
+            ",".join(f"{k}={v}" for k, v in sorted(node_selector.items())) or "<none>",
+            age(obj["metadata"].get("creationTimestamp"), now),
+            *_containers_images(pod_spec), _format_selector(spec.get("selector"))]
+
+
+def _quota_row(obj: dict[str, Any], now: datetime) -> Row:
+    hard = field_dict(field_dict(obj, "status"), "hard")
+    used = field_dict(field_dict(obj, "status"), "used")
+    requests: list[str] = []
+    limits: list[str] = []
+    for name in sorted(field_dict(field_dict(obj, "spec"), "hard")):
+        text = f"{name}: {used.get(name, '0')}/{hard.get(name, '0')}"
+        (limits if name.startswith("limits") else requests).append(text)
+    return [obj["metadata"]["name"], age(obj["metadata"].get("creationTimestamp"), now),
+            ", ".join(requests), ", ".join(limits)]
+
+
+def _pdb_row(obj: dict[str, Any], now: datetime) -> Row:
+    spec, status = field_dict(obj, "spec"), field_dict(obj, "status")
+    low, high = spec.get("minAvailable"), spec.get("maxUnavailable")
+    return [obj["metadata"]["name"], "N/A" if low is None else str(low),
+            "N/A" if high is None else str(high), status.get("disruptionsAllowed") or 0,
+            age(obj["metadata"].get("creationTimestamp"), now)]
+
+
+def _ingress_row(obj: dict[str, Any], now: datetime) -> Row:
+    spec = field_dict(obj, "spec")
+    rules = [r for r in spec.get("rules") or () if isinstance(r, dict)]
+    hosts = [str(r["host"]) for r in rules[:3] if r.get("host")]
+    shown = ",".join(hosts) or "*"
+    if len(rules) > 3:
+        shown = f"{shown} + {len(rules) - 3} more..."
+    lb = field_dict(field_dict(obj, "status"), "loadBalancer")
+    address = ",".join(str(i.get("ip") or i.get("hostname") or "")
+                       for i in lb.get("ingress") or () if isinstance(i, dict))
+    return [obj["metadata"]["name"], spec.get("ingressClassName") or "<none>", shown, address,
+            "80, 443" if spec.get("tls") else "80",
+            age(obj["metadata"].get("creationTimestamp"), now)]
+
+
+def _endpoints_row(obj: dict[str, Any], now: datetime) -> Row:
+    subsets = [s for s in obj.get("subsets") or () if isinstance(s, dict)]
+    shown: list[str] = []
+    count = 0
+    for subset in subsets:
+        ips = [str(a.get("ip", "")) for a in subset.get("addresses") or ()
+               if isinstance(a, dict)]
+        ports = [p for p in subset.get("ports") or () if isinstance(p, dict)]
+        if not ports:
+            count += len(ips)
+            shown += ips
+            continue
+        for port in ports:
+            count += len(ips)
+            shown += [f"[{ip}]:{port.get('port')}" if ":" in ip else f"{ip}:{port.get('port')}"
+                      for ip in ips]
+    text = _more(shown, count, empty="") if subsets else "<none>"
+    return [obj["metadata"]["name"], text, age(obj["metadata"].get("creationTimestamp"), now)]
+
+
+def _endpointslice_row(obj: dict[str, Any], now: datetime) -> Row:
+    ports = [p for p in obj.get("ports") or () if isinstance(p, dict)]
+    port_names = [str(p["port"]) if p.get("port") is not None else str(p.get("name") or "*")
+                  for p in ports]
+    endpoints = [e for e in obj.get("endpoints") or () if isinstance(e, dict)]
+    addresses = [str(a) for e in endpoints for a in e.get("addresses") or ()]
+    return [obj["metadata"]["name"], obj.get("addressType", ""),
+            _more(port_names, len(port_names)),
+            _more(addresses, len(addresses)) if endpoints else "<unset>",
+            age(obj["metadata"].get("creationTimestamp"), now)]
+
+
 BUILTIN_TABLES: dict[str, tuple[list[ColumnDef], Callable[[dict[str, Any], datetime], Row]]] = {
     "pods": ([("Name", "string", 0), ("Ready", "string", 0), ("Status", "string", 0),
               ("Restarts", "string", 0), ("Age", "string", 0), ("IP", "string", 1),
@@ -350,6 +482,35 @@ BUILTIN_TABLES: dict[str, tuple[list[ColumnDef], Callable[[dict[str, Any], datet
     "apps/replicasets": ([("Name", "string", 0), ("Desired", "integer", 0),
                           ("Current", "integer", 0), ("Ready", "integer", 0),
                           ("Age", "string", 0)], _rs_row),
+    "batch/cronjobs": ([("Name", "string", 0), ("Schedule", "string", 0),
+                        ("Timezone", "string", 0), ("Suspend", "boolean", 0),
+                        ("Active", "integer", 0), ("Last Schedule", "string", 0),
+                        ("Age", "string", 0), ("Containers", "string", 1),
+                        ("Images", "string", 1), ("Selector", "string", 1)], _cronjob_row),
+    "apps/statefulsets": ([("Name", "string", 0), ("Ready", "string", 0), ("Age", "string", 0),
+                           ("Containers", "string", 1), ("Images", "string", 1)],
+                          _statefulset_row),
+    "apps/daemonsets": ([("Name", "string", 0), ("Desired", "integer", 0),
+                         ("Current", "integer", 0), ("Ready", "integer", 0),
+                         ("Up-to-date", "integer", 0), ("Available", "integer", 0),
+                         ("Node Selector", "string", 0), ("Age", "string", 0),
+                         ("Containers", "string", 1), ("Images", "string", 1),
+                         ("Selector", "string", 1)], _daemonset_row),
+    "resourcequotas": ([("Name", "string", 0), ("Age", "string", 0), ("Request", "string", 0),
+                        ("Limit", "string", 0)], _quota_row),
+    "policy/poddisruptionbudgets": ([("Name", "string", 0), ("Min Available", "string", 0),
+                                     ("Max Unavailable", "string", 0),
+                                     ("Allowed Disruptions", "integer", 0),
+                                     ("Age", "string", 0)], _pdb_row),
+    "networking.k8s.io/ingresses": ([("Name", "string", 0), ("Class", "string", 0),
+                                     ("Hosts", "string", 0), ("Address", "string", 0),
+                                     ("Ports", "string", 0), ("Age", "string", 0)],
+                                    _ingress_row),
+    "endpoints": ([("Name", "string", 0), ("Endpoints", "string", 0), ("Age", "string", 0)],
+                  _endpoints_row),
+    "discovery.k8s.io/endpointslices": ([("Name", "string", 0), ("AddressType", "string", 0),
+                                         ("Ports", "string", 0), ("Endpoints", "string", 0),
+                                         ("Age", "string", 0)], _endpointslice_row),
     "rbac.authorization.k8s.io/rolebindings": (
         [("Name", "string", 0), ("Role", "string", 0), ("Age", "string", 0),
          ("Users", "string", 1), ("Groups", "string", 1), ("ServiceAccounts", "string", 1)],

@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare.api import shapes
 from gpushare.apiserver.auth import serviceaccounts
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, conflict, invalid, not_found
 from gpushare.apiserver.objects import deep_copy, meta, new_uid, now_rfc3339, rfc3339_after
 from gpushare.apiserver.registry import builtin_kinds, crds, pods, quota
 from gpushare.apiserver.registry.bootstrap import DEFAULT_CLUSTER, Bootstrap
+from gpushare.apiserver.registry.eviction import take_disruption
 from gpushare.apiserver.registry.strategy import (
     CRD_GR,
     QUEUE_GR,
@@ -25,7 +27,7 @@ from gpushare.apiserver.registry.strategy import (
     schema_of,
 )
 from gpushare.apiserver.resources import Registry, ResourceInfo
-from gpushare.apiserver.schema import conversions, managed, shapes, validation
+from gpushare.apiserver.schema import conversions, managed, typecheck, validation
 from gpushare.apiserver.schema.patch import json_patch, merge_patch, strategic_merge_patch
 from gpushare.apiserver.storage.store import Store
 
@@ -52,6 +54,8 @@ class DeleteOptions:
     @classmethod
     def parse(cls, body: Any, query: dict[str, str]) -> DeleteOptions:
         opts = cls()
+        if body is not None:
+            typecheck.check(body, "meta", "v1", "DeleteOptions")
         if isinstance(body, dict):
             if body.get("gracePeriodSeconds") is not None:
                 opts.grace_period = int(body["gracePeriodSeconds"])
@@ -371,6 +375,13 @@ class Api(Bootstrap, WriteStrategy):
     ) -> dict[str, Any]:
         gr = info.group_resource
         old_meta = old["metadata"]
+        schema = builtin_schema_of(info)
+        if schema is not None:  # as decoded: the JSON types of the fields this write sets
+            # (a status write keeps the stored spec, so a spec stored malformed does not
+            # stop the status that says why the pod waits)
+            written = ({k: new.get(k) for k in ("metadata", "status")}
+                       if subresource == "status" else new)
+            typecheck.check_against(written, schema, info.version, info.kind)
         self._prune(info, new, field_validation)
         # managedFields a client wrote (changed from what is stored) are taken as given, as
         # Kubernetes does (kubectl moves client-side apply ownership that way).
@@ -626,6 +637,7 @@ class Api(Bootstrap, WriteStrategy):
         """Write `spec.replicas` of the object from a (possibly patched) autoscaling/v1 Scale."""
         if not isinstance(scale, dict):
             raise bad_request("the request body must be a Scale")
+        typecheck.check(scale, "autoscaling", "v1", "Scale")
         replicas = (scale.get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise invalid("autoscaling", "Scale", name, [Cause(
@@ -642,6 +654,9 @@ class Api(Bootstrap, WriteStrategy):
               eviction: Any) -> None:
         opts = DeleteOptions.parse((eviction or {}).get("deleteOptions")
                                    if isinstance(eviction, dict) else None, {})
+        pod = self.store.get(cluster, info.group_resource, ns, name)
+        if pod is not None:  # its PodDisruptionBudget first (eviction.py)
+            take_disruption(self, cluster, pod, opts.dry_run)
         self.delete(cluster, info, ns, name, opts)
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from gpushare.api.crds import podgroup_crd, queue_crd
 from gpushare.apiserver.auth import serviceaccounts
 from gpushare.apiserver.objects import deep_copy
-from gpushare.apiserver.registry import builtin_kinds, crds
+from gpushare.apiserver.registry import builtin_kinds
 from gpushare.apiserver.registry.strategy import CRD_GR, PRIORITYCLASS_GR
 from gpushare.apiserver.resources import Registry, ResourceInfo
 from gpushare.apiserver.storage.store import Store
@@ -66,9 +67,24 @@ class Bootstrap:
                     "preemptionPolicy": "PreemptLowerPriority"})
         crd_info = reg.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         assert crd_info is not None
-        for crd in (crds.queue_crd(), crds.podgroup_crd()):
+        for crd in (queue_crd(), podgroup_crd()):
             if self.store.get(cluster, CRD_GR, "", crd["metadata"]["name"]) is None:
                 self.create(cluster, crd_info, None, crd)
+
+    def keep_crd(self: _Writes, cluster: str, crd: dict[str, Any]) -> None:
+        """Keep `crd` installed in `cluster` as given: created when missing, its spec
+        replaced when it differs (a plug-in's CRD as this version ships it)."""
+        crd_info = self.registry(cluster).get("apiextensions.k8s.io", "v1",
+                                              "customresourcedefinitions")
+        assert crd_info is not None
+        name = crd["metadata"]["name"]
+        existing = self.store.get(cluster, CRD_GR, "", name)
+        if existing is None:
+            self.create(cluster, crd_info, None, crd)
+        elif existing.get("spec") != crd["spec"]:
+            rv = existing["metadata"]["resourceVersion"]
+            self.update(cluster, crd_info, "", name,
+                        {**crd, "metadata": {**crd["metadata"], "resourceVersion": rv}})
 
     def publish_root_ca(self: _Writes, cluster: str, ns: str) -> None:
         """Keep ConfigMap kube-root-ca.crt in `ns` holding the API's CA (as Kubernetes'

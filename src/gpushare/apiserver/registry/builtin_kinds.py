@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+from gpushare.api.objects import complete_node_info
 from gpushare.apiserver.resources import PrinterColumn, ResourceInfo
 
 DEFAULT_SCHEDULER = "gpushare"
@@ -214,6 +216,10 @@ def default_object(gr: str, obj: dict[str, Any]) -> None:
         labels["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
     elif gr == "secrets":
         obj.setdefault("type", "Opaque")
+    elif gr == "nodes":
+        status = obj.get("status")
+        if isinstance(status, dict) and "nodeInfo" in status:
+            status["nodeInfo"] = complete_node_info(status["nodeInfo"])
     elif gr == "scheduling.k8s.io/priorityclasses":
         obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
     elif gr == "batch/jobs" and isinstance(spec, dict):
@@ -233,6 +239,25 @@ def default_object(gr: str, obj: dict[str, Any]) -> None:
             labels["controller-uid"] = uid
             labels["batch.kubernetes.io/job-name"] = obj["metadata"]["name"]
             labels["job-name"] = obj["metadata"]["name"]
+    elif gr == "batch/cronjobs" and isinstance(spec, dict):
+        for key, value in (("concurrencyPolicy", "Allow"), ("suspend", False),
+                           ("successfulJobsHistoryLimit", 3), ("failedJobsHistoryLimit", 1)):
+            spec.setdefault(key, value)
+        template = spec.get("jobTemplate")
+        if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+            _default_template(template["spec"])
+    elif gr == "apps/statefulsets" and isinstance(spec, dict):
+        spec.setdefault("replicas", 1)
+        spec.setdefault("podManagementPolicy", "OrderedReady")
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("updateStrategy", {"type": "RollingUpdate",
+                                           "rollingUpdate": {"partition": 0}})
+        _default_template(spec)
+    elif gr == "apps/daemonsets" and isinstance(spec, dict):
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {
+            "maxUnavailable": 1, "maxSurge": 0}})
+        _default_template(spec)
     elif gr in ("apps/deployments", "apps/replicasets") and isinstance(spec, dict):
         spec.setdefault("replicas", 1)
         spec.setdefault("revisionHistoryLimit", 10)
@@ -251,3 +276,21 @@ def _default_template(spec: dict[str, Any]) -> None:
     if isinstance(template, dict) and isinstance(template.get("spec"), dict):
         tspec = template["spec"]
         default_pod_spec(tspec)
+
+
+def complete_stored_nodes(store: Any, clusters: list[str]) -> int:
+    """Give every stored Node whose ``status.nodeInfo`` lacks a required field the missing
+    ones (written before writes were defaulted so), so that no reader meets a Node its
+    typed client refuses; how many were rewritten."""
+    fixed = 0
+    for cluster in clusters:
+        for node in list(store.list(cluster, "nodes")):
+            status = node.get("status")
+            info = status.get("nodeInfo") if isinstance(status, dict) else None
+            if not isinstance(info, dict) or complete_node_info(info) == info:
+                continue
+            repaired = copy.deepcopy(node)
+            repaired["status"]["nodeInfo"] = complete_node_info(info)
+            store.put(cluster, "nodes", repaired)
+            fixed += 1
+    return fixed

@@ -14,8 +14,9 @@ import logging
 import time
 from typing import Any
 
+from gpushare.api.timefmt import parse_time
 from gpushare.apiserver.errors import ApiError
-from gpushare.apiserver.objects import deep_copy, parse_time
+from gpushare.apiserver.objects import deep_copy
 from gpushare.apiserver.registry.api import FOREGROUND, ORPHAN, Api, DeleteOptions
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.storage.store import StoreUnavailable

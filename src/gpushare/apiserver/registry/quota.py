@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
+from gpushare.api.objects import field_dict, field_list
+from gpushare.api.shapes import quantity_value
 from gpushare.apiserver.errors import ApiError, Cause
-from gpushare.apiserver.schema.shapes import quantity_value
-from gpushare.bodies import field_dict, field_list
 
 QUOTA_GR = "resourcequotas"
 # quota name -> storage group/resource of the objects it counts
@@ -27,7 +27,6 @@ _COUNTS = {"pods": "pods", "services": "services", "configmaps": "configmaps",
            "secrets": "secrets", "replicationcontrollers": "replicationcontrollers",
            "resourcequotas": "resourcequotas",
            "persistentvolumeclaims": "persistentvolumeclaims"}
-COUNTED = {*_COUNTS.values()}
 _COMPUTE = ("cpu", "memory", "ephemeral-storage")
 
 Lister = Callable[[str], Iterable[dict[str, Any]]]  # group/resource -> objects in namespace

@@ -1,7 +1,8 @@
 """Service defaults and allocations, as Kubernetes' service registry makes them: a cluster
 IP from 10.96.0.0/12 (the `kubernetes` Service gets the first, 10.96.0.1), node ports from
 30000-32767 for NodePort and LoadBalancer Services, and the defaulted policy fields.
-Nothing routes to these addresses: they are names that kubectl and clients expect."""
+A node agent with an isolated pod network DNATs each ClusterIP port to the Service's ready
+endpoints (agent/runtime/network)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any
 
+from gpushare.api.contracts import API_SERVICE_IP
+from gpushare.api.objects import field_dict, field_list
 from gpushare.apiserver.errors import Cause
-from gpushare.bodies import field_dict, field_list
 
 _RANGE = ipaddress.ip_network("10.96.0.0/12")
+
 _NODE_PORTS = range(30000, 32768)
 
 
@@ -58,7 +61,7 @@ def allocate(obj: dict[str, Any], old: dict[str, Any] | None,
             "namespace") == "default"
         for address in _RANGE.hosts():
             text = str(address)
-            if text not in ips and (first or text != "10.96.0.1"):
+            if text not in ips and (first or text != API_SERVICE_IP):
                 spec["clusterIP"] = text
                 break
         else:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import random
 from typing import Any, Protocol
 
+from gpushare.api import shapes
 from gpushare.apiserver.auth import serviceaccounts
 from gpushare.apiserver.errors import ApiError, Cause, bad_request, invalid, not_found
 from gpushare.apiserver.objects import now_rfc3339
 from gpushare.apiserver.registry import crds, quota, services
 from gpushare.apiserver.resources import Registry, ResourceInfo
-from gpushare.apiserver.schema import kind_rules, schemas, shapes, validation
+from gpushare.apiserver.schema import fieldvalidation, kind_rules, schemas, typecheck, validation
 from gpushare.apiserver.storage.store import Store
 
 CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"
@@ -32,17 +33,19 @@ class WriteStrategy:
 
     @staticmethod
     def _prune(info: ResourceInfo, obj: dict[str, Any], field_validation: str) -> None:
-        """Prune a custom resource's unknown fields, then apply its schema's defaults."""
-        if not (info.crd and info.schema):
-            return
-        removed = crds.prune_unknown(obj, info.schema)
-        if removed and field_validation == "Strict":
-            fields = ", ".join(f'unknown field "{r}"' for r in removed)
-            raise bad_request(f'{info.kind} in version "{info.version}" cannot be handled as a '
-                              f"{info.kind}: strict decoding error: {fields}")
-        crds.apply_defaults(obj, info.schema)
+        """Drop the fields the kind's schema does not declare (``schema/fieldvalidation.py``:
+        400 under Strict, warnings under Warn), then apply a custom resource's schema
+        defaults."""
+        custom = crds.prune_unknown(obj, info.schema) if info.crd and info.schema else None
+        fieldvalidation.prune(info, obj, field_validation, custom)
+        if info.crd and info.schema:
+            crds.apply_defaults(obj, info.schema)
 
     def _check_type(self: _Stored, info: ResourceInfo, obj: dict[str, Any]) -> None:
+        if not info.crd:  # a built-in kind's body as decoded: its fields' JSON types
+            schema = schemas.kind_schema(info.group, info.version, info.kind)
+            if schema is not None:
+                typecheck.check_against(obj, schema, info.version, info.kind)
         kind = obj.get("kind")
         if kind and kind != info.kind:
             raise bad_request(f"the kind of the object ({kind}) does not match the resource "

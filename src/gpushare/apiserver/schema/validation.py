@@ -9,8 +9,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from gpushare.api import shapes
+from gpushare.api.contracts import GPU_DEVICES_ANNOTATION as GPU_NUM_DEVICES
+from gpushare.api.contracts import GPU_FRACTION_ANNOTATION as GPU_FRACTION
+from gpushare.api.contracts import GPU_MEMORY_ANNOTATION as GPU_MEMORY
+from gpushare.api.contracts import GPU_RESOURCE
 from gpushare.apiserver.errors import Cause
-from gpushare.apiserver.schema import shapes
+from gpushare.apiserver.schema import pod_updates
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(
@@ -55,10 +60,6 @@ def validate_name(gr: str, name: Any) -> list[Cause]:
 
 # -- pods --------------------------------------------------------------------------------------
 
-GPU_FRACTION = "gpu-fraction"
-GPU_MEMORY = "gpu-memory"
-GPU_NUM_DEVICES = "gpu-fraction-num-devices"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def _has_gpu_limit(spec: dict[str, Any]) -> bool:
@@ -116,9 +117,11 @@ def validate_pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]
     if isinstance(spec, dict):
         causes += validate_gpu_annotations(annotations, spec)
     if old is not None:
+        fixed = pod_updates.update_causes(old, obj)
+        causes += fixed
         old_node = (old.get("spec") or {}).get("nodeName")
         new_node = (spec or {}).get("nodeName") if isinstance(spec, dict) else None
-        if old_node and new_node != old_node:
+        if old_node and new_node != old_node and not fixed:
             causes.append(Cause("spec.nodeName", "field is immutable once the pod is bound",
                                 "FieldValueForbidden"))
     return causes

@@ -126,10 +126,6 @@ def _labels(meta: dict[str, Any]) -> list[tuple[str, str]]:
     return [(k, v) for k, v in labels.items() if isinstance(v, str)]
 
 
-def _namespace(obj: dict[str, Any]) -> str:
-    return obj["metadata"].get("namespace") or ""
-
-
 class Store:
     """All objects of all logical clusters, keyed (cluster, group/resource, namespace, name)."""
 
@@ -159,6 +155,12 @@ class Store:
         self.listeners: list[Listener] = []
         self.rollback_listeners: list[RollbackListener] = []
         self.rv = 0
+        # the resourceVersion of each logical cluster's last write (reads wait for theirs)
+        self.cluster_rv: dict[str, int] = {}
+        # The space quota (space.SpaceQuota), set by the server: admit/forget on writes.
+        self.space: Any = None
+        # Per-tenant quotas (tenantquota.TenantUsage), set by the server: check/record/forget.
+        self.usage: Any = None
         self._load()
         self.events: deque[Event] = deque()
         self.event_log_size = event_log_size
@@ -174,7 +176,6 @@ class Store:
         # False from a failed commit until the next one that succeeds (`/readyz`).
         self.healthy = True
         self.last_error = ""
-        self.failed_commits = 0
         self._failed_bytes = 0
         self.writes = 0
         self.commits = 0
@@ -291,9 +292,6 @@ class Store:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def next_rv(self) -> int:
-        return self.rv + 1
-
     def put(self, cluster: str, gr: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Insert or replace `obj` (owned by the store from now on); sets its resourceVersion."""
         meta = obj["metadata"]
@@ -304,19 +302,29 @@ class Store:
         previous = meta.get("resourceVersion")
         meta["resourceVersion"] = str(rv)
         data = encode(obj)
-        if self.max_object_bytes is not None and len(data) > self.max_object_bytes:
+        try:
+            if self.max_object_bytes is not None and len(data) > self.max_object_bytes:
+                raise ObjectTooLarge(len(data), self.max_object_bytes)
+            row = (data if self.transformer is None
+                   else self.transformer.encode(cluster, gr, ns, name, data))
+            if self.usage is not None:  # the tenant's quota (tenantquota.py)
+                self.usage.check((cluster, gr, ns, name), len(row))
+            if self.space is not None:  # the space quota (space.py) may refuse growth
+                self.space.admit((cluster, gr, ns, name), len(row))
+            if self.usage is not None:
+                self.usage.record((cluster, gr, ns, name), len(row))
+        except BaseException:
             if previous is None:
                 meta.pop("resourceVersion")
             else:
                 meta["resourceVersion"] = previous
-            raise ObjectTooLarge(len(data), self.max_object_bytes)
+            raise
         self.rv = rv
+        self.cluster_rv[cluster] = rv
         self.writes += 1
         if old is not None:
             self._index_remove(cluster, gr, old)
         self._index_put(cluster, gr, obj)
-        row = (data if self.transformer is None
-               else self.transformer.encode(cluster, gr, ns, name, data))
         self._pending.append((_PUT, (cluster, gr, ns, name, rv, row)))
         self._pending_events.append(
             Event(rv, MODIFIED if old is not None else ADDED, cluster, gr, obj, old, data))
@@ -329,8 +337,13 @@ class Store:
             return None
         rv = self.rv + 1
         self.rv = rv
+        self.cluster_rv[cluster] = rv
         self.writes += 1
         self._index_remove(cluster, gr, old)
+        if self.space is not None:
+            self.space.forget((cluster, gr, ns, name))
+        if self.usage is not None:
+            self.usage.forget((cluster, gr, ns, name))
         gone = orjson.loads(orjson.dumps(old))
         gone["metadata"]["resourceVersion"] = str(rv)
         self._pending.append((_DELETE, (cluster, gr, ns, name)))
@@ -370,13 +383,14 @@ class Store:
             self._flush_scheduled = True
             self.loop.call_soon(self._start_commit)
 
-    async def durable(self) -> None:
-        """Return once every write made so far is committed."""
-        if not self.pending:
+    async def durable(self, upto: int | None = None) -> None:
+        """Return once every write made so far (or up to resourceVersion `upto`) is
+        committed."""
+        if not self.pending or (upto is not None and upto <= self.committed_rv):
             return
         assert self.loop is not None
         fut = self.loop.create_future()
-        self._waiters.append((self.rv, fut))
+        self._waiters.append((self.rv if upto is None else upto, fut))
         await fut
 
     def _start_commit(self) -> None:
@@ -467,7 +481,6 @@ class Store:
         self._failed_bytes = min(sum(len(a[-1]) for op, a in ops if op is _PUT),
                                  16 * 1024 * 1024)
         self.healthy = False
-        self.failed_commits += 1
         self.last_error = str(error)
         log.error("committing %d writes failed, undone: %s", len(ops), error)
         failure = StoreUnavailable(f"the write could not be committed: {error}")

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
+from gpushare.apiserver.cooperative import Slicer
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.storage.selectors import (
     FieldRequirement,
@@ -28,6 +32,12 @@ from gpushare.apiserver.storage.store import (
 )
 
 MAX_BACKLOG = 20_000
+#: Bytes of events one watcher may have waiting to be sent (`--watch-backlog-bytes`): a
+#: watcher past it is closed, as kube-apiserver closes a watcher too slow for its cache;
+#: its client resumes from the last version it got, or re-lists.
+DEFAULT_BACKLOG_BYTES = 16 * 1024 * 1024
+#: what one write of a watch stream holds at most (plus one event)
+BATCH_BYTES = 1024 * 1024
 
 
 @dataclass(eq=False)
@@ -43,6 +53,11 @@ class Watcher:
         default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     overflowed: bool = False
+    #: the byte bound of the backlog (0: only the count bound, MAX_BACKLOG)
+    max_bytes: int = DEFAULT_BACKLOG_BYTES
+    backlog_bytes: int = 0
+    #: called once when the watcher is closed for falling behind
+    on_overflow: Callable[[Watcher], None] | None = None
 
     def matches(self, obj: dict[str, Any] | None) -> bool:
         if obj is None:
@@ -71,21 +86,67 @@ class Watcher:
     def _push(self, typ: str, event: Event) -> None:
         if self.overflowed:
             return
-        if len(self.backlog) >= MAX_BACKLOG:
+        size = len(event.data)
+        if self.max_bytes and self.backlog_bytes + size > self.max_bytes:
+            # Too slow: drop what waits (its memory goes now) and end the stream.
+            self.overflowed = True
+            self.backlog.clear()
+            self.backlog_bytes = 0
+            if self.on_overflow is not None:
+                self.on_overflow(self)
+        elif len(self.backlog) >= MAX_BACKLOG:
             self.overflowed = True
         else:
             self.backlog.append((typ, event.obj, event.data, event.rv))
+            self.backlog_bytes += size
         self.ready.set()
+
+    def pop(self) -> tuple[str, dict[str, Any], bytes | None, int]:
+        item = self.backlog.popleft()
+        if item[2] is not None:
+            self.backlog_bytes -= len(item[2])
+        return item
 
 
 class WatchHub:
     """Routes store events to the watchers of their (cluster, group/resource)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
+                 slice_s: float | None = None) -> None:
         self.store = store
         self.watchers: dict[tuple[str, str], set[Watcher]] = {}
         self.closing = False
+        self.max_backlog_bytes = max_backlog_bytes
+        #: initial events are encoded in slices of this many seconds (None: in one go)
+        self.slice_s = slice_s
+        #: watchers closed for falling behind, by group/resource
+        self.terminated: dict[str, int] = {}
         store.listeners.append(self._dispatch)
+
+    def watcher(self, cluster: str, gr: str, namespace: str | None,
+                labels: tuple[Requirement, ...], fields: tuple[FieldRequirement, ...],
+                min_rv: int) -> Watcher:
+        """A watcher bounded as this hub bounds them (not yet added)."""
+        return Watcher(cluster, gr, namespace, labels, fields, min_rv=min_rv,
+                       max_bytes=self.max_backlog_bytes, on_overflow=self._overflowed)
+
+    def register(self, registry: CollectorRegistry) -> None:
+        """`apiserver_terminated_watchers_total{resource}` on /metrics."""
+        hub = self
+
+        class _Terminated(Collector):
+            def collect(self) -> Iterator[CounterMetricFamily]:
+                family = CounterMetricFamily(
+                    "apiserver_terminated_watchers", "Watchers closed because they fell "
+                    "more than the backlog bound behind", labels=["resource"])
+                for gr, n in sorted(hub.terminated.items()):
+                    family.add_metric([gr], float(n))
+                yield family
+        registry.register(_Terminated())
+
+    def _overflowed(self, w: Watcher) -> None:
+        self.terminated[w.gr] = self.terminated.get(w.gr, 0) + 1
+        self.remove(w)
 
     def close_all(self) -> None:
         """End every watch stream (server shutdown): clients reconnect elsewhere or later."""
@@ -101,10 +162,12 @@ class WatchHub:
     def _dispatch(self, event: Event) -> None:
         watchers = self.watchers.get((event.cluster, event.gr))
         if watchers:
-            for w in watchers:
+            for w in list(watchers):  # an overflowing watcher leaves the set
                 w.offer(event)
 
     def add(self, w: Watcher) -> None:
+        if w.overflowed:
+            return
         self.watchers.setdefault((w.cluster, w.gr), set()).add(w)
 
     def remove(self, w: Watcher) -> None:
@@ -153,23 +216,26 @@ async def stream(
             yield encode("ERROR", status, None)
             return
         if initial:
-            yield b"".join(encode(t, o, None) for t, o in initial)
+            async for chunk in _initial_chunks(initial, encode, Slicer(hub.slice_s)):
+                yield chunk
         if initial_events_end:
             yield encode("BOOKMARK", bookmark_object(progress(), True), None)
         while True:
             now = time.monotonic()
             if now >= deadline:
                 return
+            if watcher.overflowed or (hub.closing and not watcher.backlog):
+                return
             if watcher.backlog:
                 batch: list[Any] = []
-                while watcher.backlog and len(batch) < 500:
-                    typ, obj, data, rv = watcher.backlog.popleft()
+                size = 0
+                while watcher.backlog and len(batch) < 500 and size < BATCH_BYTES:
+                    typ, obj, data, rv = watcher.pop()
                     batch.append(encode(typ, obj, data))
+                    size += len(batch[-1])
                     delivered = rv
                 yield b"".join(batch)
                 continue
-            if watcher.overflowed or hub.closing:
-                return
             watcher.ready.clear()
             wait = deadline - now
             if bookmarks:
@@ -182,6 +248,22 @@ async def stream(
                     yield encode("BOOKMARK", bookmark_object(progress(), False), None)
     finally:
         hub.remove(watcher)
+
+
+async def _initial_chunks(initial: list[tuple[str, dict[str, Any]]], encode: Encoder,
+                          slicer: Slicer) -> AsyncIterator[bytes]:
+    """The initial events in writes of about BATCH_BYTES, the loop free between slices."""
+    batch: list[bytes] = []
+    size = 0
+    for typ, obj in initial:
+        batch.append(encode(typ, obj, None))
+        size += len(batch[-1])
+        if size >= BATCH_BYTES:
+            yield b"".join(batch)
+            batch, size = [], 0
+        await slicer.pause()
+    if batch:
+        yield b"".join(batch)
 
 
 def encode_event(typ: str, obj: dict[str, Any], data: bytes | None = None) -> bytes:

@@ -17,6 +17,16 @@ export class Api {
     try { body = await response.json(); } catch { body = null; }
     return { status: response.status, ok: response.ok, body };
   }
+
+  async post(path, payload, signal) {
+    const response = await fetch(this.base + path, {
+      method: 'POST', signal, body: JSON.stringify(payload),
+      headers: { ...this.headers(), 'Content-Type': 'application/json' },
+    });
+    let body = null;
+    try { body = await response.json(); } catch { body = null; }
+    return { status: response.status, ok: response.ok, body };
+  }
 }
 
 const sleep = (ms, signal) => new Promise((resolve) => {

@@ -1,7 +1,13 @@
 // The dashboard: log in with a token, list+watch what the board shows, redraw on change.
 import { Api, listWatch } from './api.js';
-import { gpuBoard, pendingRows, queueOf, queueRows, tenantRows, timelineRows } from './model.js';
-import { el, nodesView, notice, pendingView, queuesView, tenantsView, timelineView } from './render.js';
+import { History, fromPrometheus } from './history.js';
+import {
+  clusterGpus, gpuBoard, pendingGroups, queueColours, queueOf, queueRows, tenantColours, tenantRows,
+  timelineRows, waitTimes,
+} from './model.js';
+import {
+  el, historyView, nodesView, notice, pendingView, queuesView, tenantsView, timelineView,
+} from './render.js';
 
 const TOKEN_KEY = 'gpushare.token';
 const SOURCES = {
@@ -12,11 +18,14 @@ const SOURCES = {
   virtualclusters: '/apis/tenancy.gpushare.io/v1alpha1/virtualclusters',
 };
 
-// The API prefix of the page's logical cluster: /dashboard or /clusters/<name>/dashboard.
+// The page's logical cluster: the host (/dashboard) or a tenant (/clusters/<name>/dashboard).
+const TENANT = /^\/clusters\/([a-z0-9-]+)\/dashboard/.exec(window.location.pathname)?.[1] || '';
+
 function apiBase() {
-  const m = /^(\/clusters\/[a-z0-9-]+)\/dashboard/.exec(window.location.pathname);
-  return window.location.origin + (m ? m[1] : '');
+  return window.location.origin + (TENANT ? `/clusters/${TENANT}` : '');
 }
+
+const SAMPLE_MS = 5000;
 
 // A token pasted as is, or the token of a pasted kubeconfig (its current user's, else
 // the first user's that has one).
@@ -32,6 +41,11 @@ const state = {
   errors: {},
   live: {},
   colourBy: 'queue',
+  hideScheduled: true,
+  tenant: TENANT,
+  who: '',
+  history: new History(),
+  historySource: 'kept in this page',
 };
 window.gpushareDashboard = state; // for tests and the curious: what the page holds
 let controller = null;
@@ -57,11 +71,25 @@ function forbidden(name) {
     : err.status === 404 ? `This server does not serve ${name}.` : `${name}: ${err.message}`;
 }
 
+function checkbox(id, label, checked, onChange) {
+  const box = el('input', { type: 'checkbox', id, checked });
+  box.addEventListener('change', (e) => { onChange(e.target.checked); redraw(); });
+  return el('label', { class: 'toggle' }, box, ` ${label}`);
+}
+
 function draw() {
   scheduled = false;
+  const now = Date.now();
   const pods = values('pods');
   const events = values('events');
-  section('queues', forbidden('queues') ? notice(forbidden('queues')) : queuesView(queueRows(values('queues'))));
+  const rows = queueRows(values('queues'));
+  const colours = queueColours(rows);
+  for (const [name, c] of tenantColours(values('virtualclusters').map((v) => v.metadata.name))) {
+    if (!colours.has(name)) colours.set(name, c);
+  }
+  state.colours = colours;
+  const capacity = clusterGpus(values('nodes'));
+  section('queues', forbidden('queues') ? notice(forbidden('queues')) : queuesView(rows, colours, capacity));
   const toggle = el('label', { class: 'toggle' }, 'colour by ',
     el('select', { id: 'colour-by' }, el('option', { value: 'queue', selected: state.colourBy === 'queue' }, 'queue'),
       el('option', { value: 'tenant', selected: state.colourBy === 'tenant' }, 'tenant')));
@@ -70,11 +98,21 @@ function draw() {
     redraw();
   });
   section('nodes', forbidden('nodes') ? notice(forbidden('nodes'))
-    : el('div', {}, toggle, nodesView(gpuBoard(values('nodes'), pods), state.colourBy)));
-  section('pending', forbidden('pods') ? notice(forbidden('pods')) : pendingView(pendingRows(pods, events)));
+    : el('div', {}, TENANT ? '' : toggle, nodesView(gpuBoard(values('nodes'), pods), state.colourBy, colours)));
+  section('pending', forbidden('pods') ? notice(forbidden('pods')) : pendingView(pendingGroups(pods, events), colours, now));
   const podQueues = new Map(pods.map((p) => [key(p).replace(/^\//, ''), queueOf(p)]));
-  section('timeline', forbidden('events') ? notice(forbidden('events')) : timelineView(timelineRows(events, podQueues)));
-  section('tenants', tenantsView(tenantRows(values('virtualclusters'), pods), forbidden('virtualclusters')));
+  const decisions = timelineRows(events, podQueues, 200)
+    .filter((r) => !(state.hideScheduled && r.reason === 'Scheduled')).slice(0, 60);
+  section('timeline', forbidden('events') ? notice(forbidden('events'))
+    : el('div', {}, checkbox('hide-scheduled', 'hide Scheduled', state.hideScheduled,
+      (v) => { state.hideScheduled = v; }), timelineView(decisions, now)));
+  section('tenants', TENANT
+    ? notice(`You are inside tenant ${TENANT}'s virtual cluster: the queues and GPUs above are your team's share.`)
+    : tenantsView(tenantRows(values('virtualclusters'), pods), forbidden('virtualclusters'), colours));
+  state.history.addWaits(waitTimes(pods));
+  section('history', historyView(state.history, rows, colours, capacity, state.historySource));
+  document.getElementById('who').textContent = state.who
+    ? `logged in as ${state.who}${TENANT ? ` · tenant ${TENANT}` : ''}` : '';
   const open = Object.values(state.live).filter(Boolean).length;
   const live = document.getElementById('live');
   live.textContent = open ? `● live (${open} watches)` : '○ offline';
@@ -94,7 +132,10 @@ function start(token) {
   document.getElementById('login').hidden = true;
   document.getElementById('board').hidden = false;
   document.getElementById('logout').hidden = false;
+  whoAmI(api);
+  startHistory(api);
   for (const [name, path] of Object.entries(SOURCES)) {
+    if (TENANT && name === 'virtualclusters') continue; // a tenant has none of its own
     const store = state.stores[name];
     listWatch(api, path, {
       reset(items) {
@@ -119,8 +160,39 @@ function start(token) {
   redraw();
 }
 
+// Who the token belongs to, as the API server sees it (SelfSubjectReview).
+async function whoAmI(api) {
+  const review = await api.post('/apis/authentication.k8s.io/v1/selfsubjectreviews',
+    { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' }).catch(() => null);
+  state.who = review?.ok ? review.body?.status?.userInfo?.username || '' : '';
+  redraw();
+}
+
+function sampleNow() {
+  state.history.sample(Date.now(), queueRows(values('queues')), gpuBoard(values('nodes'), values('pods')));
+  redraw();
+}
+
+// The history: read from Prometheus when one is configured (a path on this server,
+// `?prometheus=/...`), else sampled every 5 s in the page.
+async function startHistory(api) {
+  const prometheus = new URLSearchParams(window.location.search).get('prometheus')
+    || sessionStorage.getItem('gpushare.prometheus');
+  if (prometheus && prometheus.startsWith('/')) {
+    const samples = await fromPrometheus(api, prometheus, Date.now() / 1000, 3600);
+    if (samples?.length) {
+      state.history.samples = samples.slice(-state.history.limit);
+      state.historySource = `from Prometheus at ${prometheus}`;
+    }
+  }
+  const timer = setInterval(sampleNow, SAMPLE_MS);
+  controller.signal.addEventListener('abort', () => clearInterval(timer), { once: true });
+  setTimeout(sampleNow, 500);
+}
+
 function logout(message = '') {
   controller?.abort();
+  state.history = new History();
   sessionStorage.removeItem(TOKEN_KEY);
   for (const store of Object.values(state.stores)) store.clear();
   document.getElementById('board').hidden = true;

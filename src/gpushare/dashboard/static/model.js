@@ -101,21 +101,35 @@ export function gpuBoard(nodes, pods) {
   }
   return nodes.map((node) => {
     const labels = node.metadata?.labels || {};
-    const inventory = json(node.metadata?.annotations?.['gpushare.io/gpus'] || '') || [];
-    const count = Number(node.status?.capacity?.[GPU] || inventory.length || 0);
+    const ann = node.metadata?.annotations || {};
+    const parsed = json(ann['gpushare.io/gpus'] || '');
+    const inventory = Array.isArray(parsed) ? parsed : [];
+    // Inside a tenant, the node view's GPU figure is the team's share ("330m"), and the
+    // node's whole count is in `tenancy.gpushare.io/node-gpus` ("1").
+    const share = quantity(ann['tenancy.gpushare.io/gpu-share']);
+    const capacity = quantity(node.status?.capacity?.[GPU]);
+    const whole = share !== undefined ? quantity(ann['tenancy.gpushare.io/node-gpus']) ?? 0 : capacity;
+    const count = Math.max(0, Math.round(whole ?? inventory.length ?? 0));
+    const measured = json(ann['gpushare.io/gpu-usage'] || '') || {};
+    const usedOf = new Map((measured.gpus || []).map((g) => [String(g.index), g]));
     const slices = byNode.get(node.metadata.name) || [];
     const ready = (node.status?.conditions || []).find((c) => c.type === 'Ready')?.status;
     const gpuList = [];
     for (let i = 0; i < count; i += 1) {
       const inv = inventory.find((g) => Number(g.index) === i) || {};
+      const use = usedOf.get(String(i));
       gpuList.push({
         index: String(i), memoryMiB: inv.memoryMiB || Number(labels['nvidia.com/gpu.memory'] || 0),
         slices: slices.filter((s) => s.gpu === String(i)).sort((a, b) => a.pod.localeCompare(b.pod)),
+        usedMiB: use?.memoryMiB, smUtil: use?.smUtil,
       });
     }
     return {
       name: node.metadata.name, product: labels['nvidia.com/gpu.product'] || '',
-      enforcement: node.metadata?.annotations?.['gpushare.io/enforcement'] || '',
+      enforcement: ann['gpushare.io/enforcement'] || '',
+      declared: ann['gpushare.io/gpus-declared'] === 'true',
+      measured: usedOf.size > 0,
+      tenantShare: share, tenantHeld: quantity(ann['tenancy.gpushare.io/gpu-allocated']),
       ready: ready === 'True', gpus: gpuList,
     };
   }).sort((a, b) => a.name.localeCompare(b.name));
@@ -125,6 +139,24 @@ const SCHEDULERS = new Set(['gpushare', 'kai-scheduler']);
 
 function eventTime(e) {
   return e.lastTimestamp || e.eventTime || e.firstTimestamp || e.metadata?.creationTimestamp || '';
+}
+
+// What is waiting, one row per pod group (a gang of three is one row of three), with the
+// latest reason any of its pods was given and the age of its oldest pod.
+export function pendingGroups(pods, events) {
+  const groups = new Map();
+  for (const row of pendingRows(pods, events)) {
+    const have = groups.get(row.group);
+    if (!have) {
+      groups.set(row.group, { ...row, pods: [row.pod], reasonTime: row.reasonTime });
+      continue;
+    }
+    have.pods.push(row.pod);
+    if (row.since && (!have.since || row.since < have.since)) have.since = row.since;
+    if (row.reasonTime > have.reasonTime) { have.reason = row.reason; have.reasonTime = row.reasonTime; }
+  }
+  return [...groups.values()].map((g) => ({ ...g, count: g.pods.length }))
+    .sort((a, b) => a.queue.localeCompare(b.queue) || a.group.localeCompare(b.group));
 }
 
 // Pods waiting for the scheduler, with its latest reason (from the Unschedulable events).
@@ -142,8 +174,14 @@ export function pendingRows(pods, events) {
     .map((p) => {
       const key = `${p.metadata.namespace}/${p.metadata.name}`;
       const ann = p.metadata.annotations || {};
+      // Its pod group; else its controller (a Job's pods are one workload), else itself.
+      const owner = (p.metadata.ownerReferences || []).find((o) => o.controller);
+      const group = ann['pod-group-name'] || ann['scheduling.k8s.io/group-name']
+        || (owner ? `${owner.kind.toLowerCase()}/${owner.name}` : '');
       return {
-        pod: key, queue: queueOf(p), since: p.metadata.creationTimestamp || '',
+        pod: key, group: group ? `${p.metadata.namespace}/${group}` : key,
+        reasonTime: reasons.get(key)?.time || '',
+        queue: queueOf(p), since: p.metadata.creationTimestamp || '',
         asks: ann['gpu-fraction'] ? `${ann['gpu-fraction']} GPU`
           : ann['gpu-memory'] ? `${ann['gpu-memory']} MiB GPU`
             : (p.spec?.containers || []).map((c) => c.resources?.limits?.[GPU]).filter(Boolean)
@@ -196,9 +234,67 @@ export function tenantRows(virtualClusters, pods) {
   }).sort((a, b) => a.name.localeCompare(b.name));
 }
 
-// A stable colour per name (queue or tenant).
-export function colour(name) {
-  let h = 0;
-  for (const ch of name) h = (h * 31 + ch.codePointAt(0)) % 360;
-  return `hsl(${(h * 137) % 360} 62% 52%)`;
+// Well-separated colours (readable under white text), then golden-angle hues past them.
+const PALETTE = ['#4e79a7', '#e15759', '#59a14f', '#b07aa1', '#76b7b2', '#9c755f',
+  '#d37295', '#499894', '#8cd17d', '#6b8e23', '#5f4b8b', '#86bcb6'];
+
+function nth(i) {
+  return i < PALETTE.length ? PALETTE[i] : `hsl(${Math.round((i * 137.508) % 360)} 55% 45%)`;
+}
+
+// A distinct colour per queue: assigned level by level (the top queues first, then their
+// children in tree order), each new queue the next colour, so no two queues share one and
+// no child ever has its parent's.
+export function queueColours(rows) {
+  const out = new Map();
+  const depth = Math.max(0, ...rows.map((r) => r.depth));
+  let next = 0;
+  for (let d = 0; d <= depth; d += 1) {
+    for (const r of rows) if (r.depth === d && !out.has(r.name)) out.set(r.name, nth(next++));
+  }
+  return out;
+}
+
+// A distinct colour per tenant (sorted by name), from the far end of the palette.
+export function tenantColours(names) {
+  const out = new Map();
+  [...new Set(names)].sort().forEach((n, i) => out.set(n, nth(PALETTE.length - 1 - (i % PALETTE.length))));
+  return out;
+}
+
+// The GPUs of the cluster (what the queue bars are drawn against).
+export function clusterGpus(nodes) {
+  let total = 0;
+  for (const n of nodes) {
+    const ann = n.metadata?.annotations || {};
+    const v = ann['tenancy.gpushare.io/gpu-share'] !== undefined
+      ? quantity(ann['tenancy.gpushare.io/node-gpus']) : quantity(n.status?.capacity?.[GPU]);
+    total += v || 0;
+  }
+  return total;
+}
+
+// "3m ago" for an RFC 3339 time, against `now` (ms since the epoch).
+export function ago(iso, now) {
+  const t = Date.parse(iso || '');
+  if (Number.isNaN(t)) return '';
+  const s = Math.max(0, Math.round((now - t) / 1000));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+
+// Seconds each bound pod waited: creation to its PodScheduled=True condition.
+export function waitTimes(pods) {
+  const out = new Map();
+  for (const p of pods) {
+    const cond = (p.status?.conditions || []).find((c) => c.type === 'PodScheduled' && c.status === 'True');
+    const created = Date.parse(p.metadata?.creationTimestamp || '');
+    const bound = Date.parse(cond?.lastTransitionTime || '');
+    if (!Number.isNaN(created) && !Number.isNaN(bound) && SCHEDULERS.has(p.spec?.schedulerName)) {
+      out.set(`${p.metadata.namespace}/${p.metadata.name}/${p.metadata.uid || ''}`, Math.max(0, (bound - created) / 1000));
+    }
+  }
+  return out;
 }

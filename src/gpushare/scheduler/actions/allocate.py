@@ -49,31 +49,89 @@ def step_shape(step: list[Pod]) -> tuple[Any, ...]:
 
 
 def allocate(session: Session) -> None:
-    state = session.state
-    order = JobQueue(session, eligible_jobs(session))
+    jobs = eligible_jobs(session)
+    order = JobQueue(session, jobs)
     # Allocation only ever takes capacity, so a step shape that found no room once finds
     # none for the rest of the action: later jobs of that shape are not searched again.
-    failed: dict[tuple[Any, ...], tuple[str, int, str]] = {}
+    failed: dict[int, tuple[str, int, str]] = {}  # by shape id (``_QueuedShapes``)
+    # Once every job still queued has a step of a shape that failed, nothing more can be
+    # placed, so none of them changes the state: each only gets its reason, which depends
+    # on the state and its own step. The rest is then handed out without the fair order.
+    shapes = _QueuedShapes(session, jobs)
     for job, step in order.with_steps():
-        check = session.check_capacity(job, step)
-        if not check.ok:
-            session.set_reason(job, f"{check.reason}: {check.message}")
-            continue
-        shape = step_shape(step)
-        if shape in failed:
-            reason, index, pod_key = failed[shape]
-            session.set_reason(job, reason.replace(pod_key, step[index].key))
-            continue
-        stmt = state.statement()
-        result = place_step(session, stmt, job, step)
-        if not result.ok:
-            stmt.discard()
-            session.set_reason(job, result.reason)
-            failed[shape] = (result.reason, result.placed, step[result.placed].key)
-            continue
-        stmt.commit()
-        session.clear_reason(job)
-        if session.gang(job).has_pending():
+        shapes.popped(job)
+        if _try_job(session, job, step, failed, shapes):
             order.push(job)
+        if shapes.open == 0:
+            for rest in order.drain():
+                shapes.popped(rest)
+                rest_step = session.gang(rest).next_step()
+                if rest_step:
+                    _try_job(session, rest, rest_step, failed, shapes)
+            break
 
 
+def _try_job(session: Session, job: Job, step: list[Pod],
+             failed: dict[int, tuple[str, int, str]], shapes: _QueuedShapes) -> bool:
+    """Place the job's next step if it fits; True: placed, with more to place."""
+    check = session.proportion.check_capacity(job, step)
+    if not check.ok:
+        session.set_reason(job, f"{check.reason}: {check.message}")
+        return False
+    shape = shapes.shape[job.key]
+    if shape in failed:
+        reason, index, pod_key = failed[shape]
+        session.set_reason(job, reason.replace(pod_key, step[index].key))
+        return False
+    stmt = session.state.statement()
+    result = place_step(session, stmt, job, step)
+    if not result.ok:
+        stmt.discard()
+        session.set_reason(job, result.reason)
+        failed[shape] = (result.reason, result.placed, step[result.placed].key)
+        shapes.fail(shape)
+        return False
+    stmt.commit()
+    session.clear_reason(job)
+    if session.gang(job).has_pending():
+        shapes.queue(job)
+        return True
+    return False
+
+
+class _QueuedShapes:
+    """The step shape of every queued job (as a small number: one per distinct shape,
+    cheaper to look up than the shape), how many queued jobs have each shape, and how
+    many of them have a shape that has not failed (``open``)."""
+
+    def __init__(self, session: Session, jobs: list[Job]) -> None:
+        self.session = session
+        self.ids: dict[tuple[Any, ...], int] = {}
+        self.shape: dict[str, int] = {}
+        self.count: dict[int, int] = {}
+        self.failed: set[int] = set()
+        self.open = 0
+        for job in jobs:
+            self.queue(job)
+
+    def queue(self, job: Job) -> None:
+        step = self.session.gang(job).next_step()
+        if not step:
+            return  # passed over when popped
+        shape = self.ids.setdefault(step_shape(step), len(self.ids))
+        self.shape[job.key] = shape
+        self.count[shape] = self.count.get(shape, 0) + 1
+        if shape not in self.failed:
+            self.open += 1
+
+    def popped(self, job: Job) -> None:
+        shape = self.shape.get(job.key)
+        if shape is None:
+            return
+        self.count[shape] -= 1
+        if shape not in self.failed:
+            self.open -= 1
+
+    def fail(self, shape: int) -> None:
+        self.failed.add(shape)
+        self.open -= self.count.get(shape, 0)

@@ -46,12 +46,31 @@ class ShareInput:
     weight: dict[str, Fraction]
     request: dict[str, Fraction] = field(default_factory=dict)  # leaves; parents are summed
     usage: dict[str, Fraction] = field(default_factory=dict)
+    #: Per resource, the part of a division memo's key that comes from this input alone
+    #: (made on first use; an input is never changed once made).
+    memo_part: dict[str, tuple[Any, ...]] = field(default_factory=dict, compare=False,
+                                                  repr=False)
+
+    def key_part(self, r: str) -> tuple[Any, ...]:
+        part = self.memo_part.get(r)
+        if part is None:
+            quota, limit, weight = self.quota[r], self.limit[r], self.weight[r]
+            usage = self.usage.get(r, ZERO)
+            part = self.memo_part[r] = (
+                self.name, self.priority, self.created_at, quota.numerator, quota.denominator,
+                limit.numerator, limit.denominator, weight.numerator, weight.denominator,
+                usage.numerator, usage.denominator)
+        return part
 
 
 def _fraction(value: float | Fraction | int) -> Fraction:
     if isinstance(value, float):
         return Fraction(Decimal(repr(value)))
     return Fraction(value)
+
+
+def _pair(x: Fraction) -> tuple[int, int]:
+    return (x.numerator, x.denominator)
 
 
 def divide(
@@ -107,10 +126,11 @@ def divide(
             key = None
             got = None
             if memo is not None or memo_out is not None:
-                key = (mode, k, r, amount, tuple(
-                    (q.name, q.priority, q.created_at, q.quota[r], q.limit[r], q.weight[r],
-                     request[q.name][r], q.usage.get(r, ZERO))
-                    for q in members
+                # Fractions as (numerator, denominator): a Fraction's hash costs a
+                # modular inverse, and the key holds eight of them per queue.
+                key = (mode, _pair(k), r, _pair(amount), tuple(
+                    (q.key_part(r), request[q.name][r].numerator,
+                     request[q.name][r].denominator) for q in members
                 ))
                 got = memo.get(key) if memo is not None else None
             if got is None:
@@ -137,21 +157,30 @@ def divide_resource(
 ) -> dict[str, Fraction]:
     """One level, one resource."""
     fair = {q.name: ZERO for q in queues}
+    # What does not change within one division, worked out once per queue: its request,
+    # its limit (None: unlimited) and what it can take (its request, capped by the limit).
+    asked: dict[str, Fraction] = {}
+    limits: dict[str, Fraction | None] = {}
+    takes: dict[str, Fraction] = {}
+    for q in queues:
+        req = asked[q.name] = request[q.name][resource]
+        limit = q.limit[resource]
+        limits[q.name] = None if limit == UNLIMITED else limit
+        takes[q.name] = req if limit == UNLIMITED else min(limit, req)
 
     def requestable(q: ShareInput) -> Fraction:
-        req = request[q.name][resource]
-        limit = q.limit[resource]
-        return req if limit == UNLIMITED else min(limit, req)
+        return takes[q.name]
 
     def remaining_request(q: ShareInput) -> Fraction:
-        rest = requestable(q) - fair[q.name]
+        rest = takes[q.name] - fair[q.name]
         return rest if rest > 0 else ZERO
 
     def satisfied(q: ShareInput) -> bool:
-        if request[q.name][resource] <= fair[q.name]:
+        got = fair[q.name]
+        if asked[q.name] <= got:
             return True
-        limit = q.limit[resource]
-        return limit != UNLIMITED and limit <= fair[q.name]
+        limit = limits[q.name]
+        return limit is not None and limit <= got
 
     # Deserved pass: priority plays no role; over-committed quotas may exceed the total.
     remaining = total
