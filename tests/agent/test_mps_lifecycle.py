@@ -1,7 +1,8 @@
-"""MPS on a shared GPU: every stop path ends a pod's MPS clients with `terminate_client`
-before any signal, server-side limits hold for a client that raises its own, a fault stays
-on its GPU and is found, blamed and recovered from, and the compute watchdog evicts a pod
-that escaped MPS.
+"""MPS on a shared GPU: every stop path stops a pod's MPS clients by signals alone by default
+(never `terminate_client`), and with `--mps-stop terminate-client` ends them with
+`terminate_client` before any signal; server-side limits hold for a client that raises its
+own, a fault stays on its GPU and is found, blamed and recovered from, and the compute
+watchdog evicts a pod that escaped MPS.
 
 There is no GPU here: `fake_mps/nvidia-cuda-mps-control` is a FAKE control daemon (named as
 such) that records every command and emulates the server and client lists, limits and the
@@ -23,7 +24,10 @@ from fake_nvml import FakeNvml
 
 from gpushare.agent.gpu.gpu_share import share_from_annotations
 from gpushare.agent.gpu.mps import (
+    STOP_SIGNAL,
+    STOP_TERMINATE_CLIENT,
     MpsManager,
+    MpsStopError,
     end_gpu_work,
     fault_clients,
     parse_pids,
@@ -69,9 +73,13 @@ class Recorder:
                 or [{}])[0]
 
 
-def started(tmp_path: Path, spec: str = "2xH100") -> MpsManager:
+def started(tmp_path: Path, spec: str = "2xH100", stop_mode: str | None = None) -> MpsManager:
     inventory = declared_gpus("n", spec)
-    manager = MpsManager(inventory.devices, tmp_path / "mps", str(FAKE))
+    if stop_mode is None:  # the agent's default
+        manager = MpsManager(inventory.devices, tmp_path / "mps", str(FAKE))
+    else:
+        manager = MpsManager(inventory.devices, tmp_path / "mps", str(FAKE),
+                             stop_mode=stop_mode)
     assert manager.start_all() == []
     return manager
 
@@ -92,6 +100,14 @@ def client(manager: MpsManager, index: int, out: Path, *args: str) -> subprocess
 def first_line(path: Path) -> dict[str, Any]:
     text = wait_for(lambda: path.exists() and path.read_text().strip(), 20, f"{path}")
     return json.loads(text.splitlines()[0])
+
+
+def test_a_bad_stop_mode_is_refused_naming_the_option(tmp_path: Path) -> None:
+    devices = declared_gpus("n", "1xH100").devices
+    with pytest.raises(MpsStopError, match=r"--mps-stop 'terminate'.*signal, terminate-client"):
+        MpsManager(devices, tmp_path / "mps", str(FAKE), stop_mode="terminate")
+    assert not (tmp_path / "mps").exists()
+    assert MpsManager(devices, tmp_path / "mps", str(FAKE)).stop_mode == STOP_SIGNAL
 
 
 def test_parsers_read_the_daemons_answers() -> None:
@@ -213,14 +229,11 @@ def connected(sup: PodSupervisor, run: int = 0) -> dict[str, Any]:
     return json.loads(wait_for(find, 20, "a connected client"))
 
 
-@pytest.mark.parametrize("path", ["delete", "watchdog-kill", "node-shutdown", "gpu-fault"])
-def test_every_stop_path_ends_the_mps_clients_before_any_signal(tmp_path: Path,
-                                                                path: str) -> None:
-    manager = started(tmp_path)
-    ended: list[Any] = []
-    sup, recorder = run_pod(manager, tmp_path / "pod", gpu_pod("p"), ended)
-    server = connected(sup)["server"]
-    pid = wait_for(lambda: next(iter(manager.clients()), None), 10, "a client")
+STOP_PATHS = ["delete", "watchdog-kill", "node-shutdown", "gpu-fault"]
+
+
+def stop_through(path: str, sup: PodSupervisor, recorder: Recorder) -> None:
+    """Stop the pod the way `path` does, and wait until its processes are gone."""
     if path == "delete":
         sup.stop(5)
     elif path == "watchdog-kill":
@@ -236,6 +249,35 @@ def test_every_stop_path_ends_the_mps_clients_before_any_signal(tmp_path: Path,
         assert recorder.container()["lastState"]["terminated"]["reason"] == GPU_FAULT
         sup.stop(5)
     assert sup.wait(20)
+
+
+@pytest.mark.parametrize("path", STOP_PATHS)
+def test_by_default_every_stop_path_uses_signals_alone(tmp_path: Path, path: str) -> None:
+    manager = started(tmp_path)
+    ended: list[Any] = []
+    sup, recorder = run_pod(manager, tmp_path / "pod", gpu_pod("p"), ended)
+    connected(sup)
+    pid = wait_for(lambda: next(iter(manager.clients()), None), 10, "a client")
+    stop_through(path, sup, recorder)
+    assert ended == []
+    assert not any(c.startswith("terminate_client") for c in calls(manager)), calls(manager)
+    assert not any(c.startswith("terminate_client") for c in calls(manager, 1))
+    assert pid not in manager.clients()  # the signals ended the client
+    text = log_path(sup.directory, "main", 0).read_text()
+    if path != "watchdog-kill":  # SIGTERM reached a client its server had not ended
+        assert '"terminated_first": false' in text, text
+    assert "cudaErrorMpsClientTerminated" not in text
+
+
+@pytest.mark.parametrize("path", STOP_PATHS)
+def test_opted_in_every_stop_path_ends_the_mps_clients_before_any_signal(tmp_path: Path,
+                                                                         path: str) -> None:
+    manager = started(tmp_path, stop_mode=STOP_TERMINATE_CLIENT)
+    ended: list[Any] = []
+    sup, recorder = run_pod(manager, tmp_path / "pod", gpu_pod("p"), ended)
+    server = connected(sup)["server"]
+    pid = wait_for(lambda: next(iter(manager.clients()), None), 10, "a client")
+    stop_through(path, sup, recorder)
     terminates = [c for c in calls(manager) if c.startswith("terminate_client")]
     assert terminates[0] == f"terminate_client {server} {pid}"
     assert ended[0].client == pid and ended[0].ok, ended
@@ -246,16 +288,22 @@ def test_every_stop_path_ends_the_mps_clients_before_any_signal(tmp_path: Path,
     assert "Client" not in ended[0].answer
 
 
-def test_leftover_pods_are_ended_through_the_same_path(tmp_path: Path) -> None:
-    manager = started(tmp_path)
+@pytest.mark.parametrize("stop_mode", [STOP_SIGNAL, STOP_TERMINATE_CLIENT])
+def test_leftover_pods_are_ended_through_the_same_path(tmp_path: Path, stop_mode: str) -> None:
+    manager = started(tmp_path, stop_mode=stop_mode)
     ended: list[Any] = []
     sup, _ = run_pod(manager, tmp_path / "pod", gpu_pod("left"), ended)
     connected(sup)
     sup.detach()  # as if the agent had died; the pod's object is gone when it comes back
     sup.wait(5)
     killed = kill_leftovers(tmp_path / "pod", lambda g: ended.extend(end_gpu_work(manager, g)))
-    assert killed and ended and ended[0].ok
-    assert any(c.startswith("terminate_client") for c in calls(manager))
+    assert killed
+    wait_for(lambda: not manager.clients(), 10, "the leftover client gone")
+    terminated = any(c.startswith("terminate_client") for c in calls(manager))
+    if stop_mode == STOP_SIGNAL:
+        assert ended == [] and not terminated
+    else:
+        assert ended and ended[0].ok and terminated
 
 
 def test_a_fault_is_blamed_on_its_pod_and_every_client_pod_restarts(tmp_path: Path) -> None:
@@ -288,10 +336,11 @@ def test_a_fault_is_blamed_on_its_pod_and_every_client_pod_restarts(tmp_path: Pa
         assert neighbour.wait_released(10)
         wait_for(lambda: nrec.statuses[-1]["phase"] == "Failed", 10, "the neighbour Failed")
         assert nrec.container()["state"]["terminated"]["reason"] == NEIGHBOUR_FAULT
-        assert {e.client for e in ended} >= {culprit_pid}
+        # the default stop: the restarts were by signals alone
+        assert ended == [] and not any(
+            c.startswith("terminate_client") for c in calls(manager, 0) + calls(manager, 1))
         # the other GPU's client was not touched
-        assert other_gpu.poll() is None and not any(
-            c.startswith("terminate_client") for c in calls(manager, 1))
+        assert other_gpu.poll() is None
         assert handler.once() == []  # the same fault is reported once
     finally:
         for sup in (culprit, neighbour):
@@ -302,7 +351,10 @@ def test_a_fault_is_blamed_on_its_pod_and_every_client_pod_restarts(tmp_path: Pa
 
 
 def test_a_server_stuck_in_fault_gets_its_daemon_restarted(tmp_path: Path) -> None:
+    """Its clients left are ended with terminate_client even with the default stop mode:
+    the server in FAULT already took every client's context."""
     manager = started(tmp_path, "1xH100")
+    assert manager.stop_mode == STOP_SIGNAL
     stranger = client(manager, 0, tmp_path / "s.log")  # not a pod's: nobody restarts it
     try:
         first_line(tmp_path / "s.log")

@@ -1,12 +1,14 @@
 """MPS sharing that survives stopping, cheating and faulting pods, on a real GPU.
 
     PYTHONPATH=src python3 tests/gpu/mps_survival.py --out DIR [--cycles 30] [--control 10]
+        [--mps-stop signal|terminate-client] [--phases probe,storm,cheat,fault,control]
 
 Every "pod" is `rate_worker.py` (a bf16 matmul loop printing its TFLOP/s four times a
 second), started by the agent's `PodSupervisor` in the agent's sandbox (bubblewrap or setuid
 as root) with the environment, MPS daemon and server-side limits the agent gives a pod of
-0.33 of GPU 0, and stopped through the agent's one stop path (`mps.end_gpu_work`:
-`terminate_client`, then the signals).
+0.33 of GPU 0, and stopped through the agent's one stop path (`mps.end_gpu_work`, then the
+signals) in the stop mode `--mps-stop` names, as the agent's option of that name: `signal`
+(the default: signals alone) or `terminate-client` (MPS `terminate_client` first).
 
 Phases:
   probe   the daemon's answers (server list/status/clients), cgroup dmem, what a pod's user
@@ -19,7 +21,7 @@ Phases:
           (`--escape`): the compute watchdog must evict it
   fault   2 pods + 1 that writes through a bad pointer: what the neighbours see, what the
           agent's fault handler finds and does, how long until all compute again
-  control the storm's stops without `terminate_client` (signals only), `--control` cycles
+  control the storm's stops by signals alone whatever `--mps-stop` says, `--control` cycles
 
 Writes `mps_survival.json` (everything) and `mps_survival.md` (the summary) to DIR.
 """
@@ -41,7 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from gpushare.agent.gpu.gpu_share import share_from_annotations
-from gpushare.agent.gpu.mps import MpsManager, end_gpu_work, server_limits
+from gpushare.agent.gpu.mps import (
+    STOP_MODES,
+    STOP_SIGNAL,
+    MpsManager,
+    end_gpu_work,
+    server_limits,
+)
 from gpushare.agent.gpu.nvml import PynvmlBackend, probe_inventory
 from gpushare.agent.node.inventory import GpuInventory
 from gpushare.agent.runtime import sandbox as sb
@@ -86,7 +94,7 @@ class NoValues:
 class Lab:
     """Pods of 0.33 of GPU 0 run the way the agent runs them."""
 
-    def __init__(self, out: Path, sandbox: str = "auto") -> None:
+    def __init__(self, out: Path, sandbox: str = "auto", stop_mode: str = STOP_SIGNAL) -> None:
         self.out = out
         self.nvml = PynvmlBackend()
         self.inventory: GpuInventory = probe_inventory(self.nvml)
@@ -96,7 +104,8 @@ class Lab:
         self.pods_root = self.data / "pods"
         self.policy = sb.open_for_pods(sb.choose_policy(sandbox, [self.data]), self.data,
                                        self.pods_root)
-        self.mps = MpsManager(self.inventory.devices[:1], sb.mps_base(self.data))
+        self.mps = MpsManager(self.inventory.devices[:1], sb.mps_base(self.data),
+                              stop_mode=stop_mode)
         errors = self.mps.start_all()
         if errors:
             raise SystemExit(f"MPS did not start: {errors}")
@@ -384,9 +393,11 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=30)
     parser.add_argument("--control", type=int, default=10)
     parser.add_argument("--phases", default="probe,storm,cheat,fault,control")
+    parser.add_argument("--mps-stop", choices=STOP_MODES, default=STOP_SIGNAL)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                               "mps_stop": args.mps_stop}
     ended: list[dict[str, Any]] = []
 
     def save() -> None:
@@ -398,7 +409,7 @@ def main() -> int:
         phase, _, mode = spec.partition("@")
         began = time.time()
         print(f"== {spec}", flush=True)
-        lab = Lab(args.out, mode or "auto")
+        lab = Lab(args.out, mode or "auto", args.mps_stop)
         try:
             if phase == "probe":
                 results[spec] = probe(lab)

@@ -8,9 +8,16 @@ MPS guide: fault containment is per server). Clients reach a daemon through
 
 What this module says to a daemon, and why:
 
-* `terminate_client <server> <client>` before any signal reaches a client (`end_clients`):
-  NVIDIA does not support signalling an MPS client with work in flight (it can break the
-  server's other clients); the server ends the client's GPU work, then the process may go.
+* nothing before the signals when a pod stops (`--mps-stop signal`, the default): the
+  pod's processes get SIGTERM, then SIGKILL after the grace period, like any pod's. On an
+  H100 with driver 580.159.04, ending a client with `terminate_client` first made the
+  server hit a fatal GPU error ~160 ms later and take every neighbour client down, with
+  or without the pod sandbox, while the same stops by signals alone killed none
+  (docs/performance.md).
+* `terminate_client <server> <client>` before any signal reaches a client (`end_clients`),
+  only with `--mps-stop terminate-client` (the way NVIDIA's MPS documentation gives to end a
+  client with work in flight), and for the clients left on a server already in FAULT before its
+  daemon is restarted (`gpufaults`): that server has no healthy client left to lose.
   The agent and its clients share the host's PID namespace, which is the daemon's.
 * `set_default_active_thread_percentage` / `set_default_device_pinned_mem_limit` for the
   next server and `set_active_thread_percentage` / `set_device_pinned_mem_limit` for the
@@ -40,6 +47,11 @@ from gpushare.agent.node.inventory import GpuDevice
 CONTROL = "nvidia-cuda-mps-control"
 TERMINATE_TIMEOUT_S = 30.0  # the longest a terminate_client is waited for
 FAULT = "FAULT"
+#: How a pod on a shared GPU is stopped (`--mps-stop`): signals only, or the MPS
+#: `terminate_client` of its clients first and then the signals.
+STOP_SIGNAL = "signal"
+STOP_TERMINATE_CLIENT = "terminate-client"
+STOP_MODES = (STOP_SIGNAL, STOP_TERMINATE_CLIENT)
 
 # (argv, env, stdin) -> (returncode, output); replaced in tests
 CommandRunner = Callable[[list[str], dict[str, str], str | None], tuple[int, str]]
@@ -65,6 +77,17 @@ def run_command(argv: list[str], env: dict[str, str], stdin: str | None,
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 127, str(exc)
     return done.returncode, done.stdout or ""
+
+
+class MpsStopError(ValueError):
+    """A stop mode that is not one of `STOP_MODES`."""
+
+
+def parse_stop_mode(value: str) -> str:
+    """`--mps-stop`'s value, checked."""
+    if value not in STOP_MODES:
+        raise MpsStopError(f"--mps-stop {value!r}: expected one of {', '.join(STOP_MODES)}")
+    return value
 
 
 def parse_pids(output: str) -> list[int]:
@@ -234,7 +257,9 @@ class MpsManager:
         base: Path,
         binary: str | None = None,
         runner: CommandRunner = run_command,
+        stop_mode: str = STOP_SIGNAL,
     ) -> None:
+        self.stop_mode = parse_stop_mode(stop_mode)
         found = binary or shutil.which(CONTROL) or CONTROL
         self.daemons = {d.index: MpsDaemon(d, base, found, runner) for d in devices}
         self._lock = threading.Lock()
@@ -373,12 +398,13 @@ def pod_processes(pgids: Iterable[int]) -> set[int]:
 
 
 def end_gpu_work(mps: MpsManager | None, pgids: Iterable[int]) -> list[EndedClient]:
-    """THE way a pod's processes are stopped on a shared GPU, before any signal: the MPS
-    clients among them (and their children) are ended by their server with
-    `terminate_client`, which returns once the server is done with them. Every stop path
-    (deletion, eviction, the watchdogs, a restart, the node or the agent stopping, a fault)
-    calls this first; the signals come after."""
-    if mps is None:
+    """The first step of every stop of a pod's processes on a shared GPU (deletion,
+    eviction, the watchdogs, a restart, the node or the agent stopping, a fault), before
+    any signal. With the default stop mode (`signal`) it does nothing: the signals alone
+    stop the pod. With `terminate-client` the MPS clients among the processes (and their
+    children) are ended by their server with `terminate_client`, which returns once the
+    server is done with them; the signals come after."""
+    if mps is None or mps.stop_mode != STOP_TERMINATE_CLIENT:
         return []
     pids = pod_processes(pgids)
     return mps.end_clients(pids) if pids else []

@@ -11,11 +11,13 @@ until all of them have exited, and a client that does not exit keeps it so for e
 * for a server newly in FAULT: the pod(s) whose processes the server's log names are to
   blame (when the log names none, the report says the cause is unknown rather than guess);
   every pod with a client on that server has lost its CUDA context, so each is restarted by
-  its restart policy through the one stop path (`terminate_client`, then the signals) and
+  its restart policy through the one stop path (`mps.end_gpu_work`, then the signals) and
   the report goes to `notify` (the agent makes Events on the pods and the Node and counts
   it in a metric);
 * a server still in FAULT `stuck_s` after that, with its pods' clients gone, has its daemon
-  restarted (the report says so).
+  restarted (the report says so); clients still left on it (no pod's) are first ended
+  with `terminate_client`, whatever `--mps-stop` says: the server already took every
+  client's context, so there is no healthy neighbour to lose.
 """
 
 from __future__ import annotations

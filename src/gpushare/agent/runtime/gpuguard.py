@@ -1,7 +1,8 @@
 """The agent's keeper of shared GPUs around its pods' processes (only where MPS is used):
 
 * `end_gpu_work(pgids)`: the one stop path's first step for every pod (supervisors call it
-  before any signal; leftovers of pods that are gone too): MPS `terminate_client`;
+  before any signal; leftovers of pods that are gone too): nothing with the default
+  `--mps-stop signal`, MPS `terminate_client` with `--mps-stop terminate-client`;
 * `apply_limits()`: the server-side limits of each GPU's MPS clients from the pods on it,
   before a pod starts and on every pass (a restarted daemon gets them again);
 * `once()`: the fault pass (`gpufaults.MpsFaultHandler`): a server in FAULT is reported as

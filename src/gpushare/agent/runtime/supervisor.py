@@ -30,8 +30,8 @@ log = logging.getLogger("gpushare.agent")
 RESET_BACKOFF_AFTER_S = 600.0  # as the kubelet: ten minutes of running resets the back-off
 
 Planner = Callable[[dict[str, Any], bool], ContainerPlan]  # (container, init) -> plan
-# Called with a pod's process groups before any signal reaches them: ends their GPU work
-# (MPS `terminate_client`) and returns once it is ended (gpu `end_gpu_work`).
+# Called with a pod's process groups before any signal reaches them (gpu `end_gpu_work`:
+# nothing by default, MPS `terminate_client` with `--mps-stop terminate-client`).
 BeforeSignal = Callable[[list[int]], object]
 
 
@@ -419,9 +419,9 @@ class PodSupervisor:
         self._end_processes(grace, final=True)
 
     def _release_gpu(self, running: list[_Slot]) -> None:
-        """Before any signal: the runs' GPU work is ended (MPS `terminate_client`), and the
-        hook returns once it is. A signal to an MPS client with work in flight may break
-        the other clients of its server."""
+        """Before any signal: the agent's hook for the runs' GPU work (MPS `terminate_client`
+        with `--mps-stop terminate-client`, which returns once the server is done; nothing
+        by default, where the signals alone stop the pod)."""
         groups = [s.process.pgid for s in running if s.process is not None]
         if self._before_signal is None or not groups:
             return
@@ -431,7 +431,7 @@ class PodSupervisor:
             log.exception("pod %s: ending its GPU work before the signals failed", self.name)
 
     def _terminate(self, running: list[_Slot], grace: float) -> None:
-        """The GPU work ended first, then SIGTERM, wait up to `grace`, SIGKILL, reap."""
+        """The GPU hook (`_release_gpu`), then SIGTERM, wait up to `grace`, SIGKILL, reap."""
         self._release_gpu(running)
         for slot in running:
             slot.process.signal_group(signal.SIGTERM)  # type: ignore[union-attr]
@@ -645,7 +645,7 @@ def started_groups(directory: Path) -> set[int]:
 
 def kill_leftovers(directory: Path, before_signal: BeforeSignal | None = None) -> list[int]:
     """SIGKILL the process groups of a pod directory whose pod no longer exists: those
-    its state file records and any other started for it, their GPU work ended first."""
+    its state file records and any other started for it, after `before_signal`."""
     alive = [p.pgid for p in _recorded_groups(directory)
              if p.poll() is None or p.group_alive()]
     groups = [*alive, *sorted(started_groups(directory) - set(alive))]

@@ -149,7 +149,8 @@ class AgentMetrics:
                                     registry=r)
         self.mps_ended = Counter("gpushare_mps_clients_terminated", "MPS clients ended with "
                                  "terminate_client before their pod's processes were "
-                                 "signalled", ("node", "result"), registry=r)
+                                 "signalled (only with --mps-stop terminate-client)",
+                                 ("node", "result"), registry=r)
         self.compute_kills = Counter("gpushare_watchdog_compute_kills", "Pods the compute "
                                      "watchdog evicted for using more of a GPU than their "
                                      "share outside MPS", ("node",), registry=r)
