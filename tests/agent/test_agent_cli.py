@@ -28,6 +28,23 @@ def test_bad_enforcement_names_the_option(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--enforcement" in result.output
 
 
+def test_bad_mps_stop_names_the_option(tmp_path: Path) -> None:
+    result = run("--kubeconfig", str(tmp_path / "k"), "--gpus", "1xL40S",
+                 "--mps-stop", "kill", "--data-dir", str(tmp_path / "d"))
+    assert result.exit_code == 2 and "--mps-stop" in result.output, result.output
+    assert "signal, terminate-client" in result.output
+    assert not (tmp_path / "d").exists()  # refused before anything was written
+
+
+def test_the_mps_stop_option_says_why_signals_are_the_default() -> None:
+    import typer.main
+
+    command = typer.main.get_command(app).commands["agent"]  # type: ignore[attr-defined]
+    [option] = [p for p in command.params if "--mps-stop" in p.opts]
+    assert option.default == "signal"
+    assert "signal|terminate-client" in option.help and "580.159.04" in option.help
+
+
 def test_declared_gpus_cannot_claim_mps(tmp_path: Path) -> None:
     result = run("--kubeconfig", str(tmp_path / "k"), "--gpus", "1xL40S", "--enforcement", "mps")
     assert result.exit_code == 2 and "declared" in result.output

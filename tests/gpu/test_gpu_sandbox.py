@@ -60,6 +60,24 @@ def _wait(check, timeout: float) -> None:
     raise AssertionError("condition not reached in time")
 
 
+def _diagnose(mps, logs: list[str]) -> str:
+    """What to look at when the clients did not both get a context: their logs, the MPS
+    processes of the machine (another daemon's server on the same GPU holds it), the
+    daemon's answers and its logs."""
+    import subprocess
+
+    daemon = next(iter(mps.daemons.values()))
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,uid,gid,stat,etime,args"], capture_output=True,
+                        text=True, check=False).stdout
+    parts = [f"client logs: {logs}",
+             "MPS processes:\n" + "\n".join(x for x in ps.splitlines() if "mps" in x.lower()),
+             f"servers: {daemon.servers()}"]
+    for name in ("control.log", "server.log"):
+        path = daemon.log_directory / name
+        parts.append(f"{name}: " + (path.read_text()[-2000:] if path.exists() else "(none)"))
+    return "\n".join(parts)
+
+
 def test_two_sandboxed_mps_clients_share_the_gpu_at_once(data_dir: Path) -> None:
     from gpushare.agent.gpu.mps import MpsManager
     from gpushare.agent.gpu.nvml import PynvmlBackend, probe_inventory
@@ -92,7 +110,10 @@ def test_two_sandboxed_mps_clients_share_the_gpu_at_once(data_dir: Path) -> None
             return (state.meta / "logs" / "main.log").read_text(errors="replace")
 
         # both hold a context at the same time: MPS serves them together
-        _wait(lambda: all("ready" in log(s) for s, _ in started), 120)
+        try:
+            _wait(lambda: all("ready" in log(s) for s, _ in started), 120)
+        except AssertionError:
+            raise AssertionError(_diagnose(mps, [log(s) for s, _ in started])) from None
         for state, _ in started:
             words = log(state).split()
             uid, gid = int(words[1]), int(words[2])

@@ -29,7 +29,7 @@ from gpushare.agent.gpu.gpu_share import (
     share_from_annotations,
 )
 from gpushare.agent.gpu.nvml import NvmlBackend
-from gpushare.agent.gpu.watchdog import PodGpuUsage, PodLimit, Violation, node_totals
+from gpushare.agent.gpu.watchdog import ComputeViolation, Violation
 from gpushare.agent.node import node as nodes
 from gpushare.agent.node.inventory import GpuInventory, HostResources
 from gpushare.agent.node.nodeauth import CallerCheck
@@ -38,6 +38,8 @@ from gpushare.agent.pods import ledger
 from gpushare.agent.pods.podspec import ContainerPlan, decode_secret
 from gpushare.agent.pods.statuswriter import StatusSink, StatusWriter
 from gpushare.agent.runtime import sandbox as sb
+from gpushare.agent.runtime.gpuguard import GpuGuard
+from gpushare.agent.runtime.gpuusage import UsageReport
 from gpushare.agent.runtime.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
 from gpushare.agent.runtime.network.addressing import NetworkError
@@ -87,6 +89,11 @@ class AgentConfig:
     watch_timeout_s: int = 30
     tolerance_fraction: float = 0.05
     tolerance_mib: int = 512
+    #: The compute watchdog (NVML per-process utilisation) for fractional pods whose work
+    #: no MPS server limits: evict, event (report only) or off.
+    compute_policy: str = "evict"
+    compute_tolerance_percent: int = 10
+    compute_passes: int = 5  # monitor passes in a row over the share before it acts
     shutdown_grace_s: float = 5.0  # SIGTERM → SIGKILL when the agent stops its pods
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
     version: str = "0.1.0"
@@ -172,15 +179,14 @@ class Agent:
         self._values = _ApiValues(kube)
         self._threads: list[threading.Thread] = []
         self._ready_since = time.time()
-        self._last_usage: dict[str, str] = {}
-        self._usage_at = 0.0
         self.metrics = AgentMetrics(config.node_name, inventory, enforcement.annotation)
-        self._gpu_mib: dict[str, dict[int, int]] = {}
+        self.usage = UsageReport(kube, config.node_name, self._writes, inventory, nvml,
+                                 self.metrics, config.usage_report_s)
         self._telemetry_stop = Stopper()
         self.telemetry: AgentTelemetry | None = None
         if config.telemetry_s > 0:
             self.telemetry = AgentTelemetry(kube, self.metrics, inventory, self.pod_views,
-                                            lambda: self._gpu_mib, self._telemetry_stop,
+                                            lambda: self.usage.gpu_mib, self._telemetry_stop,
                                             config.telemetry_s)
         self.monitor: GpuMonitor | None = None
         if nvml is not None and enforcement.watchdog:
@@ -191,7 +197,13 @@ class Agent:
                 self._on_kill,
                 config.tolerance_fraction,
                 config.tolerance_mib,
+                compute_policy=config.compute_policy,
+                mps_clients=enforcement.mps.clients if enforcement.mps is not None else None,
+                compute_tolerance_percent=config.compute_tolerance_percent,
+                compute_passes=config.compute_passes,
+                on_compute_kill=self._on_compute_kill,
             )
+        self.gpu = GpuGuard(enforcement.mps, self._watched, self.node_event, self.metrics)
         self.node_server: NodeServer | None = None
         self.sandbox = sb.open_for_pods(
             sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden],
@@ -417,7 +429,7 @@ class Agent:
             for directory in ns_dir.iterdir():
                 uid = _recorded_uid(directory)
                 if live.get((ns_dir.name, directory.name)) != uid or uid is None:
-                    killed = kill_leftovers(directory)
+                    killed = kill_leftovers(directory, self.gpu.end_gpu_work)
                     if killed:
                         log.info(
                             "killed leftover process groups %s of %s/%s",
@@ -426,7 +438,7 @@ class Agent:
                             directory.name,
                         )
                     shutil.rmtree(directory, ignore_errors=True)
-                elif killed := kill_unrecorded(directory):
+                elif killed := kill_unrecorded(directory, self.gpu.end_gpu_work):
                     # started by an agent that died before recording them: the pod's
                     # supervisor starts its containers again, once
                     log.info("killed unrecorded process groups %s of %s/%s", killed,
@@ -504,7 +516,7 @@ class Agent:
             directory = pod_dir(self.config.data_dir, namespace, name)
             recorded = _recorded_uid(directory)
             if recorded is not None and recorded != uid:
-                kill_leftovers(directory)
+                kill_leftovers(directory, self.gpu.end_gpu_work)
                 shutil.rmtree(directory, ignore_errors=True)
             if phase in FINAL_PHASES and recorded != uid:
                 # finished before this agent saw it (or ran elsewhere): never run it again
@@ -549,8 +561,10 @@ class Agent:
                 StatusSink(self._writes, namespace, name, uid, pod_ip),
                 self.config.supervisor,
                 state,
+                before_signal=self.gpu.end_gpu_work,
             )
             self._pods[uid] = _Running(supervisor, share, namespace, name, state)
+            self.gpu.apply_limits()  # the server's limits, before the pod's client starts
             supervisor.start()
             if deleting:
                 supervisor.stop(float(grace) if grace is not None else None)
@@ -658,6 +672,12 @@ class Agent:
 
     # --- API writes -----------------------------------------------------------------
 
+    def node_event(self, reason: str, message: str) -> None:
+        """An Event on this node's Node object (a Warning)."""
+        node = {"kind": "Node", "metadata": {"name": self.config.node_name,
+                                             "namespace": "default"}}
+        self.event(node, reason, message)
+
     def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> None:
         self.writer.event(pod, reason, message, kind)
 
@@ -673,6 +693,11 @@ class Agent:
     def _on_kill(self, pod: WatchedPod, violation: Violation) -> None:
         self.metrics.killed()
         self.event(pod.supervisor.pod, "GPUMemoryExceeded", violation.message)
+
+    def _on_compute_kill(self, pod: WatchedPod, violation: ComputeViolation) -> None:
+        if self.config.compute_policy == "evict":
+            self.metrics.compute_killed()
+        self.event(pod.supervisor.pod, "GPUComputeExceeded", violation.message)
 
     def pod_views(self) -> list[PodView]:
         """The pods with processes running now, for the telemetry."""
@@ -692,38 +717,8 @@ class Agent:
         if self.monitor is None:
             return []
         result = self.monitor.once()
-        self._gpu_mib = {key: dict(u.memory_mib) for key, u in result.usage.items()}
-        if self.nvml is not None:
-            used: dict[int, int] = {}
-            for device in self.inventory.devices:
-                with contextlib.suppress(Exception):
-                    used[device.index] = self.nvml.used_memory_bytes(device.index)
-            self.metrics.gpu_memory(used, self._gpu_mib)
-        self._report_usage(result.usage, result.limits, [d.index for d in self.inventory.devices])
+        self.usage.publish(result)
         return [v.pod for v in result.killed]
-
-    def _report_usage(
-        self, usage: Mapping[str, Any], limits: Mapping[str, PodLimit], indices: list[int]
-    ) -> None:
-        now = time.monotonic()
-        if now - self._usage_at < self.config.usage_report_s:
-            return
-        self._usage_at = now
-        for key, limit in limits.items():
-            entry = usage.get(key)
-            text = (entry or PodGpuUsage()).to_annotation(limit.share_mib)
-            if self._last_usage.get(key) != text:
-                self._last_usage[key] = text
-                namespace, name = key.split("/", 1)
-                self._writes.put(("annotations", namespace, name, "", {ANN_POD_USAGE: text}))
-        totals = node_totals(usage, limits, indices)
-        if self._last_usage.get("") != totals:
-            self._last_usage[""] = totals
-            with contextlib.suppress(Exception):
-                self.kube.merge_patch(
-                    NODES.item(self.config.node_name),
-                    {"metadata": {"annotations": {nodes.ANN_GPU_USAGE: totals}}},
-                )
 
     def _monitor_loop(self) -> None:
         while not self._stop.wait(self.config.monitor_s):
@@ -733,6 +728,7 @@ class Agent:
                     restarted = self.enforcement.mps.supervise()
                     if restarted:
                         log.warning("restarted MPS daemons of GPUs %s", restarted)
+                    self.gpu.once()
             except Exception as exc:
                 log.warning("GPU monitor pass failed: %s", exc)
 

@@ -6,13 +6,49 @@ import logging
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from gpushare.agent.agent import Agent
+    from gpushare.agent.gpu.enforcement import Enforcement
+    from gpushare.agent.gpu.nvml import PynvmlBackend
+    from gpushare.agent.node.inventory import GpuInventory
 
 
 def register(app: typer.Typer) -> None:
     app.command(name="agent")(agent)
+
+
+# The options whose help is long, named here so that `agent`'s signature stays readable.
+StopPodsOnExit = Annotated[bool, typer.Option(
+    "--stop-pods-on-exit/--keep-pods-on-exit",
+    help="on SIGTERM/Ctrl-C, end the pods' processes (the pods stay and restart by their "
+    "policy with the next agent) or leave them running for it to adopt")]
+MetricsInterval = Annotated[float, typer.Option(
+    help="seconds between the measurements and Prometheus figures sent to the control plane "
+    "(/metrics, kubectl top; 0: none)")]
+Sandbox = Annotated[str, typer.Option(
+    help="auto|bwrap|setuid|none: how pods are isolated (auto: bubblewrap namespaces when "
+    "they work, else a per-pod user; none when the agent is not root)")]
+SandboxReadOnly = Annotated[list[Path] | None, typer.Option(
+    "--sandbox-read-only", help="a host path under /tmp, /run, /root or /home that pods may "
+    "read (bound read-only into every bwrap sandbox; repeatable). Nothing a pod names itself "
+    "is bound")]
+PodNetwork = Annotated[str, typer.Option(
+    help="auto|isolated|host: each pod in a network namespace of its own on the node's bridge "
+    "(auto: when the node can; else pods share the node's network, the Node says so and "
+    "tenants' pods are refused)")]
+PodCidr = Annotated[str, typer.Option(
+    help="the node's pod addresses, e.g. 10.244.1.0/24 (auto: 10.244.<n>.0/24 with an n no "
+    "other agent here uses)")]
+MpsStop = Annotated[str, typer.Option(
+    help="signal|terminate-client: how a pod on a shared (MPS) GPU is stopped. signal: "
+    "SIGTERM, then SIGKILL after its grace period. terminate-client: MPS terminate_client of "
+    "the pod's clients first, then the signals; on an H100 with driver 580.159.04 that made "
+    "the MPS server fail and take the neighbour pods down, where signals alone killed none "
+    "(docs/performance.md)")]
 
 
 def agent(
@@ -35,90 +71,33 @@ def agent(
         str, typer.Option(help="auto|mps|watchdog|none: how GPU shares are enforced")
     ] = "auto",
     heartbeat: Annotated[float, typer.Option(help="seconds between heartbeats")] = 5.0,
-    restart_backoff: Annotated[
-        float, typer.Option(help="first restart back-off, seconds")
-    ] = 10.0,
-    stop_pods_on_exit: Annotated[
-        bool,
-        typer.Option(
-            "--stop-pods-on-exit/--keep-pods-on-exit",
-            help="on SIGTERM/Ctrl-C, end the pods' processes (the pods stay and restart by "
-            "their policy with the next agent) or leave them running for it to adopt",
-        ),
-    ] = True,
-    metrics_interval: Annotated[
-        float, typer.Option(help="seconds between the measurements and Prometheus figures "
-                            "sent to the control plane (/metrics, kubectl top; 0: none)")
-    ] = 5.0,
+    restart_backoff: Annotated[float, typer.Option(help="first restart back-off, seconds")] = 10.0,
+    stop_pods_on_exit: StopPodsOnExit = True,
+    metrics_interval: MetricsInterval = 5.0,
     metrics_port: Annotated[
         int | None, typer.Option(help="also serve the figures on this port's /metrics")
     ] = None,
-    sandbox: Annotated[
-        str, typer.Option(help="auto|bwrap|setuid|none: how pods are isolated (auto: "
-                          "bubblewrap namespaces when they work, else a per-pod user; "
-                          "none when the agent is not root)")
-    ] = "auto",
-    sandbox_read_only: Annotated[
-        list[Path] | None, typer.Option(
-            "--sandbox-read-only", help="a host path under /tmp, /run, /root or /home that "
-            "pods may read (bound read-only into every bwrap sandbox; repeatable). Nothing a "
-            "pod names itself is bound")
-    ] = None,
-    pod_network: Annotated[
-        str, typer.Option(help="auto|isolated|host: each pod in a network namespace of its "
-                          "own on the node's bridge (auto: when the node can; else pods share "
-                          "the node's network, the Node says so and tenants' pods are "
-                          "refused)")
-    ] = "auto",
-    pod_cidr: Annotated[
-        str, typer.Option(help="the node's pod addresses, e.g. 10.244.1.0/24 (auto: "
-                          "10.244.<n>.0/24 with an n no other agent here uses)")
-    ] = "auto",
+    sandbox: Sandbox = "auto",
+    sandbox_read_only: SandboxReadOnly = None,
+    pod_network: PodNetwork = "auto",
+    pod_cidr: PodCidr = "auto",
+    mps_stop: MpsStop = "signal",
 ) -> None:
     """Register this machine as a Node and run the pods bound to it as local processes."""
     from gpushare import __version__
     from gpushare.agent.agent import Agent, AgentConfig, default_hostname
-    from gpushare.agent.gpu.enforcement import EnforcementError, choose
-    from gpushare.agent.gpu.mps import MpsManager
-    from gpushare.agent.gpu.nvml import NvmlUnavailable, PynvmlBackend, probe_inventory
-    from gpushare.agent.node.inventory import declared_gpus, host_resources
-    from gpushare.agent.runtime.sandbox import mps_base
+    from gpushare.agent.node.inventory import host_resources
+    from gpushare.agent.runtime.network.addressing import NetworkError
+    from gpushare.agent.runtime.sandbox import SandboxError
     from gpushare.agent.runtime.supervisor import SupervisorConfig
     from gpushare.kube.client import KubeClient
-    from gpushare.model.gpu_products import GpuSpecError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
+    stop_mode = _stop_mode(mps_stop)
     name = node_name or default_hostname()
     data_dir = data_dir.resolve()
-    nvml = None
-    if gpus:
-        try:
-            inventory = declared_gpus(name, gpus)
-        except GpuSpecError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--gpus") from None
-    else:
-        try:
-            nvml = PynvmlBackend()
-            inventory = probe_inventory(nvml)
-        except NvmlUnavailable as exc:
-            typer.echo(
-                f"error: no GPU found through NVML ({exc}); on a machine without GPUs "
-                "declare them, e.g. --gpus 1xL40S",
-                err=True,
-            )
-            raise typer.Exit(2) from None
-    try:
-        chosen = choose(
-            enforcement,
-            inventory,
-            nvml is not None,
-            lambda: MpsManager(inventory.devices, mps_base(data_dir)),
-        )
-    except EnforcementError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    for note in chosen.notes:
-        logging.getLogger("gpushare.agent").warning(note)
+    inventory, nvml = _inventory(name, gpus)
+    chosen = _enforcement(enforcement, inventory, nvml is not None, data_dir, stop_mode)
     config = AgentConfig(
         node_name=name,
         data_dir=data_dir,
@@ -139,9 +118,6 @@ def agent(
     except Exception as exc:
         typer.echo(f"error: --kubeconfig {kubeconfig}: {exc}", err=True)
         raise typer.Exit(2) from None
-    from gpushare.agent.runtime.network.addressing import NetworkError
-    from gpushare.agent.runtime.sandbox import SandboxError
-
     try:
         runner = Agent(kube, config, inventory, host_resources(), chosen, nvml)
     except (SandboxError, NetworkError) as exc:
@@ -149,6 +125,69 @@ def agent(
         if chosen.mps is not None:
             chosen.mps.stop_all()
         raise typer.Exit(2) from None
+    _run(runner, kube.host, metrics_port, stop_pods_on_exit)
+
+
+def _stop_mode(value: str) -> str:
+    from gpushare.agent.gpu.mps import MpsStopError, parse_stop_mode
+
+    try:
+        return parse_stop_mode(value)
+    except MpsStopError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _inventory(name: str, gpus: str | None) -> tuple[GpuInventory, PynvmlBackend | None]:
+    """The declared GPUs (`--gpus`), or those NVML finds, and NVML where it was used."""
+    from gpushare.agent.gpu.nvml import NvmlUnavailable, PynvmlBackend, probe_inventory
+    from gpushare.agent.node.inventory import declared_gpus
+    from gpushare.model.gpu_products import GpuSpecError
+
+    if gpus:
+        try:
+            return declared_gpus(name, gpus), None
+        except GpuSpecError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--gpus") from None
+    try:
+        nvml = PynvmlBackend()
+        return probe_inventory(nvml), nvml
+    except NvmlUnavailable as exc:
+        typer.echo(
+            f"error: no GPU found through NVML ({exc}); on a machine without GPUs "
+            "declare them, e.g. --gpus 1xL40S",
+            err=True,
+        )
+        raise typer.Exit(2) from None
+
+
+def _enforcement(mode: str, inventory: GpuInventory, nvml_ok: bool, data_dir: Path,
+                 stop_mode: str) -> Enforcement:
+    from gpushare.agent.gpu.enforcement import EnforcementError, choose
+    from gpushare.agent.gpu.mps import MpsManager
+    from gpushare.agent.runtime.sandbox import mps_base
+
+    try:
+        chosen = choose(
+            mode,
+            inventory,
+            nvml_ok,
+            lambda: MpsManager(inventory.devices, mps_base(data_dir), stop_mode=stop_mode),
+        )
+    except EnforcementError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    log = logging.getLogger("gpushare.agent")
+    for note in chosen.notes:
+        log.warning(note)
+    if chosen.mps is not None:
+        log.info("MPS: pods on a shared GPU are stopped with --mps-stop %s",
+                 chosen.mps.stop_mode)
+    return chosen
+
+
+def _run(runner: Agent, host: str, metrics_port: int | None, stop_pods_on_exit: bool) -> None:
+    """Start the agent, serve until SIGTERM/Ctrl-C, then stop it."""
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -156,11 +195,12 @@ def agent(
         from gpushare.kube.metrics_push import serve
 
         serve(runner.metrics.registry, metrics_port)
+    name, inventory, chosen = runner.config.node_name, runner.inventory, runner.enforcement
     try:
         runner.start()
     except Exception as exc:
         typer.echo(f"error: could not register node {name} with the API at "
-                   f"{kube.host}: {exc}", err=True)
+                   f"{host}: {exc}", err=True)
         if chosen.mps is not None:
             chosen.mps.stop_all()
         raise typer.Exit(1) from None

@@ -21,6 +21,7 @@ class PodLimit:
     gpu_indices: tuple[int, ...]
     limit_mib: int  # per GPU, tolerance included
     share_mib: int  # per GPU, as granted
+    share_percent: int = 100  # of each GPU's SMs, as granted (MPS's thread percentage)
 
 
 @dataclass(slots=True)
@@ -146,3 +147,39 @@ def node_totals(
             }
         )
     return json.dumps({"gpus": gpus}, separators=(",", ":"), sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeViolation:
+    pod: str
+    gpu_index: int
+    sm_percent: int
+    share_percent: int
+    passes: int
+    pids: tuple[int, ...]
+
+    @property
+    def message(self) -> str:
+        return (
+            f"GPU {self.gpu_index}: the pod's processes {list(self.pids)} kept the GPU busy "
+            f"{self.sm_percent}% of the time for {self.passes} watchdog passes in a row, "
+            f"outside MPS's limits (NVML per-process utilisation); its share is "
+            f"{self.share_percent}%"
+        )
+
+
+def compute_over(
+    usage: Mapping[str, PodGpuUsage], limits: Mapping[str, PodLimit], tolerance_percent: int
+) -> dict[tuple[str, int], int]:
+    """(pod, GPU index) -> SM % of the fractional pods whose processes used more of a GPU
+    than their share plus the tolerance (`usage` must hold only the processes no MPS server
+    limits: a capped MPS client is busy all the time on its slice of the SMs)."""
+    over: dict[tuple[str, int], int] = {}
+    for pod, entry in sorted(usage.items()):
+        limit = limits.get(pod)
+        if limit is None or limit.share_percent >= 100:
+            continue
+        for index, sm in sorted(entry.sm_percent.items()):
+            if index in limit.gpu_indices and sm > limit.share_percent + tolerance_percent:
+                over[(pod, index)] = sm
+    return over

@@ -174,14 +174,14 @@ class StatusWriter:
                 "namespace": meta.get("namespace", "default"),
             },
             "involvedObject": {
-                "kind": "Pod",
+                "kind": pod.get("kind", "Pod"),
                 "apiVersion": "v1",
                 "namespace": meta.get("namespace", "default"),
                 "name": meta.get("name"),
                 "uid": meta.get("uid"),
             },
             "reason": reason,
-            "message": message,
+            "message": message[:1024],
             "type": kind,
             "count": 1,
             "firstTimestamp": rfc3339(now),
@@ -190,6 +190,8 @@ class StatusWriter:
             "reportingComponent": "gpushare-agent",
             "reportingInstance": self.node_name,
         }
+        if pod.get("kind") == "Node":  # cluster-scoped: its Events live in default
+            del body["involvedObject"]["namespace"]
         try:
             self.kube.create(EVENTS.collection(body["metadata"]["namespace"]), body)
         except Exception as exc:

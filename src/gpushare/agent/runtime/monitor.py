@@ -10,15 +10,26 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
 from gpushare.agent.gpu.gpu_share import GpuShare, watchdog_limit_mib
-from gpushare.agent.gpu.nvml import NvmlBackend
-from gpushare.agent.gpu.watchdog import PodGpuUsage, PodLimit, Violation, attribute, violations
+from gpushare.agent.gpu.nvml import NvmlBackend, ProcessUtilization
+from gpushare.agent.gpu.watchdog import (
+    ComputeViolation,
+    PodGpuUsage,
+    PodLimit,
+    Violation,
+    attribute,
+    compute_over,
+    violations,
+)
 from gpushare.agent.node.inventory import GpuInventory
 from gpushare.agent.runtime.supervisor import PodSupervisor
+
+COMPUTE_POLICIES = ("evict", "event", "off")
+COMPUTE_EXCEEDED = "GPUComputeExceeded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +44,8 @@ class MonitorResult:
     usage: dict[str, PodGpuUsage]
     limits: dict[str, PodLimit]
     killed: list[Violation]
+    compute_killed: list[ComputeViolation] = field(default_factory=list)
+    compute_over: list[ComputeViolation] = field(default_factory=list)  # evicted or not
 
 
 class GpuMonitor:
@@ -45,7 +58,25 @@ class GpuMonitor:
         tolerance_fraction: float = 0.05,
         tolerance_mib: int = 512,
         enforce: bool = True,
+        compute_policy: str = "off",
+        mps_clients: Callable[[], set[int]] | None = None,
+        compute_tolerance_percent: int = 10,
+        compute_passes: int = 5,
+        on_compute_kill: Callable[[WatchedPod, ComputeViolation], None] | None = None,
     ) -> None:
+        """`compute_policy`: what to do with a fractional pod whose processes that no MPS
+        server limits (`mps_clients()` lists those it does) keep its GPU busier than its
+        share plus `compute_tolerance_percent` for `compute_passes` passes in a row:
+        `evict` it (Failed, GPUComputeExceeded), only report it (`event`), or `off`."""
+        if compute_policy not in COMPUTE_POLICIES:
+            raise ValueError(f"compute_policy {compute_policy!r}: expected one of "
+                             f"{', '.join(COMPUTE_POLICIES)}")
+        self.compute_policy = compute_policy
+        self._mps_clients = mps_clients
+        self.compute_tolerance_percent = compute_tolerance_percent
+        self.compute_passes = compute_passes
+        self._on_compute_kill = on_compute_kill
+        self._streaks: dict[tuple[str, int], int] = {}
         self.nvml = nvml
         self.inventory = inventory
         self._pods = pods
@@ -62,6 +93,7 @@ class GpuMonitor:
                 gpu_indices=tuple(d.index for d in p.share.devices),
                 limit_mib=watchdog_limit_mib(p.share, self.tolerance_fraction, self.tolerance_mib),
                 share_mib=p.share.memory_mib,
+                share_percent=100 if p.share.whole else p.share.thread_percentage,
             )
             for p in pods
             if p.share is not None and not p.supervisor.finished
@@ -99,7 +131,8 @@ class GpuMonitor:
         stamps = [s.timestamp_us for samples in utilization.values() for s in samples]
         if stamps:
             self._util_since_us = max(stamps)
-        usage = attribute(per_gpu, self.owner_lookup(pods), utilization)
+        owner_of = self.owner_lookup(pods)
+        usage = attribute(per_gpu, owner_of, utilization)
         limits = self.limits(pods)
         killed: list[Violation] = []
         if self.enforce:
@@ -112,4 +145,41 @@ class GpuMonitor:
                 killed.append(violation)
                 if self._on_kill is not None:
                     self._on_kill(pod, violation)
-        return MonitorResult(usage=usage, limits=limits, killed=killed)
+        over = self._compute(pods, utilization, owner_of, limits)
+        return MonitorResult(usage=usage, limits=limits, killed=killed,
+                             compute_killed=[v for v in over if self.compute_policy == "evict"],
+                             compute_over=over)
+
+    def _compute(
+        self,
+        pods: list[WatchedPod],
+        utilization: Mapping[int, list[ProcessUtilization]],
+        owner_of: Callable[[int], str | None],
+        limits: Mapping[str, PodLimit],
+    ) -> list[ComputeViolation]:
+        """The compute watchdog: pods over their SM share outside MPS, `compute_passes` in a
+        row, dealt with by the policy."""
+        if self.compute_policy == "off":
+            return []
+        served = self._mps_clients() if self._mps_clients is not None else set()
+        unlimited = {i: [s for s in samples if s.pid not in served]
+                     for i, samples in utilization.items()}
+        usage = attribute({}, owner_of, unlimited)
+        over = compute_over(usage, limits, self.compute_tolerance_percent)
+        self._streaks = {key: self._streaks.get(key, 0) + 1 for key in over}
+        by_key = {p.key: p for p in pods}
+        found = []
+        for (key, index), streak in sorted(self._streaks.items()):
+            pod = by_key.get(key)
+            if streak < self.compute_passes or pod is None or pod.supervisor.finished:
+                continue
+            pids = sorted({s.pid for s in unlimited.get(index, []) if owner_of(s.pid) == key})
+            violation = ComputeViolation(key, index, over[(key, index)],
+                                         limits[key].share_percent, streak, tuple(pids))
+            found.append(violation)
+            if self.compute_policy == "evict":
+                pod.supervisor.kill(COMPUTE_EXCEEDED, violation.message)
+            if self._on_compute_kill is not None:
+                self._on_compute_kill(pod, violation)
+            del self._streaks[(key, index)]
+        return found

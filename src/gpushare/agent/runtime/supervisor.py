@@ -30,6 +30,9 @@ log = logging.getLogger("gpushare.agent")
 RESET_BACKOFF_AFTER_S = 600.0  # as the kubelet: ten minutes of running resets the back-off
 
 Planner = Callable[[dict[str, Any], bool], ContainerPlan]  # (container, init) -> plan
+# Called with a pod's process groups before any signal reaches them (gpu `end_gpu_work`:
+# nothing by default, MPS `terminate_client` with `--mps-stop terminate-client`).
+BeforeSignal = Callable[[list[int]], object]
 
 
 class PodStatusSink(Protocol):
@@ -73,8 +76,10 @@ class PodSupervisor:
         sink: PodStatusSink,
         config: SupervisorConfig,
         sandbox: SandboxState | None = None,
+        before_signal: BeforeSignal | None = None,
     ) -> None:
         self.pod = pod
+        self._before_signal = before_signal
         self.sandbox = sandbox  # None: the processes run as the agent's user, unconfined
         self.directory = directory
         self.uid = str((pod.get("metadata") or {}).get("uid", ""))
@@ -94,6 +99,7 @@ class PodSupervisor:
         self._lock = threading.Lock()
         self._stop_grace: float | None = None  # set when the pod is being deleted
         self._kill: tuple[str, str] | None = None  # (reason, message) from the watchdog
+        self._gpu_fault: tuple[str, str] | None = None  # (reason, message): restart the runs
         self._detached = False
         self._shutdown_grace: float | None = None
         self._failed: tuple[str, str] | None = None
@@ -143,6 +149,13 @@ class PodSupervisor:
         with self._lock:
             if self._kill is None:
                 self._kill = (reason, message)
+
+    def gpu_fault(self, reason: str, message: str) -> None:
+        """The pod's GPU context is lost (its MPS server went into FAULT): end the running
+        containers through the one stop path and restart them by the restart policy."""
+        with self._lock:
+            if self._gpu_fault is None:
+                self._gpu_fault = (reason, message)
 
     def shutdown(self, grace_s: float) -> None:
         """The agent is stopping: end the processes like a node going down, but leave the pod
@@ -235,6 +248,10 @@ class PodSupervisor:
                     self._do_stop(stop_grace)
                     self._sink.terminated()
                     break
+                with self._lock:
+                    fault, self._gpu_fault = self._gpu_fault, None
+                if fault is not None:
+                    self._restart_after_fault(*fault)
                 try:
                     changed = self._step()
                 except Exception:  # keep supervising; the next pass tries again
@@ -401,12 +418,21 @@ class PodSupervisor:
     def _do_stop(self, grace: float) -> None:
         self._end_processes(grace, final=True)
 
-    def _end_processes(self, grace: float, final: bool) -> None:
-        """SIGTERM, wait up to `grace`, SIGKILL. `final`: nothing of the pod runs again."""
-        running = [s for s in self._all_slots() if s.process is not None]
-        for slot in running:
-            self._event("Killing", f"Stopping container {slot.record.name} "
-                        f"(grace period {grace:g}s)")
+    def _release_gpu(self, running: list[_Slot]) -> None:
+        """Before any signal: the agent's hook for the runs' GPU work (MPS `terminate_client`
+        with `--mps-stop terminate-client`, which returns once the server is done; nothing
+        by default, where the signals alone stop the pod)."""
+        groups = [s.process.pgid for s in running if s.process is not None]
+        if self._before_signal is None or not groups:
+            return
+        try:
+            self._before_signal(groups)
+        except Exception:  # the signals still follow: the pod must stop
+            log.exception("pod %s: ending its GPU work before the signals failed", self.name)
+
+    def _terminate(self, running: list[_Slot], grace: float) -> None:
+        """The GPU hook (`_release_gpu`), then SIGTERM, wait up to `grace`, SIGKILL, reap."""
+        self._release_gpu(running)
         for slot in running:
             slot.process.signal_group(signal.SIGTERM)  # type: ignore[union-attr]
         deadline = time.monotonic() + grace
@@ -418,6 +444,15 @@ class PodSupervisor:
             slot.process.signal_group(signal.SIGKILL)  # type: ignore[union-attr]
         for slot in running:
             self._reap(slot)
+
+    def _end_processes(self, grace: float, final: bool) -> None:
+        """End the runs (`_terminate`). `final`: nothing of the pod runs again."""
+        running = [s for s in self._all_slots() if s.process is not None]
+        for slot in running:
+            self._event("Killing", f"Stopping container {slot.record.name} "
+                        f"(grace period {grace:g}s)")
+        self._terminate(running, grace)
+        for slot in running:
             code = slot.process.poll() if slot.process is not None else None  # type: ignore[union-attr]
             code = code if code is not None else proc.UNKNOWN_EXIT
             if final:
@@ -449,8 +484,23 @@ class PodSupervisor:
         self._finish_run(slot, code, reason, message, final=True)
         slot.next_start = float("inf")
 
+    def _restart_after_fault(self, reason: str, message: str) -> None:
+        """The runs lost their GPU context: end them, then the restart policy applies."""
+        running = [s for s in self._all_slots() if s.process is not None]
+        self._event(reason, message, warning=True)
+        if not running:
+            return
+        self._terminate(running, min(5.0, self._config.default_grace_s))
+        for slot in running:
+            code = slot.process.poll() if slot.process is not None else None
+            self._finish_run(slot, code if code is not None else proc.UNKNOWN_EXIT, reason,
+                             message)
+        self._save()
+        self._publish()
+
     def _do_kill(self, reason: str, message: str) -> None:
         running = [s for s in self._all_slots() if s.process is not None]
+        self._release_gpu(running)
         for slot in running:
             slot.process.signal_group(signal.SIGKILL)  # type: ignore[union-attr]
         for slot in running:
@@ -593,25 +643,33 @@ def started_groups(directory: Path) -> set[int]:
     return found
 
 
-def kill_leftovers(directory: Path) -> list[int]:
+def kill_leftovers(directory: Path, before_signal: BeforeSignal | None = None) -> list[int]:
     """SIGKILL the process groups of a pod directory whose pod no longer exists: those
-    its state file records and any other started for it."""
-    killed: list[int] = []
-    for process in _recorded_groups(directory):
-        if process.poll() is None or process.group_alive():
-            proc.kill_group(process.pgid)
-            killed.append(process.pgid)
-    for pgid in sorted(started_groups(directory) - set(killed)):
+    its state file records and any other started for it, after `before_signal`."""
+    alive = [p.pgid for p in _recorded_groups(directory)
+             if p.poll() is None or p.group_alive()]
+    groups = [*alive, *sorted(started_groups(directory) - set(alive))]
+    if before_signal is not None and groups:
+        try:
+            before_signal(groups)
+        except Exception:
+            log.exception("%s: ending the GPU work of leftover processes failed", directory)
+    for pgid in groups:
         proc.kill_group(pgid)
-        killed.append(pgid)
-    return killed
+    return groups
 
 
-def kill_unrecorded(directory: Path) -> list[int]:
+def kill_unrecorded(directory: Path, before_signal: BeforeSignal | None = None) -> list[int]:
     """SIGKILL the process groups started for a pod that its state file does not record
-    (so that no restarted agent adopts one and starts another beside it)."""
+    (so that no restarted agent adopts one and starts another beside it), their GPU work
+    ended first."""
     recorded = {p.pgid for p in _recorded_groups(directory)}
     killed = sorted(started_groups(directory) - recorded)
+    if before_signal is not None and killed:
+        try:
+            before_signal(killed)
+        except Exception:
+            log.exception("%s: ending the GPU work of unrecorded processes failed", directory)
     for pgid in killed:
         proc.kill_group(pgid)
     return killed

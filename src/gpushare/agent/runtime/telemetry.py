@@ -141,6 +141,19 @@ class AgentMetrics:
                                  registry=r)
         self.kills = Counter("gpushare_watchdog_kills", "Pods the NVML watchdog killed for "
                              "exceeding their GPU memory share", ("node",), registry=r)
+        self.mps_faults = Counter("gpushare_mps_server_faults", "MPS servers that went into "
+                                  "FAULT (a fatal GPU fault in one of their clients)", gpu,
+                                  registry=r)
+        self.mps_restarts = Counter("gpushare_mps_daemon_restarts", "MPS control daemons "
+                                    "restarted because their server stayed in FAULT", gpu,
+                                    registry=r)
+        self.mps_ended = Counter("gpushare_mps_clients_terminated", "MPS clients ended with "
+                                 "terminate_client before their pod's processes were "
+                                 "signalled (only with --mps-stop terminate-client)",
+                                 ("node", "result"), registry=r)
+        self.compute_kills = Counter("gpushare_watchdog_compute_kills", "Pods the compute "
+                                     "watchdog evicted for using more of a GPU than their "
+                                     "share outside MPS", ("node",), registry=r)
         self.pods_running = Gauge("gpushare_node_pods_running", "Pods with processes the agent "
                                   "supervises", ("node",), registry=r)
         self.pod_cpu = Gauge("gpushare_pod_cpu_usage_cores", "CPU rate of a pod's processes "
@@ -149,6 +162,9 @@ class AgentMetrics:
                                 "a pod's processes", ("namespace", "pod"), registry=r)
         self.enforcement.labels(node, enforcement).set(1)
         self.kills.labels(node)
+        self.compute_kills.labels(node)
+        for device in inventory.devices:
+            self.mps_faults.labels(node, str(device.index))
         for device in inventory.devices:
             self.memory_total.labels(node, str(device.index)).set(device.memory_mib * MIB)
             self.slots.labels(node, str(device.index)).set(0)
@@ -158,6 +174,18 @@ class AgentMetrics:
 
     def killed(self) -> None:
         self.kills.labels(self.node).inc()
+
+    def compute_killed(self) -> None:
+        self.compute_kills.labels(self.node).inc()
+
+    def mps_fault(self, gpu: int) -> None:
+        self.mps_faults.labels(self.node, str(gpu)).inc()
+
+    def mps_daemon_restart(self, gpu: int) -> None:
+        self.mps_restarts.labels(self.node, str(gpu)).inc()
+
+    def mps_client_ended(self, ok: bool) -> None:
+        self.mps_ended.labels(self.node, "ok" if ok else "refused").inc()
 
     def gpu_memory(self, used_bytes: dict[int, int],
                    per_pod_mib: dict[str, dict[int, int]]) -> None:
