@@ -36,10 +36,11 @@ class Behaviour:
     #: released together. gpushare's default orders a pipelined pod's nodes by placement
     #: alone.
     availability_orders_pipelined: bool = False
-    #: Once a job's subgroup tree is satisfied, each extra pod comes from the leaf with
-    #: the lowest allocation ratio (active pods / minMember), worked out again after each
-    #: pod: KAI's subgrouporder. gpushare's default takes the first pending pod in task
-    #: order, whatever its leaf.
+    #: Once a job's subgroup tree is satisfied, each extra pod is found walking the tree
+    #: from the top, at each subgroup the first child by allocation ratio (satisfied
+    #: children / minSubGroup, or active pods / minMember for a leaf) that has a pending
+    #: pod, worked out again after each pod: KAI's subgrouporder. gpushare's default takes
+    #: the first pending pod in task order, whatever its leaf.
     spare_pods_by_ratio: bool = False
     #: In a gang's victim search, the victims found in earlier rounds count as already
     #: given up by their queues when the victim order compares queues (KAI builds a fresh
