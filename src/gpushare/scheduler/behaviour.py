@@ -20,10 +20,13 @@ class Behaviour:
     kai: bool = False
     #: Fair-share division: ``kai`` (whole-unit flooring, leftover pass) or ``exact``.
     fairshare_mode: str = "exact"
-    #: A ``gpu-memory`` pod is also checked per node, as its fraction of that node's GPU,
-    #: against limits and (non-preemptible) quota: KAI's predicate. gpushare's default
-    #: checks it once, as the fraction of the largest GPU.
-    per_node_quota_check: bool = False
+    #: A ``gpu-memory`` pod is checked against limits and (non-preemptible) quota with
+    #: KAI's figures: the step as its exact fraction of the largest GPU, then on each node
+    #: its fraction of that node's GPU rounded up to two decimals, one device (KAI's
+    #: predicate). gpushare's default checks both with what the pod would be charged: its
+    #: two-decimal portion of the GPU (the largest for the step, the node's on each node),
+    #: on every device.
+    kai_quota_figures: bool = False
     #: A fraction goes to the fullest fitting shared GPU counting the fractions being
     #: released and the pipelined ones (pipelined there when it must wait), before an idle
     #: GPU; a GPU holding only pipelined fractions takes a new one pipelined: KAI's
@@ -100,7 +103,7 @@ class Behaviour:
         return cls(
             kai=kai,
             fairshare_mode=config.fairshare_mode,
-            per_node_quota_check=kai,
+            kai_quota_figures=kai,
             victim_lookahead=kai,
             victim_relevance=not kai,
             admissible_victim_steps=not kai,

@@ -40,7 +40,8 @@ class Session:
         #: Every share rule of the cycle (fair shares divided now, quotas, capacity
         #: checks, the reclaim rules): the proportion plugin.
         self.proportion = Proportion(state, config, self.capacity,
-                                     (self.min_gpu_memory, self.max_gpu_memory))
+                                     (self.min_gpu_memory, self.max_gpu_memory),
+                                     self.behaviour.kai_quota_figures)
         self._gangs: dict[str, GangView] = {}
         # Gangs with pending pods are kept for later cycles while their job is unchanged
         # (the job's version moves with every change to it or its pods).
