@@ -219,3 +219,33 @@ def test_a_deleted_podgroup_without_pods_on_nodes_goes_at_once():
     mirror = seeded(["node", "queue", "podgroup", "pod"])
     mirror.on_podgroup("DELETED", podgroup("pg-a", "nlp"))  # its pod "a" is pending
     assert "ns/pg-a" not in mirror.state.jobs and "ns/a" not in mirror.state.pods
+
+
+def priority_class(name, value, policy=None):
+    obj = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+           "metadata": {"name": name}, "value": value}
+    if policy is not None:
+        obj["preemptionPolicy"] = policy
+    return obj
+
+
+def test_a_priority_class_that_never_preempts_reaches_its_jobs_and_can_change_back():
+    mirror = Mirror()
+    mirror.on_queue("ADDED", queue("q"))
+    mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
+    assert mirror.state.jobs["ns/pg-a"].may_preempt
+    mirror.on_priority_class("ADDED", priority_class("train", 50, "Never"))
+    job = mirror.state.jobs["ns/pg-a"]
+    assert (job.priority, job.may_preempt) == (50, False)
+    mirror.on_priority_class("MODIFIED", priority_class("train", 50, "PreemptLowerPriority"))
+    assert mirror.state.jobs["ns/pg-a"].may_preempt
+    mirror.on_priority_class("MODIFIED", priority_class("train", 50, "Never"))
+    mirror.on_priority_class("DELETED", priority_class("train", 50, "Never"))
+    assert mirror.state.jobs["ns/pg-a"].may_preempt
+
+
+def test_a_priority_class_with_an_unknown_policy_is_reported_by_field():
+    mirror = Mirror()
+    mirror.on_priority_class("ADDED", priority_class("train", 50, "Sometimes"))
+    assert "preemptionPolicy" in mirror.invalid["priorityclass/train"]
+    assert "train" not in mirror.priorities

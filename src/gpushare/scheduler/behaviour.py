@@ -58,6 +58,10 @@ class Behaviour:
     #: room back and reclaim that would loop is not started. gpushare's default orders
     #: only the jobs the simulation places, each queue compared with the step it places.
     fair_order_over_pending: bool = False
+    #: A job whose PriorityClass says ``preemptionPolicy: Never`` evicts nothing to be
+    #: placed (no reclaim, preempt or consolidation on its behalf), as kube-scheduler and
+    #: Kueue do. KAI ignores the policy (off under ``compat: kai``).
+    preemption_policy: bool = True
 
     # ---------------------------------------------------------------- victim search
     #: The victim queue compares queues as if their next victim were already taken
@@ -117,6 +121,7 @@ class Behaviour:
             spare_pods_by_ratio=kai,
             earlier_victims_given_up=kai,
             fair_order_over_pending=kai,
+            preemption_policy=not kai,
             bounded_disruption=not kai,
             bounded_search=not kai,
             steady_fair_share_reclaim=not kai,
