@@ -249,3 +249,22 @@ def test_a_priority_class_with_an_unknown_policy_is_reported_by_field():
     mirror.on_priority_class("ADDED", priority_class("train", 50, "Sometimes"))
     assert "preemptionPolicy" in mirror.invalid["priorityclass/train"]
     assert "train" not in mirror.priorities
+
+
+def test_repeated_failed_binds_hold_the_pod_back_until_the_watch_shows_it_bound():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW, taint=False))
+    mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
+    mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
+    mirror.on_pod("ADDED", pod("a", "pg-a", gpus=1))
+    for now in (1.0, 2.0):  # the first failure is retried at once, the second is not
+        result = run_cycle(mirror.state, Config(), now)
+        assert [b.pod for b in result.binds] == ["ns/a"]
+        mirror.assume("ns/a", result.binds[0].node, result.binds[0].gpu_indices, 1000)
+        mirror.bind_failed("ns/a")
+    held = run_cycle(mirror.state, Config(), 3.0)
+    assert held.binds == []
+    assert held.pending_reasons["ns/pg-a"].startswith("BindBackOff:")
+    assert [b.pod for b in run_cycle(mirror.state, Config(), 4.0).binds] == ["ns/a"]
+    mirror.on_pod("MODIFIED", pod("a", "pg-a", gpus=1, node="n1"))  # bound at last
+    assert "ns/a" not in mirror.state.bind_backoff.failures

@@ -62,6 +62,9 @@ class Behaviour:
     #: placed (no reclaim, preempt or consolidation on its behalf), as kube-scheduler and
     #: Kueue do. KAI ignores the policy (off under ``compat: kai``).
     preemption_policy: bool = True
+    #: A pod whose binds keep failing sits out a growing number of cycles
+    #: (``bind_backoff.py``). KAI retries it in every cycle (off under ``compat: kai``).
+    bind_backoff: bool = True
 
     # ---------------------------------------------------------------- victim search
     #: The victim queue compares queues as if their next victim were already taken
@@ -122,6 +125,7 @@ class Behaviour:
             earlier_victims_given_up=kai,
             fair_order_over_pending=kai,
             preemption_policy=not kai,
+            bind_backoff=not kai,
             bounded_disruption=not kai,
             bounded_search=not kai,
             steady_fair_share_reclaim=not kai,

@@ -35,9 +35,11 @@ def task_order_key(pod: Pod, job: Job) -> tuple[int, int, int, int]:
 class GangView:
     """A job's pods arranged by leaf subgroup, for one decision."""
 
-    __slots__ = ("_elastic", "_next", "active", "by_ratio", "job", "pending", "pods", "version")
+    __slots__ = ("_elastic", "_next", "active", "by_ratio", "held_back", "holds", "job",
+                 "pending", "pods", "version")
 
-    def __init__(self, job: Job, pods: list[Pod], by_ratio: bool = False) -> None:
+    def __init__(self, job: Job, pods: list[Pod], by_ratio: bool = False,
+                 held: frozenset[str] = frozenset()) -> None:
         self.job = job
         self.pods = pods
         #: The extra pod of a satisfied gang comes from the leaf with the lowest
@@ -48,12 +50,19 @@ class GangView:
         self._next: list[Pod] | bool | None = False  # False: not worked out yet
         self.active: dict[str, int] = {}
         self.pending: dict[str, list[Pod]] = {}
+        #: Pending pods left out of this cycle after failed binds (``held``), and whether
+        #: the session holds such pods back at all (``Behaviour.bind_backoff``).
+        self.held_back: list[Pod] = []
+        self.holds = bool(held)
         for pod in pods:
             leaf = pod.subgroup if (pod.subgroup and job.subgroups) else DEFAULT_LEAF
             if pod.status in ACTIVE_ALLOCATED or pod.status is PodStatus.SUCCEEDED:
                 self.active[leaf] = self.active.get(leaf, 0) + 1
             elif pod.status is PodStatus.PENDING:
-                self.pending.setdefault(leaf, []).append(pod)
+                if pod.key in held:
+                    self.held_back.append(pod)
+                else:
+                    self.pending.setdefault(leaf, []).append(pod)
         for leaf_pods in self.pending.values():
             leaf_pods.sort(key=lambda p: task_order_key(p, job))
 

@@ -365,6 +365,7 @@ class Mirror:
         self._reindex_pod(key, obj)
         if (obj.get("spec") or {}).get("nodeName"):
             self.assumed.pop(key, None)  # the bind is visible now
+            self.state.bind_backoff.forget(key)
         self._apply_pod(key)
 
     def _note_foreign(self, key: str, pod: Obj | None) -> None:
@@ -429,6 +430,7 @@ class Mirror:
             self._unindex_pod(key, old)
         self.assumed.pop(key, None)
         self.evicting.discard(key)
+        self.state.bind_backoff.forget(key)
         self._pod_index.pop(key, None)
         self.invalid.pop(f"pod/{key}", None)
         self.state.remove_pod(key)
@@ -513,7 +515,9 @@ class Mirror:
         self.assumed[key] = Assumed(node, gpu_indices, portion)
 
     def bind_failed(self, key: str) -> None:
-        """Drop the assumption; the pod is pending again (unless the watch says bound)."""
+        """Drop the assumption; the pod is pending again (unless the watch says bound),
+        and the core holds it back for more cycles the more binds failed in a row."""
+        self.state.bind_backoff.bind_failed(key)
         if self.assumed.pop(key, None) is not None:
             pod = self.state.pods.get(key)
             if pod is not None:
