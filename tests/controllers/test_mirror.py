@@ -272,3 +272,52 @@ def test_a_bound_pod_without_its_podgroup_is_never_evicted_and_joins_it_when_it_
     assert mirror.state.usage["n1"].gpu_used == [1000]
     assert [j for j in mirror.state.jobs if j.startswith("ns/(")] == []
     assert [e.pod for e in run_cycle(mirror.state, Config(), 2.0).evictions] == ["ns/a"]
+
+
+def priority_class(name, value, policy=None):
+    obj = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+           "metadata": {"name": name}, "value": value}
+    if policy is not None:
+        obj["preemptionPolicy"] = policy
+    return obj
+
+
+def test_a_priority_class_that_never_preempts_reaches_its_jobs_and_can_change_back():
+    mirror = Mirror()
+    mirror.on_queue("ADDED", queue("q"))
+    mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
+    assert mirror.state.jobs["ns/pg-a"].may_preempt
+    mirror.on_priority_class("ADDED", priority_class("train", 50, "Never"))
+    job = mirror.state.jobs["ns/pg-a"]
+    assert (job.priority, job.may_preempt) == (50, False)
+    mirror.on_priority_class("MODIFIED", priority_class("train", 50, "PreemptLowerPriority"))
+    assert mirror.state.jobs["ns/pg-a"].may_preempt
+    mirror.on_priority_class("MODIFIED", priority_class("train", 50, "Never"))
+    mirror.on_priority_class("DELETED", priority_class("train", 50, "Never"))
+    assert mirror.state.jobs["ns/pg-a"].may_preempt
+
+
+def test_a_priority_class_with_an_unknown_policy_is_reported_by_field():
+    mirror = Mirror()
+    mirror.on_priority_class("ADDED", priority_class("train", 50, "Sometimes"))
+    assert "preemptionPolicy" in mirror.invalid["priorityclass/train"]
+    assert "train" not in mirror.priorities
+
+
+def test_repeated_failed_binds_hold_the_pod_back_until_the_watch_shows_it_bound():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "1xL40S", "64", "512Gi", {}, NOW, taint=False))
+    mirror.on_queue("ADDED", queue("q", quota=1, limit=-1))
+    mirror.on_podgroup("ADDED", podgroup("pg-a", "q"))
+    mirror.on_pod("ADDED", pod("a", "pg-a", gpus=1))
+    for now in (1.0, 2.0):  # the first failure is retried at once, the second is not
+        result = run_cycle(mirror.state, Config(), now)
+        assert [b.pod for b in result.binds] == ["ns/a"]
+        mirror.assume("ns/a", result.binds[0].node, result.binds[0].gpu_indices, 1000)
+        mirror.bind_failed("ns/a")
+    held = run_cycle(mirror.state, Config(), 3.0)
+    assert held.binds == []
+    assert held.pending_reasons["ns/pg-a"].startswith("BindBackOff:")
+    assert [b.pod for b in run_cycle(mirror.state, Config(), 4.0).binds] == ["ns/a"]
+    mirror.on_pod("MODIFIED", pod("a", "pg-a", gpus=1, node="n1"))  # bound at last
+    assert "ns/a" not in mirror.state.bind_backoff.failures

@@ -18,6 +18,7 @@ from gpushare.controllers.scheduling.translate import (
     parse_duration,
     pod_from_api,
     pod_status,
+    priority_class_of,
     queue_from_api,
 )
 from gpushare.model import PodStatus
@@ -99,6 +100,20 @@ def test_podgroup_priority_and_preemptibility():
     assert not job_from_podgroup(pg, {"train": 50}).preemptible
     pg["spec"]["priorityClassName"] = "unknown"
     assert job_from_podgroup(pg, {}).priority == 50
+
+
+def test_priority_class_policy_and_a_job_of_a_class_that_never_preempts():
+    assert priority_class_of({"metadata": {"name": "c"}, "value": 125}) == (125, True)
+    assert priority_class_of({"metadata": {"name": "c"}, "value": 125,
+                              "preemptionPolicy": "Never"}) == (125, False)
+    with pytest.raises(TranslateError, match=r"priorityclass c: preemptionPolicy"):
+        priority_class_of({"metadata": {"name": "c"}, "value": 1, "preemptionPolicy": "No"})
+    with pytest.raises(TranslateError, match=r"priorityclass c: value"):
+        priority_class_of({"metadata": {"name": "c"}, "value": "high"})
+    pg = {"metadata": {"name": "pg", "namespace": "ns"},
+          "spec": {"queue": "q", "priorityClassName": "inference"}}
+    assert not job_from_podgroup(pg, {"inference": 125}, {"inference"}).may_preempt
+    assert job_from_podgroup(pg, {"inference": 125}, {"other"}).may_preempt
 
 
 def test_node_capacity_labels_and_readiness():

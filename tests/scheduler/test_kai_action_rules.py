@@ -52,8 +52,10 @@ def _tree_job(leaves: list[tuple[int, int, int]]) -> tuple[Job, list[Pod]]:
     return job, pods
 
 
-def _ratio(least: int, running: int) -> Fraction:
-    return Fraction(running, least) if least > 0 else Fraction(10**18)
+def _ratio(least: int, running: int) -> tuple[int, Fraction]:
+    """KAI's subgroup order of satisfied leaves: a positive minimum by ratio, then a
+    minimum of 0 by fewer active pods."""
+    return (0, Fraction(running, least)) if least > 0 else (1, Fraction(running))
 
 
 @settings(max_examples=200, deadline=None)
@@ -73,7 +75,7 @@ def test_a_satisfied_gangs_extra_pod_comes_from_the_leaf_of_lowest_ratio(leaves)
     chosen = int(step[0].subgroup[1:])  # type: ignore[index]
     lowest = min(_ratio(leaves[i][0], leaves[i][1]) for i in with_pending)
     assert _ratio(leaves[chosen][0], leaves[chosen][1]) == lowest
-    # Among leaves of equal ratio the first pending pod in task order wins.
+    # Among leaves of equal ratio the first by name (here: the first listed) wins.
     first_of_lowest = min(
         (p for p in pods if p.status is PodStatus.PENDING
          and _ratio(*leaves[int(p.subgroup[1:])][:2]) == lowest),  # type: ignore[index]

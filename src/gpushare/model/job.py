@@ -31,6 +31,9 @@ class Job:
     min_subgroup: int | None = None  # over top-level subgroups, when it has them
     created_at: float = 0.0  # caller's clock; smaller is older
     preemption_delay: float = 0.0  # seconds; the job may not trigger evictions before this age
+    #: False when its PriorityClass says ``preemptionPolicy: Never``: nothing is evicted
+    #: to place it (it still takes what is free).
+    may_preempt: bool = True
     staleness_grace: float | None = None  # seconds; None: the config's; negative: never
     stale_since: float | None = None  # when it was first seen below its gang size
     last_eviction_at: float | None = None

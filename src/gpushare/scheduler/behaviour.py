@@ -20,10 +20,13 @@ class Behaviour:
     kai: bool = False
     #: Fair-share division: ``kai`` (whole-unit flooring, leftover pass) or ``exact``.
     fairshare_mode: str = "exact"
-    #: A ``gpu-memory`` pod is also checked per node, as its fraction of that node's GPU,
-    #: against limits and (non-preemptible) quota: KAI's predicate. gpushare's default
-    #: checks it once, as the fraction of the largest GPU.
-    per_node_quota_check: bool = False
+    #: A ``gpu-memory`` pod is checked against limits and (non-preemptible) quota with
+    #: KAI's figures: the step as its exact fraction of the largest GPU, then on each node
+    #: its fraction of that node's GPU rounded up to two decimals, one device (KAI's
+    #: predicate). gpushare's default checks both with what the pod would be charged: its
+    #: two-decimal portion of the GPU (the largest for the step, the node's on each node),
+    #: on every device.
+    kai_quota_figures: bool = False
     #: A fraction goes to the fullest fitting shared GPU counting the fractions being
     #: released and the pipelined ones (pipelined there when it must wait), before an idle
     #: GPU; a GPU holding only pipelined fractions takes a new one pipelined: KAI's
@@ -36,10 +39,11 @@ class Behaviour:
     #: released together. gpushare's default orders a pipelined pod's nodes by placement
     #: alone.
     availability_orders_pipelined: bool = False
-    #: Once a job's subgroup tree is satisfied, each extra pod comes from the leaf with
-    #: the lowest allocation ratio (active pods / minMember), worked out again after each
-    #: pod: KAI's subgrouporder. gpushare's default takes the first pending pod in task
-    #: order, whatever its leaf.
+    #: Once a job's subgroup tree is satisfied, each extra pod is found walking the tree
+    #: from the top, at each subgroup the first child by allocation ratio (satisfied
+    #: children / minSubGroup, or active pods / minMember for a leaf) that has a pending
+    #: pod, worked out again after each pod: KAI's subgrouporder. gpushare's default takes
+    #: the first pending pod in task order, whatever its leaf.
     spare_pods_by_ratio: bool = False
     #: In a gang's victim search, the victims found in earlier rounds count as already
     #: given up by their queues when the victim order compares queues (KAI builds a fresh
@@ -54,6 +58,13 @@ class Behaviour:
     #: room back and reclaim that would loop is not started. gpushare's default orders
     #: only the jobs the simulation places, each queue compared with the step it places.
     fair_order_over_pending: bool = False
+    #: A job whose PriorityClass says ``preemptionPolicy: Never`` evicts nothing to be
+    #: placed (no reclaim, preempt or consolidation on its behalf), as kube-scheduler and
+    #: Kueue do. KAI ignores the policy (off under ``compat: kai``).
+    preemption_policy: bool = True
+    #: A pod whose binds keep failing sits out a growing number of cycles
+    #: (``bind_backoff.py``). KAI retries it in every cycle (off under ``compat: kai``).
+    bind_backoff: bool = True
 
     # ---------------------------------------------------------------- victim search
     #: The victim queue compares queues as if their next victim were already taken
@@ -99,7 +110,7 @@ class Behaviour:
         return cls(
             kai=kai,
             fairshare_mode=config.fairshare_mode,
-            per_node_quota_check=kai,
+            kai_quota_figures=kai,
             victim_lookahead=kai,
             victim_relevance=not kai,
             admissible_victim_steps=not kai,
@@ -113,6 +124,8 @@ class Behaviour:
             spare_pods_by_ratio=kai,
             earlier_victims_given_up=kai,
             fair_order_over_pending=kai,
+            preemption_policy=not kai,
+            bind_backoff=not kai,
             bounded_disruption=not kai,
             bounded_search=not kai,
             steady_fair_share_reclaim=not kai,

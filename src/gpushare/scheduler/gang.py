@@ -5,7 +5,10 @@ A job without subgroups is one leaf with ``min_member``. With subgroups, leaves 
 are (all when unset); the job itself applies ``min_subgroup`` to its top-level subgroups.
 Until the tree is satisfied the job asks for exactly what satisfies it (all or nothing);
 after that, for one more pod per step: the first in task order, or (``by_ratio``, KAI's
-subgroup order) the first of the leaf with the lowest allocation ratio.
+subgroup order) the one found walking the tree from the top: at each subgroup the child
+that comes first by allocation ratio (satisfied children over ``minSubGroup`` for an
+inner subgroup, active pods over ``minMember`` for a leaf), then name, among those
+with a pending pod.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ def task_order_key(pod: Pod, job: Job) -> tuple[int, int, int, int]:
 class GangView:
     """A job's pods arranged by leaf subgroup, for one decision."""
 
-    __slots__ = ("_elastic", "_next", "active", "by_ratio", "job", "pending", "pods", "version")
+    __slots__ = ("_elastic", "_next", "active", "by_ratio", "held_back", "holds", "job",
+                 "pending", "pods", "version")
 
-    def __init__(self, job: Job, pods: list[Pod], by_ratio: bool = False) -> None:
+    def __init__(self, job: Job, pods: list[Pod], by_ratio: bool = False,
+                 held: frozenset[str] = frozenset()) -> None:
         self.job = job
         self.pods = pods
         #: The extra pod of a satisfied gang comes from the leaf with the lowest
@@ -45,12 +50,19 @@ class GangView:
         self._next: list[Pod] | bool | None = False  # False: not worked out yet
         self.active: dict[str, int] = {}
         self.pending: dict[str, list[Pod]] = {}
+        #: Pending pods left out of this cycle after failed binds (``held``), and whether
+        #: the session holds such pods back at all (``Behaviour.bind_backoff``).
+        self.held_back: list[Pod] = []
+        self.holds = bool(held)
         for pod in pods:
             leaf = pod.subgroup if (pod.subgroup and job.subgroups) else DEFAULT_LEAF
             if pod.status in ACTIVE_ALLOCATED or pod.status is PodStatus.SUCCEEDED:
                 self.active[leaf] = self.active.get(leaf, 0) + 1
             elif pod.status is PodStatus.PENDING:
-                self.pending.setdefault(leaf, []).append(pod)
+                if pod.key in held:
+                    self.held_back.append(pod)
+                else:
+                    self.pending.setdefault(leaf, []).append(pod)
         for leaf_pods in self.pending.values():
             leaf_pods.sort(key=lambda p: task_order_key(p, job))
 
@@ -121,22 +133,45 @@ class GangView:
     def _next_step(self) -> list[Pod] | None:
         if not self.satisfied():
             return self.needed()
+        if self.by_ratio:
+            return self._spare_from(None)
         rest = [p for pods in self.pending.values() for p in pods]
         if not rest:
             return []
-        return [min(rest, key=lambda p: (self._leaf_rank(p), task_order_key(p, self.job)))]
+        return [min(rest, key=lambda p: task_order_key(p, self.job))]
 
-    def _leaf_rank(self, pod: Pod) -> Fraction:
-        """The extra pod's leaf rank: 0 (task order alone decides), or with ``by_ratio``
-        the leaf's allocation ratio, active pods over its ``minMember`` (a leaf of
-        minimum 0 last)."""
-        if not self.by_ratio:
-            return _NO_RANK
-        leaf = pod.subgroup if (pod.subgroup and self.job.subgroups) else DEFAULT_LEAF
-        least = self._leaf_min(None if leaf == DEFAULT_LEAF else leaf)
-        if least <= 0:
-            return _LAST_RANK
-        return Fraction(self.active.get(leaf, 0), least)
+    def _spare_from(self, name: str | None) -> list[Pod]:
+        """KAI's elastic pick below ``name``: a leaf gives what it lacks of its minimum,
+        or one pod; a satisfied inner subgroup asks its children in subgroup order and
+        takes the first answer; an unsatisfied one asks for its gang."""
+        if self._is_leaf(name):
+            pending = self.pending.get(self._leaf_key(name), [])
+            lacking = self._leaf_min(name) - self.active.get(self._leaf_key(name), 0)
+            return pending[:max(lacking, 1)]
+        if not self.satisfied(name):
+            return self.needed(name) or []
+        for kid in sorted(self._children(name), key=self._member_rank):
+            pods = self._spare_from(kid)
+            if pods:
+                return pods
+        return []
+
+    def _member_rank(self, name: str) -> tuple[int, Fraction, str]:
+        """KAI's subgroup order: unsatisfied members first; then satisfied ones of a
+        positive threshold by allocation ratio; then those of threshold 0, fewer active
+        first; ties by name. An inner subgroup counts its satisfied children against
+        ``minSubGroup`` (all children when unset), a leaf its active pods against
+        ``minMember``."""
+        if self._is_leaf(name):
+            count, threshold = self.active.get(name, 0), self._leaf_min(name)
+        else:
+            count = sum(1 for kid in self._children(name) if self.satisfied(kid))
+            threshold = self._k(name)
+        if count < threshold:
+            return (0, Fraction(0), name)
+        if threshold == 0:
+            return (2, Fraction(count), name)
+        return (1, Fraction(count, threshold), name)
 
     def min_total(self, name: str | None = None) -> int:
         """Pods the gang needs at least (the smallest satisfying choice)."""
@@ -159,9 +194,6 @@ class GangView:
     def has_pending(self) -> bool:
         return any(self.pending.values())
 
-
-_NO_RANK = Fraction(0)
-_LAST_RANK = Fraction(10**18)
 
 
 def is_gang(job: Job) -> bool:

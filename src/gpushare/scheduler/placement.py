@@ -62,8 +62,7 @@ def fit_on_node(
         return None
     if usage.pods_free_future() < 1:
         return None
-    if (pod.gpu.is_memory and session.behaviour.per_node_quota_check
-            and not session.proportion.node_quota_allows(pod, node.gpu_memory_mib)):
+    if pod.gpu.is_memory and not session.proportion.node_quota_allows(pod, node.gpu_memory_mib):
         return None
     if pod.cpu_millis > usage.cpu_free_future() or pod.memory_bytes > usage.mem_free_future():
         return None
@@ -205,9 +204,9 @@ def ordered_fits(
 
 def _fit_reads_queue(session: Session, pod: Pod) -> bool:
     """Whether `fit_on_node` reads the pod's queue as well as the node: the per-node quota
-    check of a `gpu-memory` request (compat kai). The fragmentation index keeps fits by node
-    version, which a queue's usage does not move, so such pods are scored afresh."""
-    return pod.gpu.is_memory and session.behaviour.per_node_quota_check
+    check of a `gpu-memory` request. The fragmentation index keeps fits by node version,
+    which a queue's usage does not move, so such pods are scored afresh."""
+    return pod.gpu.is_memory
 
 
 def best_fit(

@@ -40,7 +40,8 @@ class Session:
         #: Every share rule of the cycle (fair shares divided now, quotas, capacity
         #: checks, the reclaim rules): the proportion plugin.
         self.proportion = Proportion(state, config, self.capacity,
-                                     (self.min_gpu_memory, self.max_gpu_memory))
+                                     (self.min_gpu_memory, self.max_gpu_memory),
+                                     self.behaviour.kai_quota_figures)
         self._gangs: dict[str, GangView] = {}
         # Gangs with pending pods are kept for later cycles while their job is unchanged
         # (the job's version moves with every change to it or its pods).
@@ -77,12 +78,15 @@ class Session:
         if cached is not None and cached.version == version and cached.job is job:
             return cached
         by_ratio = self.behaviour.spare_pods_by_ratio
+        holds = self.behaviour.bind_backoff
         cached = self._kept_gangs.get(job.key)
         if (cached is not None and cached.version == version and cached.job is job
-                and cached.by_ratio == by_ratio):
+                and cached.by_ratio == by_ratio and cached.holds == holds):
             self._gangs[job.key] = cached
             return cached
-        gang = GangView(job, self.state.job_pods(job), by_ratio)
+        held = self.state.bind_backoff.held if holds else frozenset()
+        gang = GangView(job, self.state.job_pods(job), by_ratio, held)
+        gang.holds = holds
         gang.version = version
         self._gangs[job.key] = gang
         if gang.pending:

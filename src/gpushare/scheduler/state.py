@@ -20,6 +20,7 @@ from gpushare.model.node import Node
 from gpushare.model.pod import ACTIVE_ALLOCATED, ON_NODE, Pod, PodStatus
 from gpushare.model.quantities import MILLI, ZERO, Res
 from gpushare.model.queue import Queue
+from gpushare.scheduler.bind_backoff import BindBackoff
 
 if TYPE_CHECKING:
     from gpushare.scheduler.fragmentation import TaskMix
@@ -192,6 +193,9 @@ class ClusterState:
         self._memory_range: tuple[int, tuple[int | None, int | None]] | None = None
         #: Figures derived from the state that later cycles may reuse.
         self.kept = Kept()
+        #: Pods whose binds keep failing, left out for a growing number of cycles (the
+        #: shell reports the failures).
+        self.bind_backoff = BindBackoff()
         #: Jobs the stale-gang pass must look at: added or changed, or with a pod changed,
         #: since it last looked (the pass keeps the ones it finds stale).
         self.stale_watch: set[str] = set()
@@ -534,6 +538,10 @@ class ClusterState:
         self._touched = {}
         self.settled_nodes = []
         self.queue_log = []
+        for key in self.bind_backoff.next_cycle():
+            pod = self.pods.get(key)
+            if pod is not None:  # its job's gang reads whether the pod is held back
+                self.job_version[pod.job] = self.job_version.get(pod.job, 0) + 1
 
     def touched(self) -> dict[str, PodStatus]:
         """Pods changed since the cycle began, with the status each had then."""

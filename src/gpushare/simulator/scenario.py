@@ -49,7 +49,7 @@ RESOURCE_KEYS = frozenset({"quota", "limit", "overQuotaWeight"})
 JOB_KEYS = frozenset({
     "name", "namespace", "queue", "priority", "preemptibility", "minMember", "minSubGroup",
     "createdSecondsAgo", "resources", "preemptionDelaySeconds", "stalenessGracePeriodSeconds",
-    "staleSeconds", "subgroups", "tasks",
+    "staleSeconds", "subgroups", "tasks", "preemptionPolicy",
 })
 POD_RESOURCE_KEYS = frozenset({"gpus", "gpuMemoryMiB", "gpuDevices", "cpuMillis", "memoryMiB"})
 SUBGROUP_KEYS = frozenset({"name", "parent", "minMember", "minSubGroup"})
@@ -304,6 +304,8 @@ def _job_of(j: dict[str, Any], path: str,
     preemptibility = get(j, "preemptibility", path, as_str, default=None,
                          choices=("preemptible", "non-preemptible"))
     preemptible = priority < 100 if preemptibility is None else preemptibility == "preemptible"
+    policy = get(j, "preemptionPolicy", path, as_str, default="PreemptLowerPriority",
+                 choices=("PreemptLowerPriority", "Never"))
     base = _pod_resources(j.get("resources"), join(path, "resources"), _PodResources())
     tasks = as_list(j.get("tasks"), join(path, "tasks"))
     subgroups = _subgroups(j, path)
@@ -321,6 +323,7 @@ def _job_of(j: dict[str, Any], path: str,
         preemption_delay=float(
             get(j, "preemptionDelaySeconds", path, as_number, default=Fraction(0), minimum=0)
         ),
+        may_preempt=policy != "Never",
         staleness_grace=None if grace is None else float(
             as_number(grace, join(path, "stalenessGracePeriodSeconds"))
         ),

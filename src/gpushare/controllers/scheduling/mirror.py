@@ -30,6 +30,7 @@ from gpushare.controllers.scheduling.translate import (
     job_from_podgroup,
     node_from_api,
     pod_from_api,
+    priority_class_of,
     queue_from_api,
 )
 from gpushare.model import Job, PodStatus, Queue
@@ -80,6 +81,8 @@ class Mirror:
     state: ClusterState = field(default_factory=ClusterState)
     scheduler_names: tuple[str, ...] = SCHEDULER_NAMES
     priorities: dict[str, int] = field(default_factory=dict)
+    # PriorityClasses whose preemptionPolicy is Never.
+    never_preempt: set[str] = field(default_factory=set)
     raw_nodes: dict[str, Obj] = field(default_factory=dict)
     raw_queues: dict[str, Obj] = field(default_factory=dict)
     raw_podgroups: dict[str, Obj] = field(default_factory=dict)
@@ -122,13 +125,21 @@ class Mirror:
 
     def on_priority_class(self, kind: str, obj: Obj) -> None:
         name = str((obj.get("metadata") or {}).get("name", ""))
+        self.invalid.pop(f"priorityclass/{name}", None)
         if kind == "DELETED":
             self.priorities.pop(name, None)
+            self.never_preempt.discard(name)
         else:
             try:
-                self.priorities[name] = int(obj.get("value", 0))
-            except (TypeError, ValueError):
+                value, may_preempt = priority_class_of(obj)
+            except TranslateError as error:
+                self.invalid[f"priorityclass/{name}"] = str(error)
                 return
+            self.priorities[name] = value
+            if may_preempt:
+                self.never_preempt.discard(name)
+            else:
+                self.never_preempt.add(name)
         for key, pg in self.raw_podgroups.items():
             if (pg.get("spec") or {}).get("priorityClassName") == name:
                 self._apply_job(key)
@@ -289,7 +300,7 @@ class Mirror:
         pg = self.raw_podgroups.get(key)
         if pg is None:
             return
-        job = job_from_podgroup(pg, self.priorities)
+        job = job_from_podgroup(pg, self.priorities, self.never_preempt)
         memory = self.job_memory.setdefault(key, JobMemory())
         job.stale_since = memory.stale_since
         job.last_eviction_at = memory.last_eviction_at
@@ -389,6 +400,7 @@ class Mirror:
         self._reindex_pod(key, obj)
         if (obj.get("spec") or {}).get("nodeName"):
             self.assumed.pop(key, None)  # the bind is visible now
+            self.state.bind_backoff.forget(key)
         self._apply_pod(key)
 
     def _note_foreign(self, key: str, pod: Obj | None) -> None:
@@ -453,6 +465,7 @@ class Mirror:
             self._unindex_pod(key, old)
         self.assumed.pop(key, None)
         self.evicting.discard(key)
+        self.state.bind_backoff.forget(key)
         self._pod_index.pop(key, None)
         self.invalid.pop(f"pod/{key}", None)
         self.state.remove_pod(key)
@@ -542,7 +555,9 @@ class Mirror:
         self.assumed[key] = Assumed(node, gpu_indices, portion)
 
     def bind_failed(self, key: str) -> None:
-        """Drop the assumption; the pod is pending again (unless the watch says bound)."""
+        """Drop the assumption; the pod is pending again (unless the watch says bound),
+        and the core holds it back for more cycles the more binds failed in a row."""
+        self.state.bind_backoff.bind_failed(key)
         if self.assumed.pop(key, None) is not None:
             pod = self.state.pods.get(key)
             if pod is not None:

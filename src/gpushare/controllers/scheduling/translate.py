@@ -160,10 +160,32 @@ def _amount(
     return value * scale
 
 
+# -------------------------------------------------------------------- priority classes
+
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+
+
+def priority_class_of(obj: Obj) -> tuple[int, bool]:
+    """A PriorityClass's value and whether pods of it may evict others to be placed
+    (``preemptionPolicy``: ``PreemptLowerPriority``, the default, or ``Never``)."""
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    value = obj.get("value", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TranslateError(f"priorityclass {name}: value must be an integer")
+    policy = obj.get("preemptionPolicy") or "PreemptLowerPriority"
+    if policy not in PREEMPTION_POLICIES:
+        raise TranslateError(
+            f"priorityclass {name}: preemptionPolicy {policy!r} is not one of"
+            f" {', '.join(PREEMPTION_POLICIES)}"
+        )
+    return value, policy != "Never"
+
+
 # ------------------------------------------------------------------------- podgroups
 
 
-def job_from_podgroup(pg: Obj, priorities: dict[str, int]) -> Job:
+def job_from_podgroup(pg: Obj, priorities: dict[str, int],
+                      never_preempt: frozenset[str] | set[str] = frozenset()) -> Job:
     meta = metadata(pg)
     spec = pg.get("spec") or {}
     annotations = meta.get("annotations") or {}
@@ -193,6 +215,7 @@ def job_from_podgroup(pg: Obj, priorities: dict[str, int]) -> Job:
             spec.get("preemptionDelay") or annotations.get(PREEMPTION_DELAY_ANNOTATION)
         ),
         staleness_grace=_safe_duration(staleness_text) if staleness_text else None,
+        may_preempt=priority_name not in never_preempt,
     )
 
 

@@ -29,6 +29,9 @@ def eligible_jobs(session: Session) -> list[Job]:
             session.set_reason(job, f"queue {job.queue} is not a leaf queue")
             continue
         gang = session.gang(job)
+        if gang.held_back and not gang.next_step():
+            session.set_reason(job, _backoff_reason(session, gang.held_back))
+            continue
         if gang.next_step() is None:
             session.set_reason(
                 job,
@@ -38,6 +41,15 @@ def eligible_jobs(session: Session) -> list[Job]:
             continue
         out.append(job)
     return out
+
+
+def _backoff_reason(session: Session, held: list[Pod]) -> str:
+    backoff = session.state.bind_backoff
+    pod = held[0]
+    failures = backoff.failures.get(pod.key, 0)
+    left = backoff.resume_at.get(pod.key, backoff.cycle) - backoff.cycle
+    return (f"BindBackOff: binding pod {pod.name} failed {failures} time(s) in a row; "
+            f"it is considered again in {left} cycle(s)")
 
 
 def step_shape(step: list[Pod]) -> tuple[Any, ...]:

@@ -12,7 +12,7 @@ from gpushare.model import Job, Pod
 from gpushare.model.quantities import MILLI
 from gpushare.scheduler.actions.common.candidates import LeafFilters, victim_lists
 from gpushare.scheduler.actions.common.eviction import (
-    in_preemption_delay,
+    evicts_for,
     pending_candidates,
     run_action,
 )
@@ -76,7 +76,7 @@ def consolidation(session: Session) -> None:
     free: list[int] = []  # [commits seen, free milli-GPUs] (only commits change it)
 
     def may_try(job: Job, step: list[Pod]) -> bool:
-        if not job.preemptible or in_preemption_delay(session, job):
+        if not job.preemptible or not evicts_for(session, job):
             return False
         if not free or free[0] != search.commits:
             free[:] = [search.commits, _free_gpus(session)]

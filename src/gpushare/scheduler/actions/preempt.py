@@ -14,7 +14,7 @@ from gpushare.scheduler.actions.common.candidates import LeafFilters, victim_lis
 from gpushare.scheduler.actions.common.eviction import (
     elastic_memo,
     elastic_victims_keep_gang,
-    in_preemption_delay,
+    evicts_for,
     pending_candidates,
     run_action,
     running_seconds,
@@ -67,7 +67,7 @@ def preempt(session: Session) -> None:
     ))
 
     def may_try(job: Job, step: list[Pod]) -> bool:
-        if in_preemption_delay(session, job):
+        if not evicts_for(session, job):
             return False
         return session.proportion.non_preemptible_within_quota(job, step)
 

@@ -30,7 +30,7 @@ from gpushare.scheduler.actions.common.candidates import LazyFilters, LeafFilter
 from gpushare.scheduler.actions.common.eviction import (
     elastic_memo,
     elastic_victims_keep_gang,
-    in_preemption_delay,
+    evicts_for,
     pending_candidates,
     run_action,
     running_seconds,
@@ -131,7 +131,7 @@ class _Reclaim:
 
     # ------------------------------------------------------------------ rules
     def may_try(self, job: Job, step: list[Pod]) -> bool:
-        if in_preemption_delay(self.session, job):
+        if not evicts_for(self.session, job):
             return False
         shares = self.search.current_shares()
         return self.rules.may_reclaim(shares, reclaimer_of(self.session, job, step))

@@ -22,6 +22,15 @@ def active_pods(session: Session, job: Job) -> list[Pod]:
     return [p for p in session.state.job_pods(job) if p.status in ACTIVE_ALLOCATED]
 
 
+def evicts_for(session: Session, job: Job) -> bool:
+    """Whether anything may be evicted to place the job: not while it is in its
+    preemption delay, and never for a job whose PriorityClass says ``preemptionPolicy:
+    Never`` (``Behaviour.preemption_policy``; KAI ignores the policy)."""
+    if not job.may_preempt and session.behaviour.preemption_policy:
+        return False
+    return not in_preemption_delay(session, job)
+
+
 def in_preemption_delay(session: Session, job: Job) -> bool:
     """A job may not trigger evictions until ``delay`` after it was created (or last
     evicted)."""

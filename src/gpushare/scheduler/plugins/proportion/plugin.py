@@ -82,7 +82,8 @@ class Proportion:
     """The share rules of one cycle (see the module's description)."""
 
     def __init__(self, state: ClusterState, config: Config, capacity: Vec,
-                 gpu_memory_range: tuple[int | None, int | None]) -> None:
+                 gpu_memory_range: tuple[int | None, int | None],
+                 kai_figures: bool = False) -> None:
         self.state = state
         self.config = config
         self.capacity = capacity
@@ -90,6 +91,11 @@ class Proportion:
         #: ``gpu-memory`` request counts as its fraction of the smallest GPU in the
         #: division and reclaim, of the largest in the capacity checks.
         self.min_gpu_memory, self.max_gpu_memory = gpu_memory_range
+        #: KAI's figures in the capacity checks (exact fraction of the largest GPU for the
+        #: step, ceiling hundredths of one device per node); otherwise what the pod would
+        #: be charged: its two-decimal portion of the GPU, on every device
+        #: (``Behaviour.kai_quota_figures``).
+        self.kai_figures = kai_figures
         #: Per queue: quota and limit, the one form every rule reads.
         self.quota: dict[str, Vec] = {}
         self.limit: dict[str, Vec] = {}
@@ -219,7 +225,7 @@ class Proportion:
         limited, quota_bound = self._bounds(job.queue)
         if not limited and (job.preemptible or not quota_bound):
             return CheckResult(True)  # no bound on the chain that the checks below read
-        request = step_request(pods, self.max_gpu_memory)
+        request = self._checked_request(pods)
         for name in self.state.ancestors(job.queue):
             alloc = self.allocated(name)
             limit = self.limit[name]
@@ -254,7 +260,7 @@ class Proportion:
         half of :meth:`check_capacity`, alone)."""
         if job.preemptible or not self._bounds(job.queue)[1]:
             return True
-        request = step_request(pods, self.max_gpu_memory)
+        request = self._checked_request(pods)
         for name in self.state.ancestors(job.queue):
             quota, alloc_np = self.quota[name], self.allocated_np(name)
             for i in range(len(RESOURCES)):
@@ -264,20 +270,40 @@ class Proportion:
                     return False
         return True
 
+    def _checked_request(self, pods: Iterable[Pod]) -> Vec:
+        """A step's request as the capacity checks count it before nodes are chosen: a
+        ``gpu-memory`` request as its fraction of the largest GPU, the least it can be
+        charged (by default the portion it would be charged there, two decimals on each
+        device; KAI's exact fraction under ``compat: kai``)."""
+        pods = list(pods)
+        big = self.max_gpu_memory
+        if self.kai_figures or not big or not any(p.gpu.is_memory for p in pods):
+            return step_request(pods, big)
+        gpu, cpu, mem = step_request([p for p in pods if not p.gpu.is_memory], big)
+        for pod in pods:
+            if pod.gpu.is_memory:
+                gpu += Fraction(pod.gpu.portion_on(big) * pod.gpu.devices, MILLI)
+                cpu += pod.cpu_millis
+                mem += pod.memory_bytes
+        return (gpu, cpu, mem)
+
     def node_quota_allows(self, pod: Pod, gpu_memory_mib: int) -> bool:
-        """KAI's per-node capacity check (``compat: kai``) for a ``gpu-memory`` pod: on a
-        node whose GPUs have ``gpu_memory_mib`` each, the request counts as its fraction of
-        that GPU (rounded up to two decimals, one device as KAI counts it), checked against
-        every ancestor's limit, and for a non-preemptible job against non-preemptible
-        allocated plus that fraction within quota. On small GPUs the fraction is larger than
-        the cluster-wide check (largest GPU) assumed."""
+        """The per-node capacity check of a ``gpu-memory`` pod: on a node whose GPUs have
+        ``gpu_memory_mib`` each, the request counts as what it would be charged there, its
+        two-decimal portion of that GPU on each device, checked against every ancestor's
+        limit, and for a non-preemptible job against non-preemptible allocated plus that
+        within quota. ``compat: kai`` counts it as KAI's predicate does
+        (``IsTaskAllocationOnNodeOverCapacity``): rounded up to two decimals, one device.
+        On small GPUs the fraction is larger than the step's check (largest GPU) assumed."""
         if not pod.gpu.is_memory or not gpu_memory_mib:
             return True
         job = self.state.jobs.get(pod.job)
         if job is None:
             return True
-        hundredths = -(-pod.gpu.memory_mib * 100 // gpu_memory_mib)
-        gpu = Fraction(hundredths, 100)
+        if self.kai_figures:
+            gpu = Fraction(-(-pod.gpu.memory_mib * 100 // gpu_memory_mib), 100)
+        else:
+            gpu = Fraction(pod.gpu.portion_on(gpu_memory_mib) * pod.gpu.devices, MILLI)
         for name in self.state.ancestors(job.queue):
             limit = self.limit[name][0]
             if limit != UNLIMITED and self.allocated(name)[0] + gpu > limit:
