@@ -95,3 +95,18 @@ def test_the_patch_removes_what_is_gone_and_is_empty_when_nothing_changed():
     assert merge_patch_to(current, {}) == {"allocated": None, "requested": None}
     assert merge_patch_to(wanted, wanted) == {}
     assert merge_patch_to(None, wanted) == wanted
+
+
+def test_the_unschedulable_condition_counts_its_transitions():
+    from gpushare.controllers.scheduling.scheduling_status import podgroup_unschedulable
+
+    first = podgroup_unschedulable("no GPU fits", "research", "default", None, "t0")
+    assert first["transitionID"] == "1"
+    assert (first["type"], first["reason"], first["message"], first["status"]) == (
+        "UnschedulableOnNodePool", "Unschedulable", "no GPU fits", "True")
+    assert first["reasons"] == [{"reason": "Unschedulable", "message": "no GPU fits",
+                                 "details": {"queueDetails": {"name": "research"}}}]
+    second = podgroup_unschedulable("still none", "research", "pool-a", [first], "t1")
+    assert (second["transitionID"], second["nodePool"]) == ("2", "pool-a")
+    assert podgroup_unschedulable("x", "q", "p", [{"transitionID": "bad"}], "t")[
+        "transitionID"] == "1"
