@@ -21,6 +21,7 @@ from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.nodes import node_lifecycle
 from gpushare.controllers.nodes.static_node_pods import StaticNodePods
 from gpushare.controllers.scheduling.pod_grouper import PodGrouper
+from gpushare.controllers.scheduling.podgroup_status import PodGroupStatusController
 from gpushare.controllers.scheduling.queue_status import QueueStatusController
 from gpushare.controllers.scheduling.scheduler_loop import SchedulerLoop
 from gpushare.controllers.workloads.cronjobs import CronJobController
@@ -111,6 +112,7 @@ CONTROLLERS: dict[str, Factory] = {
     "scheduler": lambda c: c.scheduler_loop(),
     "queue-status": lambda c: QueueStatusController(c.client, c.informers, c.stopper,
                                                     c.scheduler_loop()),
+    "podgroup-status": lambda c: PodGroupStatusController(c.client, c.informers, c.stopper),
     # Virtual clusters: their syncers and the tenants' own workload controllers.
     "tenancy": lambda c: TenancyController(c.client, c.informers, c.stopper, c.kubeconfig,
                                            tenant_kubeconfig=c.tenant_kubeconfig),
@@ -212,6 +214,10 @@ def _process_gauges(out: ControllerSet) -> None:
     if isinstance(status, QueueStatusController):
         Gauge("gpushare_queue_status_writes", "Queue status writes", registry=r
               ).set_function(lambda: float(status.writes))
+    groups = out.controllers.get("podgroup-status")
+    if isinstance(groups, PodGroupStatusController):
+        Gauge("gpushare_podgroup_status_writes", "PodGroup resourcesStatus writes",
+              registry=r).set_function(lambda: float(groups.writes))
     loop = out.scheduler
     if loop is not None:
         Gauge("gpushare_scheduler_pending_deltas", "Watched changes not yet applied to the "

@@ -58,8 +58,13 @@ def test_unschedulable_condition_scheduled_events_and_current_podgroup_condition
 
     pg_name = wait_for(lambda: kubectl.json("get", "pod", "big")["metadata"]
                        .get("annotations", {}).get("pod-group-name"), what="big's PodGroup")
-    wait_for(lambda: (kubectl.json("get", "podgroup", pg_name).get("status") or {})
-             .get("schedulingConditions"), what="the PodGroup's Unschedulable condition")
+    stored = wait_for(lambda: (kubectl.json("get", "podgroup", pg_name).get("status") or {})
+                      .get("schedulingConditions"), what="the PodGroup's Unschedulable condition")
+    assert [(c["type"], c["nodePool"], c["reason"], c["status"]) for c in stored] == [
+        ("UnschedulableOnNodePool", "default", "Unschedulable", "True")]
+    assert stored[0]["message"] == condition["message"]
+    assert stored[0]["reasons"][0]["reason"] == "Unschedulable"
+    assert int(stored[0]["transitionID"]) >= 1
 
     # The node grows: the pod is placed, says so, and the PodGroup no longer says it waits.
     add_node(server.kubeconfig, "box", "4xL40S")

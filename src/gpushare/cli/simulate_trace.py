@@ -1,17 +1,35 @@
 """``gpushare simulate trace``: replay a cluster trace (openb CSV or gpushare JSON lines)
-through the scheduler core, one or several placement policies side by side."""
+through the scheduler core, one or several placement policies side by side.
+
+A long replay shows a progress bar per run on stderr (steps done, elapsed time and an
+estimate of the time left), live while stderr is a terminal; to a file or a pipe rich
+writes the bars once, finished. Stdout carries only the results (text or JSON lines),
+printed once every run is done.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.progress import Progress as ProgressBars
 
 from gpushare.simulator.fill import POLICIES, RECOMMENDED, FillResult, run_fill
 from gpushare.simulator.plots import PlotError, check_path, line_plot
 from gpushare.simulator.timeline import QUEUE_BY, run_timeline
-from gpushare.simulator.traces import TraceError, read_nodes, read_pods
+from gpushare.simulator.traces import Progress, TraceError, read_nodes, read_pods
 
 _POLICY_HELP = f"Placement policy, repeatable ({', '.join(POLICIES)})."
 
@@ -54,21 +72,13 @@ def trace(
         _timeline(trace_nodes, trace_pods, policies, queue_by, json, plot)
         return
     seeds = seed or [42]
-    results: list[FillResult] = []
-    for p in policies:
-        for s in seeds:
-            r = run_fill(trace_nodes, trace_pods, p, s, demand)
-            results.append(r)
-            if json:
-                for step in r.steps[:: max(1, len(r.steps) // 200)]:
-                    typer.echo(orjson.dumps({
-                        "kind": "step", "policy": p, "seed": s, "pod": step.pod,
-                        "node": step.node,
-                        "arrived": round(100 * step.arrived / r.capacity, 4),
-                        "allocated": round(100 * step.allocated / r.capacity, 4),
-                        "fragmentation": round(100 * step.fragmentation / r.capacity, 4),
-                    }).decode())
+    with progress_bars() as bar:
+        results = [run_fill(trace_nodes, trace_pods, p, s, demand,
+                            progress=bar(f"fill {p} seed {s}"))
+                   for p in policies for s in seeds]
     if json:
+        for r in results:
+            _echo_steps(r)
         for r in results:
             typer.echo(orjson.dumps(r.summary()).decode())
     else:
@@ -81,6 +91,40 @@ def trace(
             series[f"{r.policy} seed {r.seed}"] = [(float(k), v) for k, v in a.items()]
         _plot(plot, series, "GPU allocation against arrived demand", "arrived GPU demand (%)",
               "GPU allocated (%)", diagonal=True, inset=(85, 100))
+
+
+def _echo_steps(r: FillResult) -> None:
+    """Up to 200 of a fill run's steps as JSON lines."""
+    for step in r.steps[:: max(1, len(r.steps) // 200)]:
+        typer.echo(orjson.dumps({
+            "kind": "step", "policy": r.policy, "seed": r.seed, "pod": step.pod,
+            "node": step.node,
+            "arrived": round(100 * step.arrived / r.capacity, 4),
+            "allocated": round(100 * step.allocated / r.capacity, 4),
+            "fragmentation": round(100 * step.fragmentation / r.capacity, 4),
+        }).decode())
+
+
+@contextmanager
+def progress_bars() -> Iterator[Callable[[str], Progress]]:
+    """Rich progress bars on stderr; yields a maker of one bar (a `Progress` callback) per
+    run. Nothing printed to stdout is redirected: it stays the results' own stream."""
+    bars = ProgressBars(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TaskProgressColumn(), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+        console=Console(stderr=True), redirect_stdout=False, redirect_stderr=False,
+    )
+
+    def bar(description: str) -> Progress:
+        task = bars.add_task(description, total=None)
+
+        def tell(done: int, total: int) -> None:
+            bars.update(task, completed=done, total=total)
+
+        return tell
+
+    with bars:
+        yield bar
 
 
 def _table(results: list[FillResult], demand: float) -> None:
@@ -101,8 +145,10 @@ def _table(results: list[FillResult], demand: float) -> None:
 
 def _timeline(nodes, pods, policies, queue_by, json: bool, plot: Path | None) -> None:
     series = {}
-    for p in policies:
-        r = run_timeline(nodes, pods, p, queue_by)
+    with progress_bars() as bar:
+        runs = [run_timeline(nodes, pods, p, queue_by, progress=bar(f"timeline {p}"))
+                for p in policies]
+    for p, r in zip(policies, runs, strict=True):
         if json:
             typer.echo(orjson.dumps(r.summary()).decode())
         else:

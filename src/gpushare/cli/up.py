@@ -56,8 +56,8 @@ def controllers(
                      "job-controller, replicaset-controller, deployment-controller, "
                      "replicationcontroller-controller, endpoints-controller, "
                      "disruption-controller, cronjob-controller, statefulset-controller, "
-                     "daemonset-controller, "
-                     "scheduler, queue-status, static-node-pods, node-lifecycle, pod-gc"),
+                     "daemonset-controller, scheduler, queue-status, podgroup-status, "
+                     "static-node-pods, node-lifecycle, pod-gc"),
     ] = None,
     scheduler_name: Annotated[
         list[str] | None,

@@ -30,7 +30,7 @@ from gpushare.scheduler.fragmentation import (
 )
 from gpushare.scheduler.placement import fit_on_node, place_pod
 from gpushare.scheduler.state import ClusterState, NodeUsage
-from gpushare.simulator.traces import TraceNode, TracePod
+from gpushare.simulator.traces import Progress, TraceNode, TracePod
 
 QUEUE = "trace"
 CORE_POLICIES = ("binpack", "spread", *FRAGMENTATION_POLICIES)
@@ -198,10 +198,11 @@ class FragmentationMeter:
 
 def run_fill(
     nodes: list[TraceNode], pods: list[TracePod], policy: str, seed: int,
-    demand: float = 1.3, mix: TaskMix | None = None,
+    demand: float = 1.3, mix: TaskMix | None = None, progress: Progress | None = None,
 ) -> FillResult:
     """One fill run. ``mix``: the task-shape distribution the fragmentation figure and
-    the fragmentation rules use (default: that of ``pods``, as FGD's typical pods)."""
+    the fragmentation rules use (default: that of ``pods``, as FGD's typical pods);
+    ``progress`` is told (pods placed or not, pods arriving) after each pod."""
     import time
 
     if policy not in POLICIES:
@@ -247,6 +248,8 @@ def run_fill(
             allocated += tp.gpu_total
             meter.update(node)
         result.steps.append(FillStep(tp.name, node, arrived, allocated, meter.total))
+        if progress is not None:
+            progress(i + 1, len(arriving))
     result.seconds = time.perf_counter() - started
     result.left = leftover_by_node_type(state)
     return result

@@ -19,7 +19,7 @@ from gpushare.scheduler.cycle import run_cycle
 from gpushare.scheduler.frag_placement import set_task_mix
 from gpushare.scheduler.fragmentation import TaskMix
 from gpushare.scheduler.state import ClusterState
-from gpushare.simulator.traces import TraceNode, TracePod
+from gpushare.simulator.traces import Progress, TraceNode, TracePod
 
 QUEUE_BY = ("qos", "none")
 ROOT = "trace"
@@ -140,6 +140,7 @@ def queue_of(pod: TracePod, queue_by: str) -> str:
 
 def run_timeline(
     nodes: list[TraceNode], pods: list[TracePod], policy: str, queue_by: str = "qos",
+    progress: Progress | None = None,
 ) -> TimelineResult:
     if policy == "random":
         raise ValueError("policy: random is a fill-mode baseline, not a scheduler rule")
@@ -161,6 +162,8 @@ def run_timeline(
                 replay.leave(pods[i])
             j += 1
         replay.cycle(now)
+        if progress is not None:
+            progress(j, len(events))
     return replay.finish()
 
 

@@ -14,6 +14,7 @@ separated), ``qos``, ``pod_phase``, ``creation_time``, ``deletion_time``,
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from gpushare.model.quantities import MIB, MILLI
 from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL, TaskShape
 
 NAMESPACE = "trace"
+#: Told (steps done, steps in all) as a replay goes: the caller's progress display.
+Progress = Callable[[int, int], None]
 #: Pods a trace node takes when the trace does not say (the kubelet's default).
 DEFAULT_MAX_PODS = 110
 

@@ -30,6 +30,7 @@ from gpushare.controllers.scheduling.mirror import ORPHAN_QUEUE, Mirror
 from gpushare.controllers.scheduling.scheduler_metrics import PodGroupRef, SchedulerMetrics
 from gpushare.controllers.scheduling.scheduling_status import (
     mark_unschedulable,
+    podgroup_unschedulable,
     reason_for_pod,
     record_scheduled,
 )
@@ -625,18 +626,13 @@ class SchedulerLoop:
 
     def _write_condition(self, job_key: str, queue: str, reason: str) -> None:
         namespace, _, name = job_key.partition("/")
-        now = now_rfc3339()
+        conditions: list[Obj] = []
         if reason:
-            conditions: list[Obj] = [{
-                "type": "UnschedulableOnNodePool",
-                "nodePool": "default",
-                "status": "True",
-                "lastTransitionTime": now,
-                "reasons": [{"reason": "Unschedulable", "message": reason,
-                             "details": {"queueDetails": {"name": queue}}}],
-            }]
-        else:
-            conditions = []
+            pg = self.mirror.raw_podgroups.get(job_key) or {}
+            pool = ((pg.get("metadata") or {}).get("labels") or {}).get(NODE_POOL_LABEL)
+            conditions.append(podgroup_unschedulable(
+                reason, queue, str(pool or "default"),
+                (pg.get("status") or {}).get("schedulingConditions"), now_rfc3339()))
         try:
             self.client.merge_patch(PODGROUPS.item(name, namespace, "status"),
                                     {"status": {"schedulingConditions": conditions}})

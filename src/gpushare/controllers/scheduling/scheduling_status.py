@@ -71,6 +71,30 @@ def mark_unschedulable(client: KubeClient, pod: Obj, message: str) -> None:
                       meta.get("name"), error)
 
 
+def podgroup_unschedulable(message: str, queue: str, node_pool: str, previous: object,
+                           now: str) -> Obj:
+    """A PodGroup's ``UnschedulableOnNodePool`` scheduling condition as KAI's scheduler
+    writes it: the deprecated ``reason``/``message`` pair and the ``reasons`` list, and a
+    ``transitionID`` one past that of the last condition stored (``previous``: the
+    PodGroup's ``status.schedulingConditions``)."""
+    last = previous[-1] if isinstance(previous, list) and previous else {}
+    try:
+        transition = int(last.get("transitionID", 0)) if isinstance(last, dict) else 0
+    except (TypeError, ValueError):
+        transition = 0
+    return {
+        "type": "UnschedulableOnNodePool",
+        "nodePool": node_pool,
+        "reason": UNSCHEDULABLE,
+        "message": message,
+        "reasons": [{"reason": UNSCHEDULABLE, "message": message,
+                     "details": {"queueDetails": {"name": queue}}}],
+        "transitionID": str(max(transition, 0) + 1),
+        "lastTransitionTime": now,
+        "status": "True",
+    }
+
+
 def record_scheduled(events: EventRecorder, pod: Obj | None, node: str) -> None:
     if pod is None:
         return
