@@ -53,6 +53,9 @@ def agent(
     metrics_port: Annotated[
         int | None, typer.Option(help="also serve the figures on this port's /metrics")
     ] = None,
+    health_port: Annotated[int | None, typer.Option(
+        help="serve /healthz, /livez and /readyz on this port (plain HTTP, for probes): "
+             "ready once the Node is registered")] = None,
     sandbox: Annotated[
         str, typer.Option(help="auto|bwrap|setuid|none: how pods are isolated (auto: "
                           "bubblewrap namespaces when they work, else a per-pod user; "
@@ -156,6 +159,12 @@ def agent(
         from gpushare.kube.metrics_push import serve
 
         serve(runner.metrics.registry, metrics_port)
+    registered = threading.Event()
+    if health_port is not None:
+        from gpushare.kube.health import Health, serve_health
+
+        serve_health(Health(ready={"node-registered": lambda: None if registered.is_set()
+                                   else f"node {name} is not registered yet"}), health_port)
     try:
         runner.start()
     except Exception as exc:
@@ -164,6 +173,7 @@ def agent(
         if chosen.mps is not None:
             chosen.mps.stop_all()
         raise typer.Exit(1) from None
+    registered.set()
     typer.echo(
         f"node {name}: {inventory.count} GPU(s){' (declared)' if inventory.declared else ''}, "
         f"enforcement {chosen.annotation}, node endpoint on https port {runner.node_port}, "
