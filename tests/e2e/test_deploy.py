@@ -101,3 +101,24 @@ def test_install_and_uninstall(server, kubectl):
     assert kubectl.run("get", "deployment", "-n", "gpushare", "gpushare-controllers",
                        check=False).returncode != 0
     kubectl.run("get", "crd", "queues.scheduling.run.ai")  # kept without --crds
+
+
+def test_uninstall_crds_removes_their_objects_and_finalizers(server, kubectl):
+    """What a chart or an install leaves on the cluster (Queues, PodGroups, held by
+    finalizers) goes with `gpushare uninstall --crds`, and then the CRDs."""
+    gpushare = [sys.executable, "-m", "gpushare.cli.main"]
+    done = subprocess.run([*gpushare, "install", "--kubeconfig", str(server.kubeconfig)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "queue/default-queue serverside-applied" in done.stdout
+    assert kubectl.json("get", "queue", "default-queue")["spec"]["resources"]["gpu"][
+        "quota"] == 0
+    kubectl.run("apply", "-f", "-", stdin=QUEUES)
+    kubectl.run("patch", "queue", TEAMS[0], "--type=merge", "-p",
+                '{"metadata":{"finalizers":["example.com/hold"]}}')
+    done = subprocess.run([*gpushare, "uninstall", "--kubeconfig", str(server.kubeconfig),
+                           "--crds"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "customresourcedefinition/queues.scheduling.run.ai deleted" in done.stdout
+    wait_for(lambda: kubectl.run("get", "crd", "queues.scheduling.run.ai",
+                                 check=False).returncode != 0, what="the Queue CRD gone")

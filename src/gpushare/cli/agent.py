@@ -43,6 +43,9 @@ PodNetwork = Annotated[str, typer.Option(
 PodCidr = Annotated[str, typer.Option(
     help="the node's pod addresses, e.g. 10.244.1.0/24 (auto: 10.244.<n>.0/24 with an n no "
     "other agent here uses)")]
+HealthPort = Annotated[int | None, typer.Option(
+    help="serve /healthz, /livez and /readyz on this port (plain HTTP, for probes): ready "
+    "once the Node is registered")]
 MpsStop = Annotated[str, typer.Option(
     help="signal|terminate-client: how a pod on a shared (MPS) GPU is stopped. signal: "
     "SIGTERM, then SIGKILL after its grace period. terminate-client: MPS terminate_client of "
@@ -77,6 +80,7 @@ def agent(
     metrics_port: Annotated[
         int | None, typer.Option(help="also serve the figures on this port's /metrics")
     ] = None,
+    health_port: HealthPort = None,
     sandbox: Sandbox = "auto",
     sandbox_read_only: SandboxReadOnly = None,
     pod_network: PodNetwork = "auto",
@@ -125,7 +129,7 @@ def agent(
         if chosen.mps is not None:
             chosen.mps.stop_all()
         raise typer.Exit(2) from None
-    _run(runner, kube.host, metrics_port, stop_pods_on_exit)
+    _run(runner, kube.host, metrics_port, health_port, stop_pods_on_exit)
 
 
 def _stop_mode(value: str) -> str:
@@ -186,7 +190,8 @@ def _enforcement(mode: str, inventory: GpuInventory, nvml_ok: bool, data_dir: Pa
     return chosen
 
 
-def _run(runner: Agent, host: str, metrics_port: int | None, stop_pods_on_exit: bool) -> None:
+def _run(runner: Agent, host: str, metrics_port: int | None, health_port: int | None,
+         stop_pods_on_exit: bool) -> None:
     """Start the agent, serve until SIGTERM/Ctrl-C, then stop it."""
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
@@ -196,6 +201,12 @@ def _run(runner: Agent, host: str, metrics_port: int | None, stop_pods_on_exit: 
 
         serve(runner.metrics.registry, metrics_port)
     name, inventory, chosen = runner.config.node_name, runner.inventory, runner.enforcement
+    registered = threading.Event()
+    if health_port is not None:
+        from gpushare.kube.health import Health, serve_health
+
+        serve_health(Health(ready={"node-registered": lambda: None if registered.is_set()
+                                   else f"node {name} is not registered yet"}), health_port)
     try:
         runner.start()
     except Exception as exc:
@@ -204,6 +215,7 @@ def _run(runner: Agent, host: str, metrics_port: int | None, stop_pods_on_exit: 
         if chosen.mps is not None:
             chosen.mps.stop_all()
         raise typer.Exit(1) from None
+    registered.set()
     typer.echo(
         f"node {name}: {inventory.count} GPU(s){' (declared)' if inventory.declared else ''}, "
         f"enforcement {chosen.annotation}, node endpoint on https port {runner.node_port}, "

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -48,6 +48,26 @@ def _setup_logging(verbose: bool) -> None:
     )
 
 
+def _controller_health(elector: Any, running: dict[str, Any]) -> Any:
+    """The controllers' probes: live while the leader renews in time; ready once it
+    follows its leader Lease and, while it leads (or without election), its caches have
+    synced and the controllers run. A standby that follows the Lease is ready: it can take
+    over, and a rolling update may go on."""
+    from gpushare.kube.health import Health
+
+    def caches() -> str | None:
+        if elector is not None and not elector.leading.is_set():
+            return None  # a standby watches nothing but the Lease
+        return None if running.get("set") is not None else "the caches have not synced yet"
+
+    health = Health()
+    health.ready["informers-synced"] = caches
+    if elector is not None:
+        health.ready["leader-election"] = elector.watch_problem
+        health.live["leader-election"] = elector.renew_problem
+    return health
+
+
 def controllers(
     kubeconfig: Annotated[str | None, typer.Option(help=KUBECONFIG_HELP)] = None,
     only: Annotated[
@@ -75,6 +95,10 @@ def controllers(
     ] = 5.0,
     metrics_port: Annotated[
         int | None, typer.Option(help="also serve them on this port's /metrics")
+    ] = None,
+    health_port: Annotated[int | None, typer.Option(
+        help="serve /healthz, /livez and /readyz on this port (plain HTTP, for probes): "
+             "ready once the leader Lease is followed and, while leading, the caches synced")
     ] = None,
     tenant_kubeconfig: Annotated[str | None, typer.Option(
         help="credentials the virtual-cluster controller uses inside tenant clusters "
@@ -126,8 +150,14 @@ def controllers(
         ))
         log.info("leader election: %s waiting for %s/%s", elector.identity,
                  leader_elect_resource_namespace, leader_elect_resource_name)
-        if not elector.acquire(stop):
-            return
+    state: dict[str, Any] = {}
+    if health_port is not None:
+        from gpushare.kube.health import serve_health
+
+        serve_health(_controller_health(elector, state), health_port)
+        log.info("serving /healthz and /readyz on port %d", health_port)
+    if elector is not None and not elector.acquire(stop):
+        return
     try:
         running = start_controllers(
             path, enabled=enabled,
@@ -139,6 +169,7 @@ def controllers(
     except (ValueError, TimeoutError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(1) from None
+    state["set"] = running
     log.info("controllers running: %s", ", ".join(running.controllers))
     if elector is not None:
         def on_lost() -> None:

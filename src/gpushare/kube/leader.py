@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
+
 from gpushare.api.objects import Obj
 from gpushare.api.timefmt import rfc3339_micro
 from gpushare.kube.client import LEASES, NAMESPACES, ApiError, KubeClient
@@ -57,6 +59,9 @@ class LeaderElector:
         self._observed: tuple[Any, ...] | None = None  # (holder, renewTime, transitions)
         self._observed_at = 0.0
         self._last_renew = 0.0
+        #: When the Lease was last read (or created) here: a standby that still sees it
+        #: is ready to take over (``readyz``).
+        self.seen_at: float | None = None
         self.leading = threading.Event()
 
     # -- one attempt ----------------------------------------------------------------------
@@ -73,12 +78,22 @@ class LeaderElector:
         return spec
 
     def try_acquire_or_renew(self) -> bool:
-        """One round: True when this identity holds the Lease afterwards."""
+        """One round: True when this identity holds the Lease afterwards. An API server
+        that cannot be reached is a failed round, as a refusal is: the standby keeps
+        trying, the leader loses the Lease once past its renew deadline."""
+        try:
+            return self._round()
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            log.debug("leader election: the API server: %s", error)
+            return False
+
+    def _round(self) -> bool:
         try:
             lease = self.client.get(self._path())
         except ApiError as error:
             log.debug("reading the leader Lease: %s", error)
             return False
+        self.seen_at = self.clock()
         if lease is None:
             return self._create()
         spec = lease.get("spec") or {}
@@ -136,9 +151,29 @@ class LeaderElector:
                                 "leaseDurationSeconds": 1,
                                 "renewTime": rfc3339_micro(time.time())}
                 self.client.replace(self._path(), body)
-        except ApiError as error:
+        except (ApiError, urllib3.exceptions.HTTPError, OSError) as error:
             log.debug("releasing the leader Lease: %s", error)
         self.leading.clear()
+
+    def watch_problem(self) -> str | None:
+        """Why this replica is not following its Lease (None when it is): never read, or
+        not read for longer than ``lease_duration``."""
+        where = f"{self.config.namespace}/{self.config.name}"
+        if self.seen_at is None:
+            return f"the Lease {where} has not been read yet"
+        age = self.clock() - self.seen_at
+        if age > self.config.lease_duration:
+            return f"the Lease {where} has not been read for {age:.0f}s"
+        return None
+
+    def renew_problem(self) -> str | None:
+        """Why the leader is failing to renew (None when it renews or does not lead)."""
+        if not self.leading.is_set():
+            return None
+        age = self.clock() - self._last_renew
+        if age > self.config.renew_deadline:
+            return f"not renewed for {age:.0f}s (deadline {self.config.renew_deadline:.0f}s)"
+        return None
 
     # -- the loop -------------------------------------------------------------------------
 
