@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import socket
 import threading
 import time
@@ -41,7 +40,14 @@ from gpushare.agent.runtime import sandbox as sb
 from gpushare.agent.runtime.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
 from gpushare.agent.runtime.planning import make_planner
+from gpushare.agent.runtime.podresources import (
+    PodResources,
+    Refused,
+    ResourceConfig,
+    remove_pod_directory,
+)
 from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
+from gpushare.agent.runtime.stdio import ContainerStdin
 from gpushare.agent.runtime.supervisor import (
     PodSupervisor,
     SupervisorConfig,
@@ -85,7 +91,7 @@ class AgentConfig:
     watch_timeout_s: int = 30
     tolerance_fraction: float = 0.05
     tolerance_mib: int = 512
-    shutdown_grace_s: float = 5.0  # SIGTERM → SIGKILL when the agent stops its pods
+    shutdown_grace_s: float = 30.0  # the most a pod's grace period gets when the node stops
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
     version: str = "0.1.0"
     #: Seconds between measurements sent to the control plane (/metrics, kubectl top);
@@ -100,6 +106,8 @@ class AgentConfig:
     sandbox: str = "auto"
     #: Directories no pod may see besides the data directory (the kubeconfig's).
     sandbox_hidden: tuple[Path, ...] = ()
+    #: Cgroup limits, volumes, local storage (runtime/podresources.py).
+    resources: ResourceConfig = field(default_factory=ResourceConfig)
 
 
 # How long forgetting a pod waits for its processes to end (SIGKILL, then the reaping).
@@ -188,6 +196,9 @@ class Agent:
             sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden]),
             config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
+        self.resources = PodResources(  # on the pods whose processes have not ended
+            kube, config.node_name, config.data_dir, config.resources,
+            lambda: [(k, p) for k, p in self.pods().items() if p.holds_gpu], self.heartbeat)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------
@@ -225,7 +236,8 @@ class Agent:
     def _start_node_server(self) -> NodeServer:
         tls = self._serving_certificate()
         server = NodeServer(
-            NodeHandlers(self._locate, self._container_running, self._exec_target), tls,
+            NodeHandlers(self._locate, self._container_running, self._exec_target,
+                         self._stdin), tls,
             CallerCheck(self.kube, self.config.node_name).check, self.config.address,
             self.config.port)
         server.start()
@@ -244,6 +256,7 @@ class Agent:
             (self.writer.run, "status writer"),
             (self._monitor_loop, "gpu monitor"),
             (self._certificate_loop, "certificate renewal"),
+            (lambda: self.resources.run(self._stop), "storage and volumes"),
         ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -275,7 +288,7 @@ class Agent:
             for entry in running:
                 entry.supervisor.shutdown(self.config.shutdown_grace_s)
             for entry in running:
-                entry.supervisor.wait(self.config.shutdown_grace_s + 10)
+                entry.supervisor.wait(self.config.shutdown_grace_s + 15)
         deadline = time.monotonic() + 5
         while not self._writes.empty() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -301,7 +314,7 @@ class Agent:
     # --- the Node -------------------------------------------------------------------
 
     def _node_object(self) -> dict[str, Any]:
-        return nodes.node_object(
+        body = nodes.node_object(
             self.config.node_name,
             self.inventory,
             self.host,
@@ -312,6 +325,9 @@ class Agent:
             self.config.version,
             self._sandbox_summary(),
         )
+        body["status"]["conditions"].extend(
+            self.resources.conditions(time.time(), self._ready_since))
+        return body
 
     def _sandbox_summary(self) -> tuple[str, str]:
         return self.sandbox.mode, self.sandbox.describe()
@@ -349,6 +365,7 @@ class Agent:
                             nodes.ready_condition(now, self._ready_since),
                             nodes.sandbox_condition(*self._sandbox_summary(), now,
                                                     self._ready_since),
+                            *self.resources.conditions(now, self._ready_since),
                         ],
                         "daemonEndpoints": {"kubeletEndpoint": {"Port": self.node_port}},
                     }
@@ -389,10 +406,12 @@ class Agent:
             for p in pods
         }
         root = pods_root(self.config.data_dir)
+        gone: list[Path] = []
         for ns_dir in root.iterdir() if root.is_dir() else []:
             for directory in ns_dir.iterdir():
                 uid = _recorded_uid(directory)
                 if live.get((ns_dir.name, directory.name)) != uid or uid is None:
+                    gone.append(directory)
                     killed = kill_leftovers(directory)
                     if killed:
                         log.info(
@@ -401,12 +420,14 @@ class Agent:
                             ns_dir.name,
                             directory.name,
                         )
-                    shutil.rmtree(directory, ignore_errors=True)
+                    self.resources.clean([directory], ())
+                    remove_pod_directory(directory)
                 elif killed := kill_unrecorded(directory):
                     # started by an agent that died before recording them: the pod's
                     # supervisor starts its containers again, once
                     log.info("killed unrecorded process groups %s of %s/%s", killed,
                              ns_dir.name, directory.name)
+        self.resources.clean((), (str(u) for u in live.values() if u))
 
     def _on_pod_event(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         """A change of a pod bound here, from the informer (its first list gives every pod
@@ -481,7 +502,7 @@ class Agent:
             recorded = _recorded_uid(directory)
             if recorded is not None and recorded != uid:
                 kill_leftovers(directory)
-                shutil.rmtree(directory, ignore_errors=True)
+                remove_pod_directory(directory)
             if phase in FINAL_PHASES and recorded != uid:
                 # finished before this agent saw it (or ran elsewhere): never run it again
                 if deleting:
@@ -500,8 +521,15 @@ class Agent:
             if refused is not None:
                 self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
                 return
+            try:
+                limits = self.resources.admit(pod, directory)
+            except Refused as refused_pod:
+                self._fail_unstartable(pod, refused_pod.reason, str(refused_pod))
+                return
             directory.mkdir(parents=True, exist_ok=True)
             state = self._sandbox_for(pod, directory, share, recorded == uid)
+            volumes = self.resources.volumes_for(pod, directory, self._values,
+                                                 self.tokens.request, state)
             supervisor = PodSupervisor(
                 pod,
                 directory,
@@ -517,6 +545,8 @@ class Agent:
                 StatusSink(self._writes, namespace, name, uid),
                 self.config.supervisor,
                 state,
+                limits,
+                volumes,
             )
             self._pods[uid] = _Running(supervisor, share, namespace, name, state)
             supervisor.start()
@@ -579,10 +609,11 @@ class Agent:
 
         def reap() -> None:
             entry.supervisor.wait(60)
+            self.resources.release(entry.supervisor)
             with self._lock:
                 if self._pods.get(uid or "") is entry:
                     del self._pods[uid or ""]
-            shutil.rmtree(entry.supervisor.directory, ignore_errors=True)
+            remove_pod_directory(entry.supervisor.directory)
 
         threading.Thread(target=reap, daemon=True).start()
 
@@ -641,7 +672,9 @@ class Agent:
         out = []
         for e in entries:
             key = f"{e.namespace}/{e.name}"
-            groups = [ContainerGroup(key, name, pgid)
+            limits = e.supervisor.limits
+            groups = [ContainerGroup(key, name, pgid,
+                                     limits.container_cgroup(name) if limits else None)
                       for name, pgid in e.supervisor.container_groups()]
             if groups:  # only pods with processes now hold anything
                 out.append(PodView(e.namespace, e.name, e.share, groups))
@@ -703,17 +736,21 @@ class Agent:
         return directory if (directory / META_DIR).is_dir() else None
 
     def _container_running(self, namespace: str, name: str, container: str) -> bool:
+        entry = self._entry(namespace, name)
+        return entry is not None and entry.supervisor.container_running(container)
+
+    def _entry(self, namespace: str, name: str) -> _Running | None:
         with self._lock:
-            for entry in self._pods.values():
-                if entry.namespace == namespace and entry.name == name:
-                    return entry.supervisor.container_running(container)
-        return False
+            return next((e for e in self._pods.values()
+                         if e.namespace == namespace and e.name == name), None)
+
+    def _stdin(self, namespace: str, name: str, container: str) -> ContainerStdin | None:
+        entry = self._entry(namespace, name)
+        return entry.supervisor.stdin_for(container) if entry is not None else None
 
     def _exec_target(self, namespace: str, name: str, container: str,
                      command: list[str]) -> ExecTarget:
-        with self._lock:
-            entry = next((e for e in self._pods.values()
-                          if e.namespace == namespace and e.name == name), None)
+        entry = self._entry(namespace, name)
         if entry is None:
             raise LookupError(f'pods "{name}" not found on this node')
         plan = entry.supervisor.exec_plan(container)

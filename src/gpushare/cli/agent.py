@@ -58,6 +58,38 @@ def agent(
                           "bubblewrap namespaces when they work, else a per-pod user; "
                           "none when the agent is not root)")
     ] = "auto",
+    cgroups: Annotated[
+        str, typer.Option(help="auto|required|none: memory, CPU and pids limits of pods in "
+                          "cgroups (auto: when the host allows; without them tenants' pods "
+                          "and pods with limits are refused)")
+    ] = "auto",
+    cgroup_parent: Annotated[
+        str | None, typer.Option(help="cgroup for the pods' cgroups, relative to the agent's "
+                                 "own or absolute (default: gpushare-<digest> under the "
+                                 "agent's own)")
+    ] = None,
+    pod_pids_limit: Annotated[
+        int, typer.Option(help="most processes per pod (the kubelet's podPidsLimit; 0: no "
+                          "limit)")
+    ] = 1024,
+    container_log_max_size: Annotated[
+        str, typer.Option(help="rotate a container's log at this size (containerLogMaxSize)")
+    ] = "10Mi",
+    container_log_max_files: Annotated[
+        int, typer.Option(help="log files kept per container run (containerLogMaxFiles)")
+    ] = 5,
+    storage_check: Annotated[
+        float, typer.Option(help="seconds between measurements of the pods' local storage "
+                            "(ephemeral-storage limits, emptyDir sizeLimit, disk pressure)")
+    ] = 10.0,
+    disk_min_free: Annotated[
+        str, typer.Option(help="disk pressure when the data directory's file system has less "
+                          "than this free (the kubelet's nodefs.available)")
+    ] = "10%",
+    volume_refresh: Annotated[
+        float, typer.Option(help="seconds between re-reads of the configMaps, Secrets and "
+                            "tokens mounted as volumes")
+    ] = 15.0,
 ) -> None:
     """Register this machine as a Node and run the pods bound to it as local processes."""
     from gpushare import __version__
@@ -66,9 +98,13 @@ def agent(
     from gpushare.agent.gpu.mps import MpsManager
     from gpushare.agent.gpu.nvml import NvmlUnavailable, PynvmlBackend, probe_inventory
     from gpushare.agent.node.inventory import declared_gpus, host_resources
+    from gpushare.agent.runtime.logshim import LogLimits
+    from gpushare.agent.runtime.podresources import ResourceConfig
     from gpushare.agent.runtime.sandbox import mps_base
     from gpushare.agent.runtime.supervisor import SupervisorConfig
+    from gpushare.kube import quantity
     from gpushare.kube.client import KubeClient
+    from gpushare.kube.quantity import QuantityError
     from gpushare.model.gpu_products import GpuSpecError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
@@ -103,28 +139,45 @@ def agent(
         raise typer.Exit(2) from None
     for note in chosen.notes:
         logging.getLogger("gpushare.agent").warning(note)
+    try:
+        log_limits = LogLimits(quantity.to_int(container_log_max_size), container_log_max_files)
+    except (ValueError, QuantityError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--container-log-max-size/-files") from None
+    try:
+        min_free = float(disk_min_free.rstrip("%")) / 100
+        if not 0 <= min_free <= 1 or not disk_min_free.endswith("%"):
+            raise ValueError
+    except ValueError:
+        raise typer.BadParameter(f"{disk_min_free!r} is not a percentage such as 10%",
+                                 param_hint="--disk-min-free") from None
     config = AgentConfig(
         node_name=name,
         data_dir=data_dir,
         address=address,
         port=port,
         heartbeat_s=heartbeat,
-        supervisor=SupervisorConfig(host_ip=address, backoff_base_s=restart_backoff),
+        supervisor=SupervisorConfig(host_ip=address, backoff_base_s=restart_backoff,
+                                    log_limits=log_limits),
         version=__version__,
         telemetry_s=metrics_interval,
         sandbox=sandbox,
         sandbox_hidden=(kubeconfig.resolve().parent,),
+        resources=ResourceConfig(cgroups=cgroups, cgroup_parent=cgroup_parent,
+                                 pod_pids_limit=pod_pids_limit or None,
+                                 storage_check_s=storage_check, disk_min_free=min_free,
+                                 volume_refresh_s=volume_refresh),
     )
     try:
         kube = KubeClient.from_kubeconfig(str(kubeconfig))
     except Exception as exc:
         typer.echo(f"error: --kubeconfig {kubeconfig}: {exc}", err=True)
         raise typer.Exit(2) from None
+    from gpushare.agent.runtime.cgroups import CgroupError
     from gpushare.agent.runtime.sandbox import SandboxError
 
     try:
         runner = Agent(kube, config, inventory, host_resources(), chosen, nvml)
-    except SandboxError as exc:
+    except (SandboxError, CgroupError) as exc:
         typer.echo(f"error: {exc}", err=True)
         if chosen.mps is not None:
             chosen.mps.stop_all()
@@ -147,7 +200,7 @@ def agent(
     typer.echo(
         f"node {name}: {inventory.count} GPU(s){' (declared)' if inventory.declared else ''}, "
         f"enforcement {chosen.annotation}, node endpoint on https port {runner.node_port}, "
-        f"sandbox {runner.sandbox.mode}"
+        f"sandbox {runner.sandbox.mode}, limits: {runner.resources.limits.reason}"
     )
     while not done.wait(1.0):
         pass

@@ -278,6 +278,27 @@ def _wait_until_up(
     finally:
         client.close()
 
+ISOLATION_CONDITIONS = ("PodSandbox", "PodLimits")  # the agent's; False: less isolation
+
+
+def _isolation_warnings(kubeconfig: Path, node: str | None) -> list[str]:
+    """What the agent's Node says it cannot give pods (no sandbox, no cgroup limits)."""
+    from gpushare.kube.client import NODES, KubeClient
+
+    if node is None:
+        return []
+    client = KubeClient.from_kubeconfig(str(kubeconfig), pool_size=1)
+    try:
+        obj = client.get(NODES.item(node)) or {}
+    except Exception as error:
+        return [f"node {node}: cannot read its conditions: {error}"]
+    finally:
+        client.close()
+    return [f"node {node}: {c.get('type')} is False ({c.get('reason')}): {c.get('message')}"
+            for c in (obj.get("status") or {}).get("conditions") or []
+            if c.get("type") in ISOLATION_CONDITIONS and c.get("status") == "False"]
+
+
 DEFAULT_QUEUE = {
     "apiVersion": "scheduling.run.ai/v2",
     "kind": "Queue",
@@ -457,6 +478,9 @@ def _child(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     )
 
 
+AGENT_STOP_S = 50.0  # the agent's shutdown grace cap (30 s) plus its reaping
+
+
 def _stop_child(proc: subprocess.Popen[bytes], name: str, timeout: float = 10.0) -> None:
     if proc.poll() is not None:
         return
@@ -569,6 +593,8 @@ def up(
                 f"metrics {server.url}/metrics\n"
                 f"logs under {logs.resolve()}; Ctrl-C stops everything."
             )
+            for warning in _isolation_warnings(kubeconfig, agent_node):
+                typer.echo(f"warning: {warning}", err=True)
             while not stop.wait(1.0):
                 for name, proc in list(children.items()):
                     if proc.poll() is None:
@@ -589,7 +615,8 @@ def up(
     finally:
         typer.echo("stopping ...")
         for name, proc in reversed(list(children.items())):
-            _stop_child(proc, name)
+            # the agent gives each pod its own grace period (at most 30 s) and its hooks
+            _stop_child(proc, name, AGENT_STOP_S if name == "agent" else 10.0)
         with contextlib.suppress(Exception):
             server.stop()
         typer.echo("stopped.")

@@ -27,10 +27,18 @@ class ContainerRecord:
     waiting_message: str | None = None
     done: bool = False  # will not run again
     last: dict[str, Any] = field(default_factory=dict)  # lastState.terminated of the run before
+    probe_ready: bool | None = None  # the readiness probe's verdict (None: no probes)
+    probe_started: bool | None = None  # the startup probe's (None: no probes)
 
     @property
     def running(self) -> bool:
         return self.running_since is not None
+
+    @property
+    def ready(self) -> bool:
+        """Running, started (startup probe) and ready (readiness probe)."""
+        return (self.running and self.probe_ready is not False
+                and self.probe_started is not False)
 
     @property
     def succeeded(self) -> bool:
@@ -65,11 +73,11 @@ class ContainerRecord:
         out: dict[str, Any] = {
             "name": self.name,
             "state": self.state(),
-            "ready": self.running and not self.init,
+            "ready": self.ready and not self.init,
             "restartCount": self.restart_count,
             "image": image,
             "imageID": "",
-            "started": self.running,
+            "started": self.running and self.probe_started is not False,
         }
         if self.init:
             out["ready"] = self.succeeded
@@ -122,7 +130,7 @@ def build_status(
         {c.get("name"): c.get("image", "") for c in (pod.get("spec") or {}).get("containers") or []}
     )
     scheduled = rfc3339(view.scheduled_at)
-    ready = view.phase == "Running" and bool(main) and all(r.running for r in main)
+    ready = view.phase == "Running" and bool(main) and all(r.ready for r in main)
     containers_ready = ready
     if view.phase == "Succeeded":
         ready = containers_ready = False
