@@ -46,6 +46,7 @@ from gpushare.agent.runtime.podresources import (
     ResourceConfig,
     remove_pod_directory,
 )
+from gpushare.agent.runtime.probes import join_cgroups
 from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
 from gpushare.agent.runtime.stdio import ContainerStdin
 from gpushare.agent.runtime.supervisor import (
@@ -325,8 +326,7 @@ class Agent:
             self.config.version,
             self._sandbox_summary(),
         )
-        body["status"]["conditions"].extend(
-            self.resources.conditions(time.time(), self._ready_since))
+        body["status"]["conditions"] += self.resources.conditions(time.time(), self._ready_since)
         return body
 
     def _sandbox_summary(self) -> tuple[str, str]:
@@ -757,7 +757,8 @@ class Agent:
         if plan is None:
             raise LookupError(f'container "{container}" in pod "{name}" is not running')
         pgid = dict(entry.supervisor.container_groups()).get(container)
-        return exec_in_pod(entry.supervisor.directory, plan, command, entry.sandbox, pgid)
+        return exec_in_pod(entry.supervisor.directory, plan, command, entry.sandbox, pgid,
+                           entry.supervisor.cgroup_procs(container))
 
     def pods(self) -> dict[str, PodSupervisor]:
         with self._lock:
@@ -765,15 +766,16 @@ class Agent:
 
 
 def exec_in_pod(pod_directory: Path, plan: ContainerPlan, command: list[str],
-                sandbox: sb.SandboxState | None = None, pgid: int | None = None) -> ExecTarget:
+                sandbox: sb.SandboxState | None = None, pgid: int | None = None,
+                cgroups: tuple[str, ...] = ()) -> ExecTarget:
     """How `kubectl exec` runs `command` in a running container: the container's
     environment and working directory, inside its sandbox (the namespaces of its run
-    `pgid`, as the pod's user). The one place that decides it."""
-    cwd = pod_directory / plan.working_dir
-    if sandbox is None or sandbox.mode == sb.NONE or pgid is None:
-        return ExecTarget(argv=list(command), env=dict(plan.env), cwd=cwd)
-    argv, env, where = sb.enter_argv(sandbox, pgid, command, env=plan.env, cwd=str(cwd))
-    return ExecTarget(argv=argv, env=env, cwd=Path(where))
+    `pgid`, as the pod's user) and its cgroups. The one place that decides it."""
+    argv, env, cwd = list(command), dict(plan.env), pod_directory / plan.working_dir
+    if sandbox is not None and sandbox.mode != sb.NONE and pgid is not None:
+        argv, env, where = sb.enter_argv(sandbox, pgid, command, env=plan.env, cwd=str(cwd))
+        cwd = Path(where)
+    return ExecTarget(argv=join_cgroups(cgroups, argv), env=env, cwd=cwd)
 
 
 def _describe(state: sb.SandboxState) -> str:

@@ -27,8 +27,10 @@ The admission-made ``kube-api-access-*`` volume is the sandbox's own business (s
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -68,9 +70,9 @@ def _tool(name: str) -> str:
     return shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin") or name
 
 
-def _run(*argv: str) -> None:
+def _run(*argv: str, fds: tuple[int, ...] = ()) -> None:
     done = subprocess.run([_tool(argv[0]), *argv[1:]], capture_output=True, text=True,
-                          timeout=30, check=False)
+                          timeout=30, check=False, pass_fds=fds)
     if done.returncode != 0:
         raise OSError(done.stderr.strip() or f"{argv[0]} exited {done.returncode}")
 
@@ -99,6 +101,38 @@ def unmount_all(path: Path) -> list[str]:
 
 def _is_mount(path: Path) -> bool:
     return str(path) in mounts_under(path)
+
+
+def open_beneath(root: Path, rel: PurePosixPath, make: str | None = None) -> int:
+    """An ``O_PATH`` descriptor of `root`/`rel` reached without following any symbolic
+    link below `root` (a pod writes in its directory and its volumes: a link it planted
+    must not send a mount, or a directory the agent makes as root, outside them). With
+    `make` ("dir" or "file") missing components are created on the way."""
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, flags | os.O_DIRECTORY)
+    parts = [p for p in rel.parts if p not in ("", ".", "/")]
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            try:
+                nxt = os.open(part, flags | (0 if last else os.O_DIRECTORY), dir_fd=fd)
+            except FileNotFoundError:
+                if make is None:
+                    raise
+                if last and make == "file":
+                    os.close(os.open(part, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW,
+                                     0o644, dir_fd=fd))
+                else:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                nxt = os.open(part, flags | (0 if last else os.O_DIRECTORY), dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            raise OSError(errno.ELOOP, f"{root / rel} is a symbolic link")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _relative(raw: str, field: str) -> PurePosixPath:
@@ -370,27 +404,41 @@ class PodVolumes:
         target_rel = _relative(str(mount.get("mountPath") or ""), f"{field}.mountPath")
         if target_rel == PurePosixPath(".") or target_rel.parts[0] == META_DIR:
             raise PodSpecError(f"{field}.mountPath: {mount.get('mountPath')!r} is not allowed")
-        source = made[name]
-        if mount.get("subPath"):
-            source = source / _relative(str(mount["subPath"]), f"{field}.subPath")
-            if not source.exists() and isinstance(self.volumes[name].get("emptyDir"), Mapping):
-                source.mkdir(parents=True, mode=0o777)
-        if not source.exists():
-            raise _failed(name, f"{field}.subPath: {mount.get('subPath')!r} does not exist")
-        target = self.directory / target_rel
-        if _is_mount(target):
+        sub = _relative(str(mount.get("subPath") or ""), f"{field}.subPath")
+        if _is_mount(self.directory / target_rel):
             return
-        if source.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.touch(exist_ok=True)
+        volume = self.volumes[name]
+        # file sets are read-only to the pod, as a kubelet mounts them
+        read_only = bool(mount.get("readOnly")) or any(
+            isinstance(volume.get(k), Mapping) for k in _FILE_SETS)
         try:
-            _run("mount", "--bind", str(source), str(target))
-            if mount.get("readOnly"):
-                _run("mount", "-o", "remount,bind,ro", str(target))
+            source = open_beneath(made[name], sub,
+                                  "dir" if isinstance(volume.get("emptyDir"), Mapping) else None)
+        except FileNotFoundError:
+            raise _failed(name, f"{field}.subPath: {mount.get('subPath')!r} does not "
+                          "exist") from None
         except OSError as exc:
-            raise _failed(name, f"bind mount at {field}.mountPath: {exc}") from exc
+            raise _failed(name, f"{field}.subPath: {exc.strerror or exc}") from exc
+        try:
+            is_dir = stat.S_ISDIR(os.fstat(source).st_mode)
+            target = open_beneath(self.directory, target_rel, "dir" if is_dir else "file")
+            try:
+                _run("mount", "--no-canonicalize", "--bind", f"/proc/self/fd/{source}",
+                     f"/proc/self/fd/{target}", fds=(source, target))
+            finally:
+                os.close(target)
+            if read_only:  # the mount's own root now: reached again, never through a link
+                target = open_beneath(self.directory, target_rel)
+                try:
+                    _run("mount", "--no-canonicalize", "-o", "remount,bind,ro",
+                         f"/proc/self/fd/{target}", fds=(target,))
+                finally:
+                    os.close(target)
+        except OSError as exc:
+            raise _failed(name, f"bind mount at {field}.mountPath: "
+                          f"{exc.strerror or exc}") from exc
+        finally:
+            os.close(source)
 
     # --- the file sets -----------------------------------------------------------------
 

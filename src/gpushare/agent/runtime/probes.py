@@ -193,6 +193,12 @@ JOIN_CGROUPS = ('while [ "$1" != "--" ]; do printf "%s\\n" "$$" > "$1" || exit 1
                 'done; shift; exec "$@"')
 
 
+def join_cgroups(procs: tuple[str, ...], argv: list[str]) -> list[str]:
+    """`argv` run by a shell that first joins the cgroups whose ``cgroup.procs`` these are
+    (an exec'd command or exec probe counts against the container's limits)."""
+    return ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *procs, "--", *argv] if procs else argv
+
+
 def run_in_group(argv: list[str], env: Mapping[str, str], cwd: str,
                  timeout: float) -> tuple[int, bytes]:
     """Run `argv` in a session of its own, killed as a group past `timeout`."""

@@ -30,9 +30,9 @@ from gpushare.agent.runtime.logshim import LogLimits
 from gpushare.agent.runtime.logstore import META_DIR, ensure_log_file, log_path
 from gpushare.agent.runtime.podlimits import PodLimits
 from gpushare.agent.runtime.probes import (
-    JOIN_CGROUPS,
     ContainerProber,
     ExecRunner,
+    join_cgroups,
     pod_address,
     probes_of,
     run_in_group,
@@ -205,6 +205,12 @@ class PodSupervisor:
         """(container name, process group) of each container running now."""
         return [(s.record.name, s.process.pgid) for s in self._init + self._main
                 if s.process is not None]
+
+    def cgroup_procs(self, container: str) -> tuple[str, ...]:
+        """The ``cgroup.procs`` an exec into the container joins (none without limits)."""
+        if self.limits is None:
+            return ()
+        return self.limits.container_cgroup(container).procs_files()
 
     def stdin_for(self, container: str) -> ContainerStdin | None:
         """The running container's input, when it has one (``stdin: true``) still open."""
@@ -472,9 +478,7 @@ class PodSupervisor:
             if self.sandbox is not None and self.sandbox.mode != sb.NONE:
                 command, env, where = sb.enter_argv(self.sandbox, process.pgid, argv,
                                                     plan.env, cwd)
-            if self.limits is not None:
-                procs = self.limits.container_cgroup(slot.record.name).procs_files()
-                command = ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *procs, "--", *command]
+            command = join_cgroups(self.cgroup_procs(slot.record.name), command)
             return run_in_group(command, env, where, timeout)
         return run
 
