@@ -54,3 +54,18 @@ def test_pressure_picks_the_biggest_user_and_toggles_the_taint() -> None:
     assert st.with_taint(added, True) is None
     assert st.with_taint(added, False) == [other]
     assert "available: 5" in st.pressure_message(tight)
+
+
+def test_qos_class_follows_requests_and_limits() -> None:
+    from gpushare.agent.pods.podstatus import qos_class
+
+    def pod(*resources: dict) -> dict:
+        return {"spec": {"containers": [{"name": f"c{i}", "resources": r}
+                                        for i, r in enumerate(resources)]}}
+
+    both = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    assert qos_class(pod(both, both)) == "Guaranteed"
+    assert qos_class(pod(both, {"requests": {"cpu": "100m"}})) == "Burstable"
+    assert qos_class(pod({"limits": {"cpu": "1", "memory": "1Gi"},
+                          "requests": {"cpu": "500m"}})) == "Burstable"
+    assert qos_class(pod({}, {})) == "BestEffort"

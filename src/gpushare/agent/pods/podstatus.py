@@ -116,6 +116,22 @@ def phase_of(
     return "Pending"
 
 
+def qos_class(pod: dict[str, Any]) -> str:
+    """Guaranteed (every container's CPU and memory requests equal their limits, a request
+    left out being its limit), BestEffort (no requests or limits at all), else Burstable."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    guaranteed, anything = bool(containers), False
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+        anything |= any(k in d for d in (limits, requests) for k in ("cpu", "memory"))
+        for name in ("cpu", "memory"):
+            if name not in limits or str(requests.get(name, limits[name])) != str(limits[name]):
+                guaranteed = False
+    return "Guaranteed" if guaranteed else "Burstable" if anything else "BestEffort"
+
+
 def build_status(
     pod: dict[str, Any],
     view: PodView,
@@ -159,7 +175,7 @@ def build_status(
         "podIP": view.host_ip,
         "podIPs": [{"ip": view.host_ip}],
         "containerStatuses": [r.status(images.get(r.name, "")) for r in main],
-        "qosClass": "BestEffort",
+        "qosClass": qos_class(pod),
     }
     if view.started_at is not None:
         status["startTime"] = rfc3339(view.started_at)
