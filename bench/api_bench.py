@@ -31,13 +31,14 @@ from pathlib import Path
 import psutil
 
 from gpushare.controllers.events import now_rfc3339
-from gpushare.controllers.static_nodes import register_static_node, static_node
+from gpushare.controllers.nodes.static_nodes import register_static_node, static_node
 from gpushare.kube.client import PODGROUPS, PODS, QUEUES, KubeClient
 
 SERVER = """
 import signal, sys, threading
-from gpushare.apiserver.server import ApiServer
-server = ApiServer(sys.argv[1], "127.0.0.1", int(sys.argv[2]), sync=sys.argv[4],
+from gpushare.cli.compose import api_server
+from gpushare.apiserver.http.server import ApiServer
+server = api_server(sys.argv[1], "127.0.0.1", int(sys.argv[2]), sync=sys.argv[4],
                    commit_thread=sys.argv[5] == "thread")
 server.start()
 server.write_kubeconfig(sys.argv[3])

@@ -35,8 +35,9 @@ import yaml
 
 SERVER = """
 import signal, sys, threading
-from gpushare.apiserver.server import ApiServer
-server = ApiServer(sys.argv[1], "127.0.0.1", 0, sync=sys.argv[2],
+from gpushare.cli.compose import api_server
+from gpushare.apiserver.http.server import ApiServer
+server = api_server(sys.argv[1], "127.0.0.1", 0, sync=sys.argv[2],
                    commit_thread=sys.argv[3] == "thread")
 server.start()
 print(server.port, flush=True)

@@ -17,9 +17,9 @@ import time
 
 import orjson
 
-from gpushare.apiserver import managed, schemas
-from gpushare.apiserver.api import Api
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.registry.api import Api
+from gpushare.apiserver.schema import managed, schemas
+from gpushare.apiserver.storage.store import Store
 
 
 def pod(name: str) -> dict:

@@ -28,10 +28,11 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 from gpushare.kube.client import NODES, PODS, KubeClient
+from gpushare.tools import find_tool
 
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 NODE = "bench-node"
 
 
@@ -84,7 +85,7 @@ def main() -> None:
     parser.add_argument("--megabytes", type=int, default=32)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="node-stream-bench-"))
-    server = ApiServer(root / "api").start()
+    server = api_server(root / "api").start()
     kubeconfig = root / "api" / "admin.kubeconfig"
     kube = KubeClient.from_kubeconfig(str(kubeconfig))
     agent = subprocess.Popen(

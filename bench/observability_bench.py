@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpushare.agent.gpu.gpu_share import GpuShare
 from gpushare.agent.node.inventory import declared_gpus
 from gpushare.agent.runtime.telemetry import AgentMetrics, ContainerGroup, ContainerUsage, PodView
-from gpushare.apiserver.telemetry import ComponentMetrics
-from gpushare.controllers.scheduler_loop import figures_of, timed_cycle
-from gpushare.controllers.scheduler_metrics import SchedulerMetrics
+from gpushare.apiserver.telemetry.pushes import ComponentMetrics
+from gpushare.controllers.scheduling.scheduler_loop import figures_of, timed_cycle
+from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics
 from gpushare.scheduler import Config, run_cycle
 from scheduler_bench import build, settle
 

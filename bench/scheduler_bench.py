@@ -22,7 +22,7 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
-from gpushare.controllers.heap import HeapKeeper
+from gpushare.controllers.scheduling.heap import HeapKeeper
 from gpushare.model import GpuRequest, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.quantities import MIB
 from gpushare.scheduler import ClusterState, Config, run_cycle

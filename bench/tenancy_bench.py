@@ -31,8 +31,8 @@ from pathlib import Path
 
 import psutil
 
-from gpushare.controllers.manager import start_controllers
-from gpushare.controllers.static_nodes import register_static_node, static_node
+from gpushare.controller_manager import start_controllers
+from gpushare.controllers.nodes.static_nodes import register_static_node, static_node
 from gpushare.kube.client import PODS, KubeClient
 from gpushare.simulator.plots import check_path, line_plot
 from gpushare.tenancy.controller import VIRTUALCLUSTERS, tenant_client

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gpushare.agent.node.nodecert import NodeTls
-from gpushare.apiserver.tls import CA_CERT, CA_KEY, ensure_node_client, sign_node_serving
+from gpushare.apiserver.auth.tls import CA_CERT, CA_KEY, ensure_node_client, sign_node_serving
 
 
 def _key_file(path: Path, key: ec.EllipticCurvePrivateKey) -> Path:

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
 
 
 def store_put(server: ApiServer, gr: str, obj: dict[str, Any], cluster: str = "root") -> None:

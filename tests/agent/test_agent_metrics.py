@@ -15,7 +15,7 @@ from gpushare.agent.gpu.enforcement import Enforcement
 from gpushare.agent.gpu.nvml import GpuProcess, probe_inventory
 from gpushare.agent.node.inventory import host_resources
 from gpushare.agent.runtime.supervisor import SupervisorConfig
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 from gpushare.kube.client import PODS, KubeClient
 
 NODE = "metrics-gpu-node"
@@ -33,7 +33,7 @@ def wait_for(check, timeout: float = 20.0):
 
 
 def test_agent_figures_over_a_fake_nvml(tmp_path: Path) -> None:
-    server = ApiServer(tmp_path / "api").start()
+    server = api_server(tmp_path / "api").start()
     kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
     nvml = FakeNvml.with_gpus("2xH100", node=NODE)
     config = AgentConfig(node_name=NODE, data_dir=tmp_path / "agent", heartbeat_s=0.5,

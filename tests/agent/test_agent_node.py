@@ -6,8 +6,8 @@ import json
 
 from gpushare.agent.node.inventory import HostResources, declared_gpus
 from gpushare.agent.node.node import node_object
-from gpushare.controllers.node_lifecycle import UNREACHABLE_TAINT, decide
-from gpushare.kube.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
+from gpushare.api.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
+from gpushare.controllers.nodes.node_lifecycle import UNREACHABLE_TAINT, decide
 
 NOW = 1_800_000_000.0
 
@@ -89,7 +89,7 @@ def test_run_accepts_a_holder_of_the_api_client_and_a_stopper_without_is_set() -
 
     from kubernetes import client as k8s_client
 
-    from gpushare.controllers import node_lifecycle
+    from gpushare.controllers.nodes import node_lifecycle
     from gpushare.kube.client import KubeClient
 
     class Holder:  # anything that holds the official client's ApiClient
@@ -130,12 +130,12 @@ def test_a_watcher_that_sees_ready_unknown_already_sees_the_taint(tmp_path) -> N
     condition alone)."""
     import threading
 
-    from gpushare.apiserver.server import ApiServer
-    from gpushare.controllers.node_lifecycle import NodeLifecycleController
+    from gpushare.cli.compose import api_server
+    from gpushare.controllers.nodes.node_lifecycle import NodeLifecycleController
     from gpushare.kube.client import NODES, KubeClient, Stopper
     from gpushare.kube.informer import Informer
 
-    server = ApiServer(tmp_path / "api").start()
+    server = api_server(tmp_path / "api").start()
     kube = KubeClient.from_kubeconfig(str(tmp_path / "api" / "admin.kubeconfig"))
     stopper = Stopper()
     seen: list[tuple[str, bool]] = []

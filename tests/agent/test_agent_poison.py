@@ -14,8 +14,8 @@ import orjson
 import pytest
 from test_agent_e2e import NODE, NS, Cluster, wait_for
 
-from gpushare.apiserver.server import ApiServer
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.storage.store import Store
+from gpushare.cli.compose import api_server
 from gpushare.kube.client import EVENTS
 from store_edit import store_put
 
@@ -56,7 +56,7 @@ GOOD_STORED = _pod("b-good-stored", {"containers": [SLEEP]})
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("agent-poison")
-    first = ApiServer(root / "api")  # bootstrap the data directory, then stop
+    first = api_server(root / "api")  # bootstrap the data directory, then stop
     first.start()
     first.stop()
     store = Store(root / "api" / "state.db")

@@ -33,8 +33,8 @@ from gpushare.agent.endpoint.spdy import (
 from gpushare.agent.endpoint.streams import ExecTarget
 from gpushare.agent.node.nodeauth import CallerCheck
 from gpushare.agent.runtime.logstore import log_path
-from gpushare.apiserver.tls import NODE_CLIENT_CERT, NODE_CLIENT_KEY
-from gpushare.contracts import NODE_CLIENT_NAME
+from gpushare.api.contracts import NODE_CLIENT_NAME
+from gpushare.apiserver.auth.tls import NODE_CA_CERT, NODE_CLIENT_CERT, NODE_CLIENT_KEY
 from node_pki import client_cert, node_tls
 
 
@@ -71,6 +71,10 @@ def node(tmp_path: Path):
         sup.stop(0)
 
 
+def _api_client(pki: Path) -> tuple[Path, Path]:
+    return pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY
+
+
 def _context(ca: Path, cert: tuple[Path, Path] | None) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=str(ca))
     if cert is not None:
@@ -90,8 +94,8 @@ def _get(port: int, context: ssl.SSLContext, path: str,
 
 
 def test_the_api_servers_certificate_reads_and_follows_logs(node) -> None:
-    server, pki, tls, _ = node
-    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+    server, pki, _tls, _ = node
+    apiserver = _context(pki / NODE_CA_CERT, _api_client(pki))
     # the container goes on running: the follow ends at its byte limit
     code, body = _get(server.port, apiserver, "/containerLogs/t/p/c?follow=true&limitBytes=17")
     assert (code, body) == (200, b"start\nmiddle\nend\n")
@@ -102,20 +106,20 @@ def test_the_api_servers_certificate_reads_and_follows_logs(node) -> None:
 
 def test_callers_without_credentials_or_with_foreign_certificates_are_refused(
         node, tmp_path: Path) -> None:
-    server, pki, tls, _ = node
+    server, pki, _tls, _ = node
     path = "/containerLogs/t/p/c"
     # (a certificate of the cluster CA with another name is a user for a SubjectAccessReview:
     # tests/e2e/test_kubectl_streams.py, with a real API)
-    code, body = _get(server.port, _context(tls.ca, None), path)
+    code, body = _get(server.port, _context(pki / NODE_CA_CERT, None), path)
     assert code == 401 and b"start" not in body
-    assert _get(server.port, _context(tls.ca, None), path,
+    assert _get(server.port, _context(pki / NODE_CA_CERT, None), path,
                 {"Authorization": "Bearer "})[0] == 401
     # the API server's name, signed by a CA of its own: the handshake fails
     forged = client_cert(tmp_path / "forged", NODE_CLIENT_NAME, None)
     with pytest.raises((ssl.SSLError, ConnectionError)):
-        _get(server.port, _context(tls.ca, forged), path)
+        _get(server.port, _context(pki / NODE_CA_CERT, forged), path)
     # and the real one gets in, so the refusals above are about the credentials
-    assert _get(server.port, _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY)),
+    assert _get(server.port, _context(pki / NODE_CA_CERT, _api_client(pki)),
                 path)[0] == 200
 
 
@@ -144,8 +148,8 @@ async def _exec(port: int, context: ssl.SSLContext, query: str,
 
 
 def test_exec_runs_in_the_pods_environment_and_reports_the_exit_code(node) -> None:
-    server, pki, tls, _ = node
-    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+    server, pki, _tls, _ = node
+    apiserver = _context(pki / NODE_CA_CERT, _api_client(pki))
     script = "echo out $FROM_POD; echo err >&2; pwd; exit 7"
     query = urlencode([("command", "sh"), ("command", "-c"), ("command", script),
                        ("stdout", "1"), ("stderr", "1")])
@@ -186,8 +190,8 @@ def test_spdy_dictionary_and_header_blocks() -> None:
 
 
 def test_many_open_follows_do_not_block_new_requests(node) -> None:
-    server, pki, tls, _ = node
-    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+    server, pki, _tls, _ = node
+    apiserver = _context(pki / NODE_CA_CERT, _api_client(pki))
     # once the log has its last line, each follow waits (holding a thread) for more
     wait_for(lambda: _get(server.port, apiserver, "/containerLogs/t/p/c?tailLines=1")[1]
              == b"end\n")
@@ -210,10 +214,10 @@ def test_many_open_follows_do_not_block_new_requests(node) -> None:
 
 
 def test_a_renewed_certificate_is_served_to_new_connections(node, tmp_path: Path) -> None:
-    server, pki, tls, _ = node
+    server, pki, _tls, _ = node
 
     def served_serial() -> int:
-        context = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+        context = _context(pki / NODE_CA_CERT, _api_client(pki))
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw, \
                 context.wrap_socket(raw, server_hostname="127.0.0.1") as wrapped:
             der = wrapped.getpeercert(binary_form=True)
@@ -264,8 +268,8 @@ async def _spdy_exec(port: int, context: ssl.SSLContext, query: str,
 
 
 def test_exec_over_a_spdy_upgrade_as_a_kube_apiserver_asks(node) -> None:
-    server, pki, tls, _ = node
-    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+    server, pki, _tls, _ = node
+    apiserver = _context(pki / NODE_CA_CERT, _api_client(pki))
     # input/output/error: the parameter names a kube-apiserver gives a kubelet
     query = urlencode([("command", "sh"), ("command", "-c"),
                        ("command", "cat; echo to-stderr >&2; exit 4"),
@@ -279,8 +283,8 @@ def test_exec_over_a_spdy_upgrade_as_a_kube_apiserver_asks(node) -> None:
 
 
 def test_port_forward_over_a_spdy_upgrade(node) -> None:
-    server, pki, tls, _ = node
-    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+    server, pki, _tls, _ = node
+    apiserver = _context(pki / NODE_CA_CERT, _api_client(pki))
 
     async def scenario() -> tuple[bytes, bytes]:
         async def shout(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -327,8 +331,8 @@ def test_port_forward_over_a_spdy_upgrade(node) -> None:
 
 
 def test_a_command_not_reading_its_input_holds_up_only_its_own_stream(node) -> None:
-    server, pki, tls, _ = node
-    apiserver = _context(tls.ca, (pki / NODE_CLIENT_CERT, pki / NODE_CLIENT_KEY))
+    server, pki, _tls, _ = node
+    apiserver = _context(pki / NODE_CA_CERT, _api_client(pki))
 
     async def scenario() -> tuple[int, bytes]:
         url = f"wss://127.0.0.1:{server.port}/exec/t/p/c?command=sleep&command=20&stdin=1"

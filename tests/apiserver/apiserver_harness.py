@@ -10,9 +10,10 @@ from typing import Any
 
 from kubernetes import client, config
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.tools import find_tool
 
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 
 
 @dataclass

@@ -8,13 +8,13 @@ import pytest
 from apiserver_harness import Cluster
 from kubernetes import client
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     data = tmp_path_factory.mktemp("apiserver")
-    server = ApiServer(data, "127.0.0.1", 0, bookmark_interval=0.5, event_log_size=200)
+    server = api_server(data, "127.0.0.1", 0, bookmark_interval=0.5, event_log_size=200)
     server.start()
     try:
         yield Cluster(server, data / "admin.kubeconfig", data / "kubectl-cache")

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from apiserver_harness import Cluster, http_client
 
-from gpushare.apiserver.builtin_kinds import builtin_resources
+from gpushare.apiserver.registry.builtin_kinds import builtin_resources
 
 TEMPLATE = {"metadata": {"labels": {"app": "x"}},
             "spec": {"restartPolicy": "Never",

@@ -149,23 +149,23 @@ def test_kubeconfig_command_issues_user_tokens(tmp_path: Path) -> None:
 
 
 def test_one_server_per_data_directory(tmp_path: Path) -> None:
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.cli.compose import api_server
 
-    first = ApiServer(tmp_path, port=0)
+    first = api_server(tmp_path, port=0)
     try:
         with pytest.raises(RuntimeError, match="another API server"):
-            ApiServer(tmp_path, port=0)
+            api_server(tmp_path, port=0)
     finally:
         first.stop()
-    ApiServer(tmp_path, port=0).stop()  # free again once the first one stopped
+    api_server(tmp_path, port=0).stop()  # free again once the first one stopped
 
 
 def test_events_expire(tmp_path: Path) -> None:
     from apiserver_harness import http_client
 
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.cli.compose import api_server
 
-    server = ApiServer(tmp_path, port=0, event_ttl=1.0).start()
+    server = api_server(tmp_path, port=0, event_ttl=1.0).start()
     try:
         with http_client(server) as http:
             path = "/api/v1/namespaces/default/events"

@@ -136,8 +136,17 @@ def test_tokens_can_be_limited_to_logical_clusters(cluster: Cluster) -> None:
     cluster.server.tokens.add("erin-token", "erin", ["system:masters"], clusters=["team-e"])
     with http_client(cluster.server, token="erin-token", cluster="team-e") as own:
         assert own.get("/api/v1/namespaces").status_code == 200
-    with http_client(cluster.server, token="erin-token") as other:
-        assert other.get("/api/v1/namespaces").status_code == 401
+    with http_client(cluster.server, token="erin-token", cluster="root") as other:
+        # the root cluster named in the path: refused
+        assert other.get("/clusters/root/api/v1/namespaces").status_code == 401
+        # no prefix at all (kubectl get --raw): served in the token's own cluster, so
+        # nothing of the root cluster is seen
+        with http_client(cluster.server) as admin:
+            admin.post("/api/v1/namespaces", json={"metadata": {"name": "root-only-e"}})
+        names = {n["metadata"]["name"] for n in other.get("/api/v1/namespaces").json()["items"]}
+        assert "root-only-e" not in names
+    with http_client(cluster.server, token="erin-token", cluster="team-f") as elsewhere:
+        assert elsewhere.get("/api/v1/namespaces").status_code == 401
 
 
 def test_aggregated_discovery(http: httpx.Client) -> None:

@@ -10,17 +10,17 @@ from cryptography import x509
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpushare.apiserver.auth.tls import ensure_certificates
 from gpushare.apiserver.errors import ApiError
-from gpushare.apiserver.patch import merge_patch, strategic_merge_patch
-from gpushare.apiserver.schemas import kind_schema
-from gpushare.apiserver.selectors import (
+from gpushare.apiserver.http.tables import human_duration, jsonpath
+from gpushare.apiserver.schema.patch import merge_patch, strategic_merge_patch
+from gpushare.apiserver.schema.schemas import kind_schema
+from gpushare.apiserver.storage.selectors import (
     fields_match,
     labels_match,
     parse_field_selector,
     parse_label_selector,
 )
-from gpushare.apiserver.tables import human_duration, jsonpath
-from gpushare.apiserver.tls import ensure_certificates
 
 POD = {
     "metadata": {"name": "p", "labels": {"a": "1"}, "finalizers": ["x"]},
@@ -166,8 +166,8 @@ def test_a_new_ca_gets_a_new_serving_certificate(tmp_path: Path) -> None:
 
 
 def test_field_sets_in_one_walk_equal_the_leaf_paths() -> None:
-    from gpushare.apiserver import managed
-    from gpushare.apiserver.builtin_kinds import default_object
+    from gpushare.apiserver.registry.builtin_kinds import default_object
+    from gpushare.apiserver.schema import managed
 
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "p", "labels": {"a": "1"}, "finalizers": ["x", "y"],

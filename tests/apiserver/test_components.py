@@ -12,9 +12,9 @@ import pytest
 import yaml
 from apiserver_harness import http_client
 
-from gpushare.apiserver.auth import User
-from gpushare.apiserver.components import AUTOUPDATE, CONTROLLERS_USER, role_objects
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.auth.access import User
+from gpushare.apiserver.auth.components import AUTOUPDATE, CONTROLLERS_USER, role_objects
+from gpushare.cli.compose import api_server
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
@@ -32,7 +32,7 @@ def _token(text: str) -> str:
 def test_the_server_creates_the_component_roles_and_restores_them(tmp_path: Path) -> None:
     shipped = {(d["kind"], d["metadata"]["name"]): d for d in role_objects()}
     assert ("ClusterRole", "gpushare-controllers") in shipped
-    with ApiServer(tmp_path) as server, http_client(server) as c:
+    with api_server(tmp_path) as server, http_client(server) as c:
         for (kind, name), doc in shipped.items():
             stored = c.get(f"{RBAC}/{kind.lower()}s/{name}").json()
             for key in ("rules", "roleRef", "subjects"):
@@ -49,7 +49,7 @@ def test_the_server_creates_the_component_roles_and_restores_them(tmp_path: Path
         tenancy["metadata"]["annotations"][AUTOUPDATE] = "false"
         tenancy["rules"] = tenancy["rules"][:1]
         assert c.put(f"{RBAC}/clusterroles/gpushare-tenancy", json=tenancy).status_code == 200
-    with ApiServer(tmp_path) as server, http_client(server) as c:
+    with api_server(tmp_path) as server, http_client(server) as c:
         restored = c.get(f"{RBAC}/clusterroles/gpushare-controllers").json()
         assert restored["rules"] == shipped[("ClusterRole", "gpushare-controllers")]["rules"]
         kept = c.get(f"{RBAC}/clusterroles/gpushare-tenancy").json()
@@ -57,7 +57,7 @@ def test_the_server_creates_the_component_roles_and_restores_them(tmp_path: Path
 
 
 def test_component_kubeconfigs(tmp_path: Path) -> None:
-    with ApiServer(tmp_path) as server:
+    with api_server(tmp_path) as server:
         done = _kubeconfig(tmp_path, "--component", "controllers")
         assert done.returncode == 0, done.stderr
         token = _token(done.stdout)

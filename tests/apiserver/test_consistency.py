@@ -14,10 +14,11 @@ import orjson
 import pytest
 from apiserver_harness import http_client
 
-from gpushare.apiserver import versions
-from gpushare.apiserver.server import ApiServer
-from gpushare.apiserver.store import Store
-from gpushare.apiserver.watch import Watcher, WatchHub, encode_event, stream
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.apiserver.storage import versions
+from gpushare.apiserver.storage.store import Store
+from gpushare.apiserver.storage.watch import Watcher, WatchHub, encode_event, stream
+from gpushare.cli.compose import api_server
 
 CM = "/api/v1/namespaces/default/configmaps"
 ROOT_CA = "kube-root-ca.crt"  # made in every namespace
@@ -46,7 +47,7 @@ class FailingDb:
 def failing(tmp_path: Path,
             monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ApiServer, FailingDb]]:
     monkeypatch.setattr(versions, "TOO_LARGE_WAIT", 0.3)
-    server = ApiServer(tmp_path, "127.0.0.1", 0, bookmark_interval=0.2, event_log_size=200)
+    server = api_server(tmp_path, "127.0.0.1", 0, bookmark_interval=0.2, event_log_size=200)
     db = FailingDb(server.store.db)
     server.store.db = db  # type: ignore[assignment]
     server.start()
@@ -233,7 +234,7 @@ class HeldDb(FailingDb):
 
 
 def _held(tmp_path: Path) -> tuple[ApiServer, HeldDb]:
-    server = ApiServer(tmp_path, "127.0.0.1", 0, bookmark_interval=0.2)
+    server = api_server(tmp_path, "127.0.0.1", 0, bookmark_interval=0.2)
     db = HeldDb(server.store.db)
     db.release.set()
     server.store.db = db  # type: ignore[assignment]

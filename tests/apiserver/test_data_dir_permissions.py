@@ -5,7 +5,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 
 
 def _mode(path: Path) -> int:
@@ -16,7 +16,7 @@ def test_data_dir_store_tokens_and_keys_are_owner_only(tmp_path: Path) -> None:
     data = tmp_path / "state"
     data.mkdir(mode=0o755)
     (data / "state.db").touch(mode=0o644)  # as an older version left it
-    server = ApiServer(data, "127.0.0.1", 0).start()
+    server = api_server(data, "127.0.0.1", 0).start()
     try:
         with_token = server.tokens
         with_token.add("t-0123456789", "bob", [])
@@ -34,6 +34,6 @@ def test_data_dir_store_tokens_and_keys_are_owner_only(tmp_path: Path) -> None:
 
 def test_a_fresh_data_dir_is_created_owner_only(tmp_path: Path) -> None:
     data = tmp_path / "new"
-    server = ApiServer(data, "127.0.0.1", 0).start()
+    server = api_server(data, "127.0.0.1", 0).start()
     server.stop()
     assert _mode(data) == 0o700 and _mode(data / "state.db") == 0o600

@@ -11,8 +11,9 @@ from pathlib import Path
 import yaml
 from apiserver_harness import http_client
 
-from gpushare.apiserver.encryption import CONFIG_NAME, PREFIX
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.apiserver.storage.encryption import CONFIG_NAME, PREFIX
+from gpushare.cli.compose import api_server
 
 SECRET = "hunter2-very-secret"
 
@@ -43,7 +44,7 @@ def _read_secret(server: ApiServer, name: str) -> str:
 
 def test_secrets_are_encrypted_at_rest_and_keys_rotate(tmp_path: Path) -> None:
     data = tmp_path / "state"
-    server = ApiServer(data, "127.0.0.1", 0).start()
+    server = api_server(data, "127.0.0.1", 0).start()
     try:
         _put_secret(server, "db")
         with http_client(server) as c:  # other kinds stay plain
@@ -69,7 +70,7 @@ def test_secrets_are_encrypted_at_rest_and_keys_rotate(tmp_path: Path) -> None:
         0, {"name": "key2", "secret": base64.b64encode(os.urandom(32)).decode()})
     (data / CONFIG_NAME).write_text(yaml.safe_dump(config))
 
-    server = ApiServer(data, "127.0.0.1", 0).start()
+    server = api_server(data, "127.0.0.1", 0).start()
     try:
         assert _read_secret(server, "db") == SECRET
         assert _read_secret(server, "old") == SECRET
@@ -82,7 +83,7 @@ def test_secrets_are_encrypted_at_rest_and_keys_rotate(tmp_path: Path) -> None:
     # Once everything is under key2, key1 can go.
     providers[0]["aesgcm"]["keys"] = providers[0]["aesgcm"]["keys"][:1]
     (data / CONFIG_NAME).write_text(yaml.safe_dump(config))
-    server = ApiServer(data, "127.0.0.1", 0).start()
+    server = api_server(data, "127.0.0.1", 0).start()
     try:
         assert _read_secret(server, "db") == SECRET
     finally:

@@ -16,7 +16,8 @@ from apiserver_harness import http_client
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.cli.compose import api_server
 
 # Methods and patch content types that the fuzz sends to every path (not only the ones
 # the document lists: a method a path does not take must be refused, not crash).
@@ -30,7 +31,7 @@ EXAMPLES = 400
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    srv = ApiServer(tmp_path_factory.mktemp("fuzz"), "127.0.0.1", 0)
+    srv = api_server(tmp_path_factory.mktemp("fuzz"), "127.0.0.1", 0)
     srv.start()
     yield srv
     srv.stop()

@@ -13,14 +13,15 @@ import httpx
 import pytest
 from apiserver_harness import http_client
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.cli.compose import api_server
 
 CM = "/api/v1/namespaces/default/configmaps"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    srv = ApiServer(tmp_path_factory.mktemp("limits"), "127.0.0.1", 0,
+    srv = api_server(tmp_path_factory.mktemp("limits"), "127.0.0.1", 0,
                     event_log_bytes=16 * 1024 * 1024)
     srv.start()
     yield srv

@@ -11,8 +11,9 @@ import orjson
 import pytest
 from apiserver_harness import Cluster, http_client
 
-from gpushare.apiserver.server import ApiServer
-from gpushare.apiserver.store import Store
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.apiserver.storage.store import Store
+from gpushare.cli.compose import api_server
 
 RBAC = "rbac.authorization.k8s.io"
 
@@ -62,14 +63,14 @@ POISON: list[tuple[str, dict[str, Any]]] = [
 @pytest.fixture(scope="module")
 def poisoned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     data = tmp_path_factory.mktemp("poisoned")
-    first = ApiServer(data, "127.0.0.1", 0)  # bootstrap, then stop
+    first = api_server(data, "127.0.0.1", 0)  # bootstrap, then stop
     first.start()
     first.stop()
     store = Store(data / "state.db")
     for gr, obj in POISON:
         store.put("root", gr, orjson.loads(orjson.dumps(obj)))
     store.close()
-    server = ApiServer(data, "127.0.0.1", 0, bookmark_interval=0.5)  # must start
+    server = api_server(data, "127.0.0.1", 0, bookmark_interval=0.5)  # must start
     server.start()
     try:
         yield Cluster(server, data / "admin.kubeconfig", data / "kubectl-cache")
@@ -145,7 +146,7 @@ def test_the_garbage_collector_skips_what_it_cannot_handle(
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    server = ApiServer(tmp_path_factory.mktemp("validation"), "127.0.0.1", 0)
+    server = api_server(tmp_path_factory.mktemp("validation"), "127.0.0.1", 0)
     server.start()
     yield server
     server.stop()

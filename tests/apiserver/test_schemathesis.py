@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.schemas import APIOperation
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.cli.compose import api_server
 
 EXAMPLES = 75
 STRIDE = 3  # every third operation of the sorted list: about 120 of the 358 today
@@ -25,7 +26,7 @@ STRIDE = 3  # every third operation of the sorted list: about 120 of the 358 tod
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    srv = ApiServer(tmp_path_factory.mktemp("schemathesis"), "127.0.0.1", 0)
+    srv = api_server(tmp_path_factory.mktemp("schemathesis"), "127.0.0.1", 0)
     srv.start()
     yield srv
     srv.stop()

@@ -13,7 +13,12 @@ import httpx
 import pytest
 from apiserver_harness import Cluster, http_client
 
-from gpushare.apiserver.serviceaccounts import API_AUDIENCE, CLUSTER_CLAIM, ISSUER, TOKEN_MOUNT_PATH
+from gpushare.apiserver.auth.serviceaccounts import (
+    API_AUDIENCE,
+    CLUSTER_CLAIM,
+    ISSUER,
+    TOKEN_MOUNT_PATH,
+)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import tracemalloc
 
 import orjson
 
-from gpushare.apiserver.store import Store, encode
+from gpushare.apiserver.storage.store import Store, encode
 
 POD = {"metadata": {"namespace": "default", "labels": {"app": "x"}},
        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}

@@ -16,7 +16,8 @@ from apiserver_harness import http_client
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.cli.compose import api_server
 
 _namespaces = itertools.count()
 
@@ -24,7 +25,7 @@ _namespaces = itertools.count()
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     # Bookmarks every 10 ms: many of them fall while writes are waiting for their commit.
-    srv = ApiServer(tmp_path_factory.mktemp("resume"), "127.0.0.1", 0,
+    srv = api_server(tmp_path_factory.mktemp("resume"), "127.0.0.1", 0,
                     bookmark_interval=0.01)
     srv.start()
     yield srv

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 from gpushare.kube.client import KubeClient
 
 
 @pytest.fixture
 def api(tmp_path):
-    server = ApiServer(tmp_path / "data", "127.0.0.1", 0, event_log_size=5)
+    server = api_server(tmp_path / "data", "127.0.0.1", 0, event_log_size=5)
     server.start()
     kubeconfig = tmp_path / "admin.kubeconfig"
     server.write_kubeconfig(kubeconfig)

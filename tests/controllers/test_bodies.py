@@ -1,6 +1,6 @@
 """Typed reads of raw API objects: a field of the wrong type reads as empty, never raises."""
 
-from gpushare.bodies import field_dict, field_list
+from gpushare.api.objects import field_dict, field_list
 
 
 def test_fields_of_the_right_type_are_returned_as_they_are():

@@ -3,7 +3,7 @@
 import pytest
 
 from gpushare.agent.gpu.gpu_share import share_from_annotations
-from gpushare.contracts import (
+from gpushare.api.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
@@ -13,7 +13,7 @@ from gpushare.contracts import (
     parse_indices,
     parse_portion_milli,
 )
-from gpushare.controllers.translate import bound_gpus
+from gpushare.api.gpu import bound_gpus
 from gpushare.model.gpu_inventory import GpuDevice, GpuInventory
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpushare.controllers.grouping import owner_chain, plan_podgroup, spec_differs
+from gpushare.controllers.scheduling.grouping import owner_chain, plan_podgroup, spec_differs
 
 
 def obj(kind, name, uid, *, owner=None, labels=None, annotations=None, api="v1", spec=None):

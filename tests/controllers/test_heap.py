@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from gpushare.controllers.heap import HeapKeeper
+from gpushare.controllers.scheduling.heap import HeapKeeper
 
 
 class _Node:

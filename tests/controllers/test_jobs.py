@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from gpushare.controllers.jobs import COMPLETION_INDEX, plan_job
+from gpushare.controllers.workloads.jobs import COMPLETION_INDEX, plan_job
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -104,7 +104,7 @@ def test_finished_job_creates_nothing_more():
 
 
 def test_backoff_doubles_from_10s_and_is_capped_at_6_minutes():
-    from gpushare.controllers.jobs import backoff_seconds
+    from gpushare.controllers.workloads.jobs import backoff_seconds
 
     assert [backoff_seconds(n) for n in range(0, 8)] == [0, 10, 20, 40, 80, 160, 320, 360]
     assert backoff_seconds(1000) == 360

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpushare.controllers.mirror import Mirror
-from gpushare.controllers.static_nodes import static_node
+from gpushare.controllers.nodes.static_nodes import static_node
+from gpushare.controllers.scheduling.mirror import Mirror
 from gpushare.model import PodStatus
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.cycle import run_cycle

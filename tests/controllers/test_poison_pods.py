@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from gpushare.apiserver.server import ApiServer
-from gpushare.controllers.manager import start_controllers
-from gpushare.controllers.translate import TranslateError, cpu_memory_requests
+from gpushare.api.quantity import QuantityError, parse_quantity
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.cli.compose import api_server
+from gpushare.controller_manager import start_controllers
+from gpushare.controllers.scheduling.translate import TranslateError, cpu_memory_requests
 from gpushare.kube.client import EVENTS, PODS, KubeClient
-from gpushare.kube.quantity import QuantityError, parse_quantity
 from store_edit import store_put
 from waiting import wait_for
 
@@ -89,7 +90,7 @@ STORED = {  # name -> (pod, the field its reason names)
 
 @pytest.fixture
 def poisoned(tmp_path: Path) -> Iterator[tuple[ApiServer, KubeClient]]:
-    server = ApiServer(tmp_path / "data", "127.0.0.1", 0)
+    server = api_server(tmp_path / "data", "127.0.0.1", 0)
     server.start()
     kubeconfig = server.write_kubeconfig(tmp_path / "admin.kubeconfig")
     client = KubeClient.from_kubeconfig(str(kubeconfig))

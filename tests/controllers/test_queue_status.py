@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpushare.controllers.queue_status import children_of, desired_status, status_differs
-from gpushare.controllers.scheduler_loop import figures_of, resource_list
+from gpushare.controllers.scheduling.queue_status import children_of, desired_status, status_differs
+from gpushare.controllers.scheduling.scheduler_loop import figures_of, resource_list
 from gpushare.scheduler.decisions import QueueReport
 
 
@@ -34,7 +34,7 @@ def test_figures_and_children_make_the_status():
 
 
 def test_podgroup_phase_follows_its_gang():
-    from gpushare.controllers.scheduler_loop import podgroup_phase
+    from gpushare.controllers.scheduling.scheduler_loop import podgroup_phase
     from gpushare.model import PodStatus as S
 
     assert podgroup_phase(2, [S.RUNNING, S.PENDING]) == "Pending"

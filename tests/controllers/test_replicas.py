@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from gpushare.controllers.replicas import (
+from gpushare.controllers.workloads.replicas import (
     TEMPLATE_HASH_LABEL,
     plan_deployment,
     plan_replicaset,
@@ -110,7 +110,7 @@ def _simulate(dep, steps=50):
 
 
 def test_rolling_update_keeps_the_available_floor_and_the_surge_ceiling():
-    from gpushare.controllers.replicas import rolling_bounds
+    from gpushare.controllers.workloads.replicas import rolling_bounds
 
     for replicas, surge, unavailable in ((4, "25%", "25%"), (10, 3, 0), (5, 0, 2), (1, 1, 0)):
         v1 = deployment(replicas)
@@ -275,7 +275,7 @@ def test_a_rollout_without_progress_exceeds_its_deadline():
 
 
 def test_replica_failure_condition_is_set_kept_and_cleared():
-    from gpushare.controllers.replicas import with_replica_failure
+    from gpushare.controllers.workloads.replicas import with_replica_failure
 
     failed = with_replica_failure({"replicas": 2}, "exceeded quota: q", "2026-01-01T00:00:00Z")
     condition = failed["conditions"][0]

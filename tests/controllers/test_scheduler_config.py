@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpushare.controllers.scheduler_config import (
+from gpushare.controllers.scheduling.scheduler_config import (
     SchedulerConfigError,
     load_scheduler_config,
     scheduler_config,

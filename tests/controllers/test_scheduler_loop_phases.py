@@ -5,7 +5,7 @@ from __future__ import annotations
 from kubernetes import client as k8s_client
 
 from gpushare.controllers.events import EventRecorder
-from gpushare.controllers.scheduler_loop import SchedulerLoop
+from gpushare.controllers.scheduling.scheduler_loop import SchedulerLoop
 from gpushare.kube.client import KubeClient, Stopper
 from gpushare.kube.informers import InformerFactory
 

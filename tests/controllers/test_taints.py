@@ -7,9 +7,10 @@ import copy
 
 from test_mirror import NOW, pod, podgroup, queue
 
-from gpushare.controllers.mirror import Mirror
-from gpushare.controllers.static_nodes import static_node
-from gpushare.controllers.taints import allowed, blocking_taints, tolerated
+from gpushare.api.taints import blocking_taints, tolerated
+from gpushare.controllers.nodes.static_nodes import static_node
+from gpushare.controllers.scheduling.mirror import Mirror
+from gpushare.controllers.scheduling.taints import allowed
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.cycle import run_cycle
 

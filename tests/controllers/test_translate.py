@@ -7,10 +7,11 @@ from fractions import Fraction
 
 import pytest
 
-from gpushare.controllers.translate import (
+from gpushare.api.gpu import GpuRequestError, gpu_request
+from gpushare.api.quantity import format_bytes, format_milli, to_int, to_milli
+from gpushare.controllers.scheduling.translate import (
     TranslateError,
     cpu_memory_requests,
-    gpu_request,
     job_from_podgroup,
     node_affinity,
     node_from_api,
@@ -19,7 +20,6 @@ from gpushare.controllers.translate import (
     pod_status,
     queue_from_api,
 )
-from gpushare.kube.quantity import format_bytes, format_milli, to_int, to_milli
 from gpushare.model import PodStatus
 
 
@@ -48,7 +48,7 @@ def test_fraction_memory_and_whole_gpu_requests():
     ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "0"}, "gpu-fraction-num-devices"),
 ])
 def test_bad_gpu_annotations_name_the_annotation(annotations, field):
-    with pytest.raises(TranslateError, match=field):
+    with pytest.raises(GpuRequestError, match=field):
         gpu_request(pod(annotations))
 
 

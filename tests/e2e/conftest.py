@@ -13,9 +13,7 @@ from gpushare.kube.client import KubeClient
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    pytest.importorskip("gpushare.apiserver.server")
-    if not Path(KUBECTL).exists():
-        pytest.skip(f"needs {KUBECTL}")
+    assert Path(KUBECTL).exists(), f"kubectl not found ({KUBECTL}): `make test` installs it"
     data = tmp_path / "data"
     data.mkdir()
     proc = ServerProcess(data, free_port(), tmp_path / "admin.kubeconfig")
@@ -33,7 +31,7 @@ def client(server: ServerProcess) -> Iterator[KubeClient]:
 
 @pytest.fixture
 def controllers(server: ServerProcess):
-    from gpushare.controllers.manager import start_controllers
+    from gpushare.controller_manager import start_controllers
 
     running = start_controllers(str(server.kubeconfig))
     yield running

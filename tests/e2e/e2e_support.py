@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpushare.tools import find_tool
 from waiting import wait_for  # noqa: F401  (re-exported for the tests)
 
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 SERVE = Path(__file__).with_name("serve.py")
 
 

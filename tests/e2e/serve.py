@@ -9,12 +9,12 @@ import signal
 import sys
 import threading
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 
 
 def main() -> None:
     data_dir, port, kubeconfig = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    server = ApiServer(data_dir, "127.0.0.1", port)
+    server = api_server(data_dir, "127.0.0.1", port)
     server.start()
     server.write_kubeconfig(kubeconfig)
     print("ready", flush=True)

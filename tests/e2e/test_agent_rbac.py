@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from e2e_support import KUBECTL, wait_for
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.cli.compose import api_server
 
 ROOT = Path(__file__).resolve().parents[2]
-RBAC = ROOT / "deploy" / "overlays" / "cluster-with-agent" / "agent-rbac.yaml"
+RBAC = ROOT / "src" / "gpushare" / "deploy" / "overlays" / "cluster-with-agent" / "agent-rbac.yaml"
 NODE = "rbac-node"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -60,7 +61,7 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None, check: bool 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[tuple[ApiServer, Path]]:
     assert Path(KUBECTL).exists(), f"the end-to-end tests drive the cluster with {KUBECTL}"
-    server = ApiServer(tmp_path / "api").start()
+    server = api_server(tmp_path / "api").start()
     try:
         yield server, tmp_path / "api" / "admin.kubeconfig"
     finally:
@@ -85,6 +86,11 @@ def test_the_overlays_agent_role_runs_a_pod_end_to_end(cluster, tmp_path: Path) 
          str(tmp_path / "agent"), "--heartbeat", "0.5", "--stop-pods-on-exit"],
         stdout=log.open("ab"), stderr=subprocess.STDOUT)
     try:
+        # a ServiceAccount is not a node identity: its own approval signs nothing, an
+        # administrator approves its serving certificate (on a real cluster the cluster's
+        # kubelet-serving signer and approver do)
+        csr = wait_for(lambda: kubectl(admin, "get", "csr", "-o", "name").strip(), 60)
+        kubectl(admin, "certificate", "approve", "--force", *csr.split())
         ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
         wait_for(lambda: kubectl(admin, "get", "node", NODE, "-o", ready, check=False)
                  == "True", 60)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from e2e_support import wait_for
 
-from gpushare.controllers.static_nodes import (
+from gpushare.controllers.nodes.static_nodes import (
     STATIC_NODE_ANNOTATION,
     register_static_node,
     static_node,

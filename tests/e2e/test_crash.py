@@ -10,7 +10,7 @@ from fractions import Fraction
 from e2e_support import wait_for
 
 from gpushare.controllers.events import now_rfc3339
-from gpushare.controllers.static_nodes import register_static_node, static_node
+from gpushare.controllers.nodes.static_nodes import register_static_node, static_node
 from gpushare.kube.client import PODS, QUEUES, KubeClient
 
 SIZES = ("0.25", "0.5", "0.25", None)  # fractions, then a whole GPU

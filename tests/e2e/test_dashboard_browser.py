@@ -19,7 +19,7 @@ from pathlib import Path
 from e2e_support import add_node, wait_for
 from playwright.sync_api import expect, sync_playwright
 
-from gpushare.controllers.manager import start_controllers
+from gpushare.controller_manager import start_controllers
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

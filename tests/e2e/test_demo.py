@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 
-import pytest
+from gpushare.tools import find_tool
 
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 TEAMS = ("nlp", "vision", "recsys")
 
 
 def _kubectl(kubeconfig, *args):
-    done = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args, "-o", "json"],
+    done = subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), *args, "-o", "json"],
                           capture_output=True, text=True, timeout=60, check=True)
     return json.loads(done.stdout)
 
@@ -33,6 +32,17 @@ def test_demo_three_virtual_clusters_burst_then_reclaim_330m_each(tmp_path):
     try:
         out = done.stdout + done.stderr
         assert done.returncode == 0, out
+        # --keep says how to stop what it leaves running
+        assert f"stop it with: kill -INT {pid_file.read_text()}" in out
+        # A second demo aimed at the running one refuses at once and touches nothing.
+        log = (tmp_path / "up.log").read_bytes()
+        second = subprocess.run(
+            [sys.executable, "-m", "gpushare.cli.main", "demo", "--data-dir", str(tmp_path),
+             "--gpus", "1xL40S"], capture_output=True, text=True, timeout=60, check=False)
+        assert second.returncode == 2 and "is in use by a running control plane" in \
+            second.stderr and f"kill -INT {pid_file.read_text()}" in second.stderr
+        assert (tmp_path / "admin.kubeconfig").exists()
+        assert (tmp_path / "up.log").read_bytes()[:len(log)] == log
         # Declared GPUs: the GPU steps say they are skipped and no pod runs the matmul worker.
         assert "the GPU steps (a real matmul per team" in out and "skipped" in out
         admin = tmp_path / "admin.kubeconfig"
@@ -68,7 +78,7 @@ def test_demo_three_virtual_clusters_burst_then_reclaim_330m_each(tmp_path):
                       for q in _kubectl(kubeconfig, "get", "queues")["items"]]
             assert queues == [team]
         vision = tmp_path / "tenants" / "vision.kubeconfig"
-        logs = subprocess.run(["kubectl", "--kubeconfig", str(vision), "logs", "vision-train"],
+        logs = subprocess.run([KUBECTL, "--kubeconfig", str(vision), "logs", "vision-train"],
                               capture_output=True, text=True, timeout=60).stdout
         assert "vision step on GPU 0 portion 0.33" in logs
     finally:

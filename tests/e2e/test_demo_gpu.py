@@ -4,7 +4,6 @@ on a real GPU (marked `gpu`, skipped where NVML finds no GPU)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from importlib import resources
@@ -23,6 +22,7 @@ from gpushare.cli.demo_gpu import (
     shares,
     stopped_by_enforcement,
 )
+from gpushare.tools import find_tool
 
 EXAMPLES = resources.files("gpushare.examples") / "three_teams"
 LOG = ("vision step on GPU GPU-1234 portion 0.33\nrate 101.5 TFLOP/s\nrate 99.0 TFLOP/s\n"
@@ -113,7 +113,7 @@ def test_worker_reports_its_team_before_it_needs_torch(tmp_path) -> None:
 def test_demo_on_a_real_gpu_measures_shares_and_stops_the_over_share_pod(tmp_path) -> None:
     if not _nvml_gpu_count():
         pytest.skip("NVML finds no GPU here")
-    assert shutil.which("kubectl"), "the demo needs kubectl"
+    assert find_tool("kubectl"), "the demo needs kubectl"
     done = subprocess.run([sys.executable, "-m", "gpushare.cli.main", "demo", "--data-dir",
                            str(tmp_path), "--timeout", "90"],
                           capture_output=True, text=True, timeout=560, check=False)

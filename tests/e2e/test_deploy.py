@@ -14,7 +14,7 @@ from e2e_support import KUBECTL, add_node, wait_for
 from test_seed_pattern import QUEUES, TEAMS, team_pod
 
 from gpushare.cli.install import DEPLOY, generated_files, render_crds, render_rbac
-from gpushare.controllers.scheduler_config import load_scheduler_config
+from gpushare.controllers.scheduling.scheduler_config import load_scheduler_config
 
 
 def test_generated_manifests_are_current():
@@ -48,7 +48,7 @@ def _settings(objects: list[dict], tmp_path: Path) -> tuple[tuple[str, ...] | No
 
 def test_rendered_deploy_applies_server_side_and_runs_the_three_teams(server, kubectl,
                                                                       tmp_path):
-    from gpushare.controllers.manager import DEFAULT, start_controllers
+    from gpushare.controller_manager import DEFAULT, start_controllers
 
     cluster = _settings(_render("cluster"), tmp_path)[0]
     assert cluster == ("pod-grouper", "scheduler", "queue-status", "node-lifecycle")

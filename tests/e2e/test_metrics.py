@@ -10,8 +10,8 @@ import pytest
 from e2e_support import add_node, wait_for
 from metrics_support import Scraper, total, value
 
-from gpushare.controllers.manager import start_controllers
-from gpushare.controllers.scheduler_metrics import reason_code
+from gpushare.controller_manager import start_controllers
+from gpushare.controllers.scheduling.scheduler_metrics import reason_code
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "src/gpushare/examples/three_teams"
 TEAMS = ("nlp", "vision", "recsys")

@@ -176,8 +176,8 @@ def _near_expiry(tls: NodeTls, pki: Path) -> None:
 
     now = datetime.datetime.now(datetime.UTC)
     cert = x509.load_pem_x509_certificate(tls.cert.read_bytes())
-    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
-    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
+    ca = x509.load_pem_x509_certificate((pki / "node-ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "node-ca.key").read_bytes(), None)
     assert isinstance(ca_key, EllipticCurvePrivateKey)
     builder = (x509.CertificateBuilder().subject_name(cert.subject).issuer_name(ca.subject)
                .public_key(cert.public_key()).serial_number(x509.random_serial_number())
@@ -186,7 +186,7 @@ def _near_expiry(tls: NodeTls, pki: Path) -> None:
     for extension in cert.extensions:
         builder = builder.add_extension(extension.value, extension.critical)
     tls.cert.write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(
-        serialization.Encoding.PEM))
+        serialization.Encoding.PEM) + ca.public_bytes(serialization.Encoding.PEM))
 
 
 def test_a_certificate_near_its_end_is_renewed_and_a_good_one_kept(server, kubectl,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from e2e_support import add_node, fraction_pod, team_queue, wait_for
 
-from gpushare.controllers.scheduler_config import scheduler_config
+from gpushare.controllers.scheduling.scheduler_config import scheduler_config
 
 QUEUE = team_queue("-1", unlimited_cpu_memory=True)
 
@@ -17,7 +17,7 @@ def pod(name: str, pool: str) -> str:
 
 @pytest.fixture
 def pool_controllers(server):
-    from gpushare.controllers.manager import start_controllers
+    from gpushare.controller_manager import start_controllers
 
     config = scheduler_config({"config": {
         "placement": {"gpu": "binpack"},

@@ -25,7 +25,7 @@ def _kubeconfig_for(server, user: str, path) -> str:
 
 
 def test_controllers_work_with_the_shipped_cluster_role(server, kubectl, tmp_path):
-    from gpushare.controllers.manager import start_controllers
+    from gpushare.controller_manager import start_controllers
 
     # The API server created the shipped roles and bindings itself, as they are in the file.
     shipped = {d["metadata"]["name"] for d in yaml.safe_load_all(

@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.cli.compose import api_server
 from gpushare.kube.client import NODES, PODS, KubeClient
 
 WORKER = Path(__file__).resolve().parent / "matmul_worker.py"
@@ -79,7 +79,7 @@ def main() -> int:
     def save() -> None:
         (args.out / "control_plane_results.json").write_text(json.dumps(results, indent=1))
 
-    server = ApiServer(args.data_dir / "api").start()
+    server = api_server(args.data_dir / "api").start()
     kubeconfig = args.data_dir / "api" / "admin.kubeconfig"
     kube = KubeClient.from_kubeconfig(str(kubeconfig))
     logs = k8s_client.CoreV1Api(kube.api_client)  # logs are text, not JSON

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpushare.apiserver.server import ApiServer
+from gpushare.apiserver.http.server import ApiServer
+from gpushare.cli.compose import api_server
 
 PROM = b"# TYPE x_total counter\nx_total 1\n"
 
@@ -24,7 +25,7 @@ def _client(server: ApiServer, token: str | None) -> httpx.Client:
 
 @pytest.fixture
 def server(tmp_path: Path):
-    with ApiServer(tmp_path / "api") as s:
+    with api_server(tmp_path / "api") as s:
         s.tokens.add("scraper-token", "prometheus", [])
         s.tokens.add("nobody-token", "nobody", [])
         yield s
@@ -64,7 +65,7 @@ def test_metrics_need_a_token_allowed_to_get_them(server):
 
 
 def test_anonymous_scrape_only_with_the_flag(tmp_path):
-    with ApiServer(tmp_path / "api", anonymous_metrics=True) as s, _client(s, None) as c:
+    with api_server(tmp_path / "api", anonymous_metrics=True) as s, _client(s, None) as c:
         r = c.get("/metrics")
         assert r.status_code == 200 and "apiserver_request_total" in r.text
         # the flag opens reading, not pushing

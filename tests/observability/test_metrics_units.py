@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpushare.apiserver.errors import ApiError
-from gpushare.apiserver.telemetry import ComponentMetrics, ResourceUsage
-from gpushare.controllers.scheduler_metrics import SchedulerMetrics, reason_code
+from gpushare.apiserver.telemetry.pushes import ComponentMetrics, ResourceUsage
+from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics, reason_code
 from gpushare.model.queue import Queue, ResourceSpec
 from gpushare.scheduler.decisions import Bind, CycleResult, Evict, Pipeline, QueueReport
 

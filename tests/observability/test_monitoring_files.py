@@ -16,11 +16,12 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from gpushare.agent.node.inventory import declared_gpus
 from gpushare.agent.runtime.telemetry import AgentMetrics
-from gpushare.apiserver.metrics import Metrics
-from gpushare.apiserver.server import ApiServer
-from gpushare.controllers.scheduler_metrics import SchedulerMetrics
+from gpushare.apiserver.telemetry.metrics import Metrics
+from gpushare.cli.compose import api_server
+from gpushare.controllers.scheduling.scheduler_metrics import SchedulerMetrics
+from gpushare.tools import find_tool
 
-ROOT = Path(__file__).resolve().parents[2] / "deploy/monitoring"
+ROOT = Path(__file__).resolve().parents[2] / "src/gpushare/deploy/monitoring"
 NAME = re.compile(r"\b((?:queue|gpushare|apiserver|task|e2e|action)_[a-z0-9_]+)\b")
 SUFFIXES = ("_bucket", "_count", "_sum", "_total")
 
@@ -76,13 +77,13 @@ def test_scrape_config_uses_a_bearer_token_over_https():
 
 
 def test_the_shipped_rbac_lets_prometheus_scrape_and_nothing_more(tmp_path):
-    with ApiServer(tmp_path / "api") as server:
+    with api_server(tmp_path / "api") as server:
         server.tokens.add("prom-token", "prometheus", [])
         env = {**os.environ, "KUBECONFIG": str(tmp_path / "api/admin.kubeconfig")}
         for args in (["create", "namespace", "monitoring"],
                      ["apply", "-f", str(ROOT / "rbac.yaml")]):
-            done = subprocess.run(["/usr/bin/kubectl", *args], env=env, capture_output=True,
-                                  text=True, timeout=60)
+            done = subprocess.run([find_tool("kubectl") or "kubectl", *args], env=env,
+                                  capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
         assert server.ca_path is not None
         tls = ssl.create_default_context(cafile=str(server.ca_path))

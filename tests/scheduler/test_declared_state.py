@@ -61,7 +61,7 @@ def test_the_reclaim_rules_read_the_sessions_allocatable_share() -> None:
             figures = QueueFigures(session)
             for name in state.queues:
                 assert figures.share(name).allocatable_share() == as_quantities(
-                    session.allocatable_share(name)
+                    session.proportion.allocatable_share(name)
                 ), name
 
 

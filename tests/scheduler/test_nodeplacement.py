@@ -1,4 +1,4 @@
-"""Placement strategies are objects looked up by name; a registered one drives the choice."""
+"""Placement strategies are objects looked up by name; one in the registry drives the choice."""
 
 from dataclasses import dataclass
 
@@ -6,14 +6,13 @@ import pytest
 from scheduler_builders import add_job, cluster, queue
 
 from gpushare.model.schema import ScenarioError
-from gpushare.scheduler import Config, nodeplacement, run_cycle
-from gpushare.scheduler.nodeplacement import (
-    BINPACK,
-    SPREAD,
-    Binpack,
+from gpushare.scheduler import Config, run_cycle
+from gpushare.scheduler.frag_placement import FGD, FRAGMENTATION
+from gpushare.scheduler.nodeplacement import BINPACK, SPREAD, Binpack
+from gpushare.scheduler.placement_registry import (
+    PLACEMENT_STRATEGIES,
     placement_strategy,
     placement_strategy_names,
-    register_placement_strategy,
 )
 from gpushare.simulator.scenario import parse
 
@@ -47,7 +46,7 @@ class EmptiestGpu(Binpack):
 
 
 def test_a_registered_strategy_is_accepted_by_name_and_chooses_the_gpu(monkeypatch):
-    monkeypatch.setitem(nodeplacement._STRATEGIES, "test-emptiest-gpu", EmptiestGpu())
+    monkeypatch.setitem(PLACEMENT_STRATEGIES, "test-emptiest-gpu", EmptiestGpu())
     assert "test-emptiest-gpu" in placement_strategy_names()
     chosen = {}
     for name in ("binpack", "test-emptiest-gpu"):
@@ -61,10 +60,11 @@ def test_a_registered_strategy_is_accepted_by_name_and_chooses_the_gpu(monkeypat
     assert chosen == {"binpack": (0,), "test-emptiest-gpu": (1,)}
 
 
-def test_register_placement_strategy_adds_it(monkeypatch):
-    monkeypatch.setattr(nodeplacement, "_STRATEGIES", dict(nodeplacement._STRATEGIES))
-    register_placement_strategy(EmptiestGpu())
-    assert placement_strategy("test-emptiest-gpu") == EmptiestGpu()
+def test_the_registry_names_each_strategy_by_its_own_name():
+    """The literal table holds every strategy, each under the name configs use for it."""
+    assert PLACEMENT_STRATEGIES == {"binpack": BINPACK, "spread": SPREAD, "fgd": FGD,
+                                    "fragmentation": FRAGMENTATION}
+    assert all(name == s.name for name, s in PLACEMENT_STRATEGIES.items())
 
 
 def test_scenario_with_an_unknown_placement_names_the_field():

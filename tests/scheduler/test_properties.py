@@ -22,7 +22,7 @@ from gpushare.model import (
 from gpushare.model.quantities import MILLI, RESOURCES
 from gpushare.scheduler import ClusterState, Config, run_cycle
 from gpushare.scheduler.gang import GangView
-from gpushare.scheduler.nodeplacement import placement_strategy_names
+from gpushare.scheduler.placement_registry import placement_strategy_names
 from gpushare.simulator import settle
 
 UNL = Fraction(-1)

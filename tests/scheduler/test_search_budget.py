@@ -86,7 +86,7 @@ def test_a_bad_budget_names_the_key(value):
 
 
 def test_a_cycle_that_spent_its_budget_asks_the_loop_for_another():
-    from gpushare.controllers.scheduler_loop import work_left
+    from gpushare.controllers.scheduling.scheduler_loop import work_left
 
     _, [spent] = _run(_stuck_then_possible(victimSearchBudget=1), 1)
     _, [done] = _run(_stuck_then_possible(victimSearchBudget=0), 1)

@@ -80,7 +80,8 @@ def test_steady_share_counts_idle_weighted_queues_and_caps_by_limit():
     }
     sc = parse(data)
     session = open_session(build_state(sc), sc.config, 0.0)
-    steady = SteadyShares.of(session)
+    steady = session.proportion.reclaim_rules(steady=True, saturation_multiplier=F(1)).steady
+    assert steady is not None
     # a, b and c share what is left by weight though only a runs anything; c's limit caps
     # what it may keep; d (unlimited quota) is never above; e keeps its quota.
     assert steady.steady["a"] == steady.steady["b"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,21 @@ def test_several_scenarios_get_one_plot_each(tmp_path):
     written = sorted(p.name for p in tmp_path.glob("seed-*.png"))
     assert len(written) == len(list(folder.glob("*.yaml")))
     assert "seed-seed-teams-come-back-and-reclaim-kai.png" in written
+
+
+def test_without_matplotlib_plot_fails_naming_the_extra_and_runs_nothing(tmp_path):
+    """matplotlib is the `plot` extra: without it, --plot is refused before any scenario
+    runs, with the pip command to get it; the same scenario without --plot still runs."""
+    blocked = ("import runpy, sys; sys.modules['matplotlib'] = None; sys.argv = sys.argv[1:]; "
+               "runpy.run_module('gpushare.cli.main', run_name='__main__')")
+    out = tmp_path / "alloc.png"
+    wide = {**os.environ, "COLUMNS": "300"}  # typer's error box keeps the message on one line
+    done = subprocess.run([sys.executable, "-c", blocked, "gpushare", "simulate", "scenario",
+                           str(SCENARIO), "--plot", str(out)],
+                          capture_output=True, text=True, timeout=120, env=wide)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "pip install 'gpushare[plot]'" in done.stderr
+    assert "ok " not in done.stdout and not out.exists()
+    plain = subprocess.run([sys.executable, "-c", blocked, "gpushare", "simulate", "scenario",
+                            str(SCENARIO)], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0 and plain.stdout.startswith("ok "), plain.stderr

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpushare.tools import find_tool
 from waiting import wait_for
 
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = find_tool("kubectl") or "kubectl"  # the environment's kubectl wheel, else PATH
 GPUSHARE = [sys.executable, "-m", "gpushare.cli.main"]
 
 QUEUES = """

@@ -10,8 +10,8 @@ from typing import Any
 
 from tenancy_support import wait_for
 
-from gpushare.apiserver.server import ApiServer
-from gpushare.controllers.manager import start_controllers
+from gpushare.cli.compose import api_server
+from gpushare.controller_manager import start_controllers
 from gpushare.kube.client import EVENTS, PODS, KubeClient
 from gpushare.tenancy.controller import VIRTUALCLUSTERS, tenant_client
 from store_edit import store_put
@@ -44,7 +44,7 @@ def _synced(host: KubeClient) -> set[str]:
 
 
 def test_a_malformed_tenant_pod_is_not_synced_and_holds_nothing_up(tmp_path: Path) -> None:
-    server = ApiServer(tmp_path / "data").start()
+    server = api_server(tmp_path / "data").start()
     kubeconfig = str(tmp_path / "data" / "admin.kubeconfig")
     host = KubeClient.from_kubeconfig(kubeconfig)
     running = start_controllers(kubeconfig, enabled=("tenancy",))

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from tenancy_support import wait_for
 
-from gpushare.apiserver.server import ApiServer
-from gpushare.controllers.manager import ControllerSet, start_controllers
+from gpushare.cli.compose import api_server
+from gpushare.controller_manager import ControllerSet, start_controllers
 from gpushare.kube.client import PODS, KubeClient
 from gpushare.tenancy import names
 from gpushare.tenancy.controller import VIRTUALCLUSTERS, tenant_client
@@ -34,7 +34,7 @@ def _pod(name: str) -> dict[str, Any]:
 
 class Running:
     def __init__(self, root: Path) -> None:
-        self.server = ApiServer(root / "data").start()
+        self.server = api_server(root / "data").start()
         self.kubeconfig = str(root / "data" / "admin.kubeconfig")
         self.host = KubeClient.from_kubeconfig(self.kubeconfig)
         self.controllers: ControllerSet = start_controllers(self.kubeconfig,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from tenancy_support import wait_for
 
-from gpushare.apiserver.server import ApiServer
-from gpushare.controllers.manager import start_controllers
+from gpushare.cli.compose import api_server
+from gpushare.controller_manager import start_controllers
 from gpushare.kube.client import PODS, KubeClient
 from gpushare.tenancy.controller import VIRTUALCLUSTERS, tenant_client
 
@@ -29,7 +29,7 @@ def _host_pods(host: KubeClient) -> dict[str, dict]:
 
 
 def test_syncer_restart_loses_and_duplicates_nothing(tmp_path: Path):
-    server = ApiServer(tmp_path / "data").start()
+    server = api_server(tmp_path / "data").start()
     kubeconfig = str(tmp_path / "data" / "admin.kubeconfig")
     host = KubeClient.from_kubeconfig(kubeconfig)
     running = start_controllers(kubeconfig, enabled=("tenancy",))

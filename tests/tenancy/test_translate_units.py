@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpushare.controllers.grouping import PodGroupPlan
+from gpushare.controllers.scheduling.grouping import PodGroupPlan
 from gpushare.tenancy import names, translate, views
 from gpushare.tenancy.policy import TenantPolicy, validate_virtual_cluster
 

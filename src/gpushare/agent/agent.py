@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpushare.agent.endpoint.nodeserver import NodeHandlers, NodeServer
+from gpushare.agent.endpoint.podexec import exec_in_pod
 from gpushare.agent.endpoint.streams import ExecTarget
 from gpushare.agent.gpu.enforcement import Enforcement
 from gpushare.agent.gpu.gpu_share import (
@@ -34,11 +35,13 @@ from gpushare.agent.node.inventory import GpuInventory, HostResources
 from gpushare.agent.node.nodeauth import CallerCheck
 from gpushare.agent.node.nodecert import NodeTls, ensure_serving_certificate
 from gpushare.agent.pods import ledger
-from gpushare.agent.pods.podspec import ContainerPlan, decode_secret
+from gpushare.agent.pods.apivalues import ApiValues
 from gpushare.agent.pods.statuswriter import StatusSink, StatusWriter
 from gpushare.agent.runtime import sandbox as sb
 from gpushare.agent.runtime.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
+from gpushare.agent.runtime.network.addressing import NetworkError
+from gpushare.agent.runtime.network.podnet import open_network
 from gpushare.agent.runtime.planning import make_planner
 from gpushare.agent.runtime.podresources import (
     PodResources,
@@ -46,7 +49,6 @@ from gpushare.agent.runtime.podresources import (
     ResourceConfig,
     remove_pod_directory,
 )
-from gpushare.agent.runtime.probes import join_cgroups
 from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
 from gpushare.agent.runtime.stdio import ContainerStdin
 from gpushare.agent.runtime.supervisor import (
@@ -56,21 +58,19 @@ from gpushare.agent.runtime.supervisor import (
     kill_unrecorded,
 )
 from gpushare.agent.runtime.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
-from gpushare.apiserver import shapes
-from gpushare.bodies import field_dict
-from gpushare.contracts import GPU_USAGE_ANNOTATION
+from gpushare.api import shapes
+from gpushare.api.contracts import GPU_USAGE_ANNOTATION
+from gpushare.api.objects import field_dict
+from gpushare.api.timefmt import rfc3339, rfc3339_micro
 from gpushare.kube.client import (
-    CONFIGMAPS,
     NODES,
     PODS,
-    SECRETS,
     ApiError,
     KubeClient,
     Stopper,
 )
 from gpushare.kube.informer import Informer
 from gpushare.kube.lease import renew_node_lease
-from gpushare.kube.timefmt import rfc3339, rfc3339_micro
 
 log = logging.getLogger("gpushare.agent")
 
@@ -109,28 +109,16 @@ class AgentConfig:
     sandbox_hidden: tuple[Path, ...] = ()
     #: Cgroup limits, volumes, local storage (runtime/podresources.py).
     resources: ResourceConfig = field(default_factory=ResourceConfig)
+    #: Host paths pods may read though the sandbox hides their place (--sandbox-read-only).
+    sandbox_read_only: tuple[Path, ...] = ()
+    #: The pods' network: auto (isolated when the node can), isolated, or host.
+    pod_network: str = "auto"
+    #: The node's pod CIDR (auto: 10.244.<n>.0/24, the first free n from the data dir's).
+    pod_cidr: str = "auto"
 
 
 # How long forgetting a pod waits for its processes to end (SIGKILL, then the reaping).
 FORGET_WAIT_S = 10.0
-
-
-class _ApiValues:
-    def __init__(self, kube: KubeClient) -> None:
-        self._kube = kube
-
-    def config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        body = self._kube.get(CONFIGMAPS.item(name, namespace))
-        return None if body is None else dict(body.get("data") or {})
-
-    def secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        body = self._kube.get(SECRETS.item(name, namespace))
-        if body is None:
-            return None
-        values = decode_secret(body.get("data") or {}) or {}
-        # a real API server folds stringData into data on write; accept it unfolded too
-        values.update({k: str(v) for k, v in (body.get("stringData") or {}).items()})
-        return values
 
 
 @dataclass(slots=True)
@@ -161,15 +149,16 @@ class Agent:
         self._pods: dict[str, _Running] = {}  # by uid
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        self._writes_stop = threading.Event()  # set once the pods' last statuses are queued
         # The pods bound to this node, listed and watched by the shared informer.
         self._pod_stopper = Stopper()
         self._pod_informer = Informer(kube, PODS, self._pod_stopper,
                                       field_selector=self._on_this_node,
                                       watch_timeout_seconds=config.watch_timeout_s)
         self._skipped: set[str] = set()  # uids of pods skipped as malformed (event sent)
-        self.writer = StatusWriter(kube, config.node_name, self._stop)
+        self.writer = StatusWriter(kube, config.node_name, self._writes_stop)
         self._writes = self.writer.writes
-        self._values = _ApiValues(kube)
+        self._values = ApiValues(kube)
         self._threads: list[threading.Thread] = []
         self._ready_since = time.time()
         self._last_usage: dict[str, str] = {}
@@ -194,12 +183,15 @@ class Agent:
             )
         self.node_server: NodeServer | None = None
         self.sandbox = sb.open_for_pods(
-            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden]),
+            sb.choose_policy(config.sandbox, [config.data_dir, *config.sandbox_hidden],
+                             config.sandbox_read_only),
             config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
         self.resources = PodResources(  # on the pods whose processes have not ended
             kube, config.node_name, config.data_dir, config.resources,
             lambda: [(k, p) for k, p in self.pods().items() if p.holds_gpu], self.heartbeat)
+        self.network = open_network(kube, config.pod_network, config.pod_cidr,
+                                    config.data_dir)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------
@@ -238,7 +230,7 @@ class Agent:
         tls = self._serving_certificate()
         server = NodeServer(
             NodeHandlers(self._locate, self._container_running, self._exec_target,
-                         self._stdin), tls,
+                         self._stdin, self.pod_netns), tls,
             CallerCheck(self.kube, self.config.node_name).check, self.config.address,
             self.config.port)
         server.start()
@@ -247,6 +239,7 @@ class Agent:
     def start(self) -> None:
         self.node_server = self._start_node_server()
         try:
+            self.network.start()
             self.register()
             self._adopt_or_clean()
         except BaseException:
@@ -290,6 +283,7 @@ class Agent:
                 entry.supervisor.shutdown(self.config.shutdown_grace_s)
             for entry in running:
                 entry.supervisor.wait(self.config.shutdown_grace_s + 15)
+        self._writes_stop.set()  # the writer sends what is queued, then ends
         deadline = time.monotonic() + 5
         while not self._writes.empty() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -307,6 +301,7 @@ class Agent:
             busy = any(not e.supervisor.finished for e in self._pods.values())
         if self.enforcement.mps is not None and (stop_pods or not busy):
             self.enforcement.mps.stop_all()
+        self.network.stop(teardown=stop_pods or not busy)  # running pods keep theirs
 
     def wait(self) -> None:
         while not self._stop.wait(1.0):
@@ -353,7 +348,13 @@ class Agent:
                 },
             )
         self._ready_since = time.time()
+        body["status"]["conditions"].append(self._network_condition())
         self._patch_node_status({"status": body["status"]})
+        with contextlib.suppress(ApiError):  # the node's pod CIDR, as a kubelet's Node
+            self.kube.merge_patch(node, {"spec": self.network.node_spec()})
+
+    def _network_condition(self) -> dict[str, Any]:
+        return self.network.condition(rfc3339(time.time()), rfc3339(self._ready_since))
 
     def heartbeat(self) -> None:
         now = time.time()
@@ -366,6 +367,7 @@ class Agent:
                             nodes.sandbox_condition(*self._sandbox_summary(), now,
                                                     self._ready_since),
                             *self.resources.conditions(now, self._ready_since),
+                            self._network_condition(),
                         ],
                         "daemonEndpoints": {"kubeletEndpoint": {"Port": self.node_port}},
                     }
@@ -405,6 +407,7 @@ class Agent:
             )
             for p in pods
         }
+        self.network.cleanup(uid for uid in live.values() if uid)
         root = pods_root(self.config.data_dir)
         gone: list[Path] = []
         for ns_dir in root.iterdir() if root.is_dir() else []:
@@ -521,6 +524,9 @@ class Agent:
             if refused is not None:
                 self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
                 return
+            if (refused_network := self.network.refusal(pod)) is not None:
+                self._fail_unstartable(pod, *refused_network)
+                return
             try:
                 limits = self.resources.admit(pod, directory)
             except Refused as refused_pod:
@@ -528,13 +534,18 @@ class Agent:
                 return
             directory.mkdir(parents=True, exist_ok=True)
             state = self._sandbox_for(pod, directory, share, recorded == uid)
+            try:
+                state, pod_ip = self.network.sandbox_for(pod, state)
+            except NetworkError as exc:
+                self._fail_unstartable(pod, "FailedCreatePodSandBox", str(exc))
+                return
             volumes = self.resources.volumes_for(pod, directory, self._values,
                                                  self.tokens.request, state)
             supervisor = PodSupervisor(
                 pod,
                 directory,
                 make_planner(
-                    pod,
+                    self.network.with_address(pod, pod_ip),
                     share,
                     self._runtime_env(pod),
                     self._values,
@@ -542,7 +553,7 @@ class Agent:
                     self.inventory.declared,
                     self.config.address,
                 ),
-                StatusSink(self._writes, namespace, name, uid),
+                StatusSink(self._writes, namespace, name, uid, pod_ip),
                 self.config.supervisor,
                 state,
                 limits,
@@ -566,7 +577,8 @@ class Agent:
             state = sb.new_state(
                 self.sandbox, directory, str(meta.get("name") or "pod")[:63],
                 sb.ids_in_use(pods_root(self.config.data_dir)), mps_gpu,
-                sb.gpu_devices() if share is not None else (), writable)
+                sb.gpu_devices(d.index for d in share.devices) if share is not None else (),
+                writable)
         sb.prepare(state, pods_root(self.config.data_dir))
         if self.tokens.wanted(pod):
             written = self.tokens.write(pod, state)
@@ -575,8 +587,15 @@ class Agent:
                 sb.save_state(state)
         if not adopted:
             self._writes.put(("annotations", meta.get("namespace", "default"),
-                              meta.get("name", ""), "", {nodes.ANN_SANDBOX: _describe(state)}))
+                              meta.get("name", ""), "",
+                              {nodes.ANN_SANDBOX: sb.describe_state(state)}))
         return state
+
+    def pod_netns(self, namespace: str, name: str) -> str | None:
+        """The network namespace of a pod running here (None: the node's network)."""
+        with self._lock:
+            uids = [u for u, e in self._pods.items() if (e.namespace, e.name) == (namespace, name)]
+        return self.network.netns_of(uids[0]) if uids else None
 
     def _mps_client(self, share: GpuShare | None) -> tuple[int | None, tuple[str, ...]]:
         """(GPU index, its pipe directory) when the pod will be a client of an MPS daemon."""
@@ -613,6 +632,7 @@ class Agent:
             with self._lock:
                 if self._pods.get(uid or "") is entry:
                     del self._pods[uid or ""]
+            self.network.release(uid or "")
             remove_pod_directory(entry.supervisor.directory)
 
         threading.Thread(target=reap, daemon=True).start()
@@ -633,15 +653,15 @@ class Agent:
         self.event(pod, reason, message)
 
     def _runtime_env(self, pod: dict[str, Any]) -> dict[str, str]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)
-        }
+        env = {k: v for k, v in os.environ.items()
+               if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)}
         env["HOSTNAME"] = (pod.get("metadata") or {}).get("name", "")
-        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox)
+        # as the kubelet: where the API is (the pod's token, if any, is in its sandbox); on
+        # its own network, a pod reaches it through the `kubernetes` Service only
         api = urlsplit(self.kube.host)
-        if api.hostname:
+        if service := self.network.api_env(pod):
+            env.update(service)
+        elif api.hostname:
             env["KUBERNETES_SERVICE_HOST"] = api.hostname
             env["KUBERNETES_SERVICE_PORT"] = str(
                 api.port or (443 if api.scheme == "https" else 80))
@@ -765,30 +785,8 @@ class Agent:
             return {f"{e.namespace}/{e.name}": e.supervisor for e in self._pods.values()}
 
 
-def exec_in_pod(pod_directory: Path, plan: ContainerPlan, command: list[str],
-                sandbox: sb.SandboxState | None = None, pgid: int | None = None,
-                cgroups: tuple[str, ...] = ()) -> ExecTarget:
-    """How `kubectl exec` runs `command` in a running container: the container's
-    environment and working directory, inside its sandbox (the namespaces of its run
-    `pgid`, as the pod's user) and its cgroups. The one place that decides it."""
-    argv, env, cwd = list(command), dict(plan.env), pod_directory / plan.working_dir
-    if sandbox is not None and sandbox.mode != sb.NONE and pgid is not None:
-        argv, env, where = sb.enter_argv(sandbox, pgid, command, env=plan.env, cwd=str(cwd))
-        cwd = Path(where)
-    return ExecTarget(argv=join_cgroups(cgroups, argv), env=env, cwd=cwd)
-
-
-def _describe(state: sb.SandboxState) -> str:
-    if state.mode == sb.NONE:
-        return "none: runs as the agent's user"
-    if state.user_namespace:
-        return f"{state.mode}: the agent's uid {state.uid} in a user namespace"
-    return f"{state.mode}: uid {state.uid} gid {state.gid}"
-
-
 def _recorded_uid(directory: Path) -> str | None:
     import json
-
     try:
         return json.loads((directory / META_DIR / "state.json").read_text()).get("uid")
     except (OSError, ValueError):

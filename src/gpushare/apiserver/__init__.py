@@ -1,4 +1,4 @@
 """The embedded Kubernetes-compatible API server (see docs/apiserver.md).
 
-Entry point: `gpushare.apiserver.server.ApiServer`.
+Entry point: `gpushare.apiserver.http.server.ApiServer`.
 """

@@ -2,74 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+# `ApiError` and `invalid` live with the shared vocabulary (`gpushare.api.status`), where
+# the parts that plug into the server raise them too; the server's other errors are here.
+from gpushare.api.shapes import Cause
+from gpushare.api.status import ApiError, invalid, status_details
 
-_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    406: "NotAcceptable",
-    409: "Conflict",
-    410: "Expired",
-    415: "UnsupportedMediaType",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-}
-
-
-@dataclass
-class Cause:
-    field: str
-    message: str
-    reason: str = "FieldValueInvalid"
-
-    def to_dict(self) -> dict[str, str]:
-        return {"reason": self.reason, "message": self.message, "field": self.field}
-
-
-@dataclass
-class ApiError(Exception):
-    """An error the API answers with; `status_body()` is what the client sees."""
-
-    code: int
-    message: str
-    reason: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not self.reason:
-            self.reason = _REASONS.get(self.code, "Unknown")
-        super().__init__(self.message)
-
-    def status_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details or self.reason == "NotFound":
-            # kube-apiserver's 404 for a path it does not serve has empty details; clients
-            # read them (kubectl debug tells "no ephemeralcontainers" from "no such pod").
-            body["details"] = self.details
-        return body
-
-
-def _details(group: str, kind: str, name: str) -> dict[str, Any]:
-    d: dict[str, Any] = {"kind": kind}
-    if name:
-        d["name"] = name
-    if group:
-        d["group"] = group
-    return d
+__all__ = ["ApiError", "Cause", "already_exists", "bad_request", "conflict", "forbidden", "gone",
+           "invalid", "not_found"]
 
 
 def _qualified(group: str, resource: str) -> str:
@@ -81,7 +20,7 @@ def not_found(group: str, resource: str, name: str) -> ApiError:
         404,
         f'{_qualified(group, resource)} "{name}" not found',
         "NotFound",
-        _details(group, resource, name),
+        status_details(group, resource, name),
     )
 
 
@@ -90,7 +29,7 @@ def already_exists(group: str, resource: str, name: str) -> ApiError:
         409,
         f'{_qualified(group, resource)} "{name}" already exists',
         "AlreadyExists",
-        _details(group, resource, name),
+        status_details(group, resource, name),
     )
 
 
@@ -99,16 +38,8 @@ def conflict(group: str, resource: str, name: str, why: str) -> ApiError:
         409,
         f'Operation cannot be fulfilled on {_qualified(group, resource)} "{name}": {why}',
         "Conflict",
-        _details(group, resource, name),
+        status_details(group, resource, name),
     )
-
-
-def invalid(group: str, kind: str, name: str, causes: list[Cause]) -> ApiError:
-    summary = ", ".join(f"{c.field}: {c.message}" for c in causes)
-    qualified = f"{kind}.{group}" if group else kind
-    details = _details(group, kind, name)
-    details["causes"] = [c.to_dict() for c in causes]
-    return ApiError(422, f'{qualified} "{name}" is invalid: {summary}', "Invalid", details)
 
 
 def bad_request(message: str) -> ApiError:
@@ -122,7 +53,7 @@ def forbidden(user: str, verb: str, group: str, resource: str, name: str, ns: st
         f'{resource}{target} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
         f'in API group "{group}"{scope}'
     )
-    return ApiError(403, message, "Forbidden", _details(group, resource, name))
+    return ApiError(403, message, "Forbidden", status_details(group, resource, name))
 
 
 def gone(message: str) -> ApiError:

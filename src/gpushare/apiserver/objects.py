@@ -5,10 +5,11 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+
+from gpushare.api.timefmt import rfc3339
 
 
 def deep_copy(obj: Any) -> Any:
@@ -24,13 +25,12 @@ def now_rfc3339() -> str:
     second = int(time.time())
     if second != _now_cache[0]:
         _now_cache[0] = second
-        _now_cache[1] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        _now_cache[1] = rfc3339(second)
     return str(_now_cache[1])
 
 
 def rfc3339_after(seconds: float) -> str:
-    t = datetime.now(UTC).timestamp() + seconds
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(time.time() + seconds)
 
 
 def new_uid() -> str:
@@ -55,3 +55,4 @@ def status_success(kind: str, name: str, uid: str = "", group: str = "") -> dict
         details["uid"] = uid
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
             "details": details}
+

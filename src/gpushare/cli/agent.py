@@ -90,6 +90,22 @@ def agent(
         float, typer.Option(help="seconds between re-reads of the configMaps, Secrets and "
                             "tokens mounted as volumes")
     ] = 15.0,
+    sandbox_read_only: Annotated[
+        list[Path] | None, typer.Option(
+            "--sandbox-read-only", help="a host path under /tmp, /run, /root or /home that "
+            "pods may read (bound read-only into every bwrap sandbox; repeatable). Nothing a "
+            "pod names itself is bound")
+    ] = None,
+    pod_network: Annotated[
+        str, typer.Option(help="auto|isolated|host: each pod in a network namespace of its "
+                          "own on the node's bridge (auto: when the node can; else pods share "
+                          "the node's network, the Node says so and tenants' pods are "
+                          "refused)")
+    ] = "auto",
+    pod_cidr: Annotated[
+        str, typer.Option(help="the node's pod addresses, e.g. 10.244.1.0/24 (auto: "
+                          "10.244.<n>.0/24 with an n no other agent here uses)")
+    ] = "auto",
 ) -> None:
     """Register this machine as a Node and run the pods bound to it as local processes."""
     from gpushare import __version__
@@ -102,9 +118,9 @@ def agent(
     from gpushare.agent.runtime.podresources import ResourceConfig
     from gpushare.agent.runtime.sandbox import mps_base
     from gpushare.agent.runtime.supervisor import SupervisorConfig
-    from gpushare.kube import quantity
+    from gpushare.api import quantity
+    from gpushare.api.quantity import QuantityError
     from gpushare.kube.client import KubeClient
-    from gpushare.kube.quantity import QuantityError
     from gpushare.model.gpu_products import GpuSpecError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s agent %(levelname)s %(message)s")
@@ -166,6 +182,9 @@ def agent(
                                  pod_pids_limit=pod_pids_limit or None,
                                  storage_check_s=storage_check, disk_min_free=min_free,
                                  volume_refresh_s=volume_refresh),
+        sandbox_read_only=tuple(sandbox_read_only or ()),
+        pod_network=pod_network,
+        pod_cidr=pod_cidr,
     )
     try:
         kube = KubeClient.from_kubeconfig(str(kubeconfig))
@@ -173,11 +192,12 @@ def agent(
         typer.echo(f"error: --kubeconfig {kubeconfig}: {exc}", err=True)
         raise typer.Exit(2) from None
     from gpushare.agent.runtime.cgroups import CgroupError
+    from gpushare.agent.runtime.network.addressing import NetworkError
     from gpushare.agent.runtime.sandbox import SandboxError
 
     try:
         runner = Agent(kube, config, inventory, host_resources(), chosen, nvml)
-    except (SandboxError, CgroupError) as exc:
+    except (SandboxError, CgroupError, NetworkError) as exc:
         typer.echo(f"error: {exc}", err=True)
         if chosen.mps is not None:
             chosen.mps.stop_all()
@@ -200,7 +220,8 @@ def agent(
     typer.echo(
         f"node {name}: {inventory.count} GPU(s){' (declared)' if inventory.declared else ''}, "
         f"enforcement {chosen.annotation}, node endpoint on https port {runner.node_port}, "
-        f"sandbox {runner.sandbox.mode}, limits: {runner.resources.limits.reason}"
+        f"sandbox {runner.sandbox.mode}, limits: {runner.resources.limits.reason}; "
+        f"pod network: {runner.network.describe()}"
     )
     while not done.wait(1.0):
         pass

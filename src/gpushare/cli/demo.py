@@ -18,7 +18,7 @@ keep their rate (step 6). With declared GPUs those steps are skipped.
 from __future__ import annotations
 
 import contextlib
-import shutil
+import fcntl
 import signal
 import statistics
 import subprocess
@@ -33,6 +33,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gpushare.api.contracts import GPU_RESOURCE
 from gpushare.cli.demo_gpu import (
     ENFORCEMENT,
     gpu_manifest,
@@ -43,6 +44,7 @@ from gpushare.cli.demo_gpu import (
     shares,
     stopped_by_enforcement,
 )
+from gpushare.tools import ToolMissing, require_tool
 
 TEAMS = ("nlp", "vision", "recsys")
 
@@ -67,10 +69,16 @@ def demo(
     keep: Annotated[bool, typer.Option(help="leave the control plane running at the end")] = False,
 ) -> None:
     """Run the three-team pattern: a virtual cluster per team, burst, then reclaim 330m each."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        typer.echo("error: the demo drives the control plane with kubectl; install it", err=True)
-        raise typer.Exit(2)
+    try:
+        kubectl = require_tool("kubectl")
+    except ToolMissing as missing:
+        typer.echo(f"error: the demo drives the control plane with kubectl: {missing}", err=True)
+        raise typer.Exit(2) from None
+    if data_dir is not None:
+        refusal = _unusable(data_dir)
+        if refusal:
+            typer.secho(f"error: {refusal}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(2)
     gpus = gpus or (None if _nvml_gpu_count() else "1xL40S")
     if keep and data_dir is None:
         data_dir = Path(tempfile.mkdtemp(prefix="gpushare-demo-"))
@@ -333,7 +341,7 @@ class _Kubectl:
 
     def allocated(self, queue: str) -> str | None:
         status = self.json("get", "queue", queue).get("status", {})
-        return (status.get("allocated") or {}).get("nvidia.com/gpu")
+        return (status.get("allocated") or {}).get(GPU_RESOURCE)
 
     def wait(self, timeout: float, what: str, check: Callable[[], bool]) -> None:
         deadline = time.monotonic() + timeout
@@ -360,18 +368,54 @@ def _scratch_dir(data_dir: Path | None) -> Iterator[Path]:
         yield Path(tmp)
 
 
+def _unusable(root: Path) -> str | None:
+    """Why the demo cannot use `root`, or None: a control plane runs there (its lock is
+    held), or an earlier run left its state (the demo's story needs an empty cluster).
+    Nothing in `root` is touched."""
+    from gpushare.apiserver.http.server import DB_NAME, LOCK_NAME
+
+    lock = root / LOCK_NAME
+    if lock.exists():
+        with lock.open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                pid_file = root / "demo.pid"
+                pid = pid_file.read_text().strip() if pid_file.exists() else ""
+                stop = f"kill -INT {pid}" if pid else "stop its gpushare up (Ctrl-C)"
+                return (f"{root} is in use by a running control plane; the demo leaves it "
+                        f"alone. Stop it first ({stop}) or choose another --data-dir.")
+    if (root / DB_NAME).exists():
+        return (f"{root} holds the state of an earlier run ({root / DB_NAME}); the demo needs "
+                "an empty cluster: remove the directory or choose another --data-dir "
+                "(the demo's control plane, once stopped, can still be started there with "
+                f"`gpushare up --data-dir {root}`).")
+    return None
+
+
 @contextlib.contextmanager
 def _control_plane(root: Path, gpus: str | None, keep: bool) -> Iterator[Path]:
-    """Start ``gpushare up`` on a free port and yield its admin kubeconfig."""
+    """Start ``gpushare up`` on a free port and yield its admin kubeconfig.
+
+    The control plane's lock is taken before anything in `root` is removed or truncated,
+    and let go just before ``gpushare up`` takes it."""
+    from gpushare.apiserver.http.server import LOCK_NAME
+
     kubeconfig = root / "admin.kubeconfig"
-    kubeconfig.unlink(missing_ok=True)
     args = [sys.executable, "-m", "gpushare.cli.main", "up", "--data-dir", str(root),
             "--port", "0"]
     if gpus:
         args += ["--gpus", gpus]
     log_path = root / "up.log"
+    with (root / LOCK_NAME).open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise DemoFailed(_unusable(root) or f"{root} is in use") from None
+        kubeconfig.unlink(missing_ok=True)
+        log_file = log_path.open("wb")
     typer.secho("$ gpushare " + " ".join(args[3:]), fg=typer.colors.CYAN)
-    with log_path.open("wb") as log_file:
+    with log_file:
         proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT)
     try:
         _wait_for_node(proc, kubeconfig, log_path)
@@ -381,6 +425,8 @@ def _control_plane(root: Path, gpus: str | None, keep: bool) -> Iterator[Path]:
             (root / "demo.pid").write_text(str(proc.pid))
             typer.echo(f"\ncontrol plane left running (pid {proc.pid}, in {root}):"
                        f" export KUBECONFIG={kubeconfig}")
+            typer.echo(f"stop it with: kill -INT {proc.pid}   (its state stays in {root}: "
+                       f"`gpushare up --data-dir {root}` starts it again)")
         else:
             proc.send_signal(signal.SIGINT)
             try:
@@ -396,7 +442,7 @@ def _wait_for_node(proc: subprocess.Popen[bytes], kubeconfig: Path, log_path: Pa
             raise DemoFailed(f"gpushare up exited {proc.returncode}:\n{log_path.read_text()}")
         if kubeconfig.exists():
             done = subprocess.run(
-                ["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
+                [require_tool("kubectl"), "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
                  "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}"],
                 capture_output=True, text=True, check=False)
             if "True" in done.stdout:

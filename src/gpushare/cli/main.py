@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import typer
 
-from gpushare.cli import agent, demo, install, server, simulate, status, tenant, up
+from gpushare.cli import (
+    agent,
+    backup,
+    demo,
+    helpformat,
+    install,
+    server,
+    simulate,
+    status,
+    tenant,
+    up,
+)
 
 app = typer.Typer(
     name="gpushare",
+    rich_markup_mode=helpformat.MARKUP,
     help="Share a few GPUs between teams: fair-share queues, fractions, gangs, enforced shares.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -35,8 +47,9 @@ def version(
     typer.echo(__version__)
 
 
-for module in (demo, up, server, agent, simulate, tenant, status, install):
+for module in (demo, up, server, backup, agent, simulate, tenant, status, install):
     module.register(app)
+helpformat.install()
 
 
 if __name__ == "__main__":

@@ -44,6 +44,12 @@ EventLogBytes = Annotated[int, typer.Option(
     "--event-log-bytes", help="Bound of the watch event log in bytes (besides 50,000 events).")]
 
 
+QuotaBytes = Annotated[int, typer.Option(
+    "--storage-quota-bytes", help="Space quota of the store: past it only deletes and writes "
+    "that do not grow objects are accepted, until room is freed (default 2 GiB).")]
+ReserveBytes = Annotated[int, typer.Option(
+    "--storage-reserve-bytes", help="Free disk space kept: below it the store grows no more "
+    "(default 256 MiB).")]
 AnonymousMetrics = Annotated[bool, typer.Option(
     "--anonymous-metrics", help="serve /metrics without a token (by default a token whose "
     "user may `get` the nonResourceURL /metrics is needed: the system:monitoring role)")]
@@ -52,19 +58,23 @@ AnonymousMetrics = Annotated[bool, typer.Option(
 def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
               sync: Sync = "full", max_request_bytes: MaxBody = 3 * 1024 * 1024,
               event_log_bytes: EventLogBytes = 64 * 1024 * 1024,
-              anonymous_metrics: AnonymousMetrics = False) -> None:
+              anonymous_metrics: AnonymousMetrics = False,
+              storage_quota_bytes: QuotaBytes = 2 * 1024**3,
+              storage_reserve_bytes: ReserveBytes = 256 * 1024**2) -> None:
     """Run the Kubernetes-compatible API server in the foreground (Ctrl-C stops it)."""
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.cli.compose import api_server
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     if sync not in ("full", "normal"):
         typer.echo(f"error: --sync must be 'full' or 'normal', not {sync!r}", err=True)
         raise typer.Exit(2)
     try:
-        server = ApiServer(data_dir, host, port, sync=sync,
+        server = api_server(data_dir, host, port, sync=sync,
                            max_body_bytes=max_request_bytes, event_log_bytes=event_log_bytes,
-                           anonymous_metrics=anonymous_metrics)
-    except (OSError, RuntimeError) as e:
+                           anonymous_metrics=anonymous_metrics,
+                           storage_quota_bytes=storage_quota_bytes,
+                           storage_reserve_bytes=storage_reserve_bytes)
+    except (OSError, RuntimeError, ValueError) as e:
         typer.echo(f"error: cannot start the API server on {host}:{port}: {e}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"gpushare apiserver listening on {server.url}; "
@@ -83,9 +93,9 @@ def kubeconfig_cmd(
     component: ComponentOpt = None,
 ) -> None:
     """Print (or write) a kubeconfig for the API server in DATA_DIR."""
-    from gpushare.apiserver import components
-    from gpushare.apiserver.auth import TokenFile
-    from gpushare.apiserver.server import KUBECONFIG_NAME, TOKENS_NAME, kubeconfig
+    from gpushare.apiserver.auth import components
+    from gpushare.apiserver.auth.access import TokenFile
+    from gpushare.apiserver.http.server import KUBECONFIG_NAME, TOKENS_NAME, kubeconfig
 
     if component is not None and (component not in components.COMPONENTS or user):
         typer.echo(f"error: --component must be one of {', '.join(components.COMPONENTS)}"

@@ -7,13 +7,14 @@ from pathlib import Path
 import orjson
 import typer
 
-from gpushare.cli import simulate_trace
+from gpushare.cli import helpformat, simulate_trace
 from gpushare.model.schema import ScenarioError
 from gpushare.simulator.runner import ScenarioResult, run
 from gpushare.simulator.scenario import load_file
 
 simulate_app = typer.Typer(
     name="simulate",
+    rich_markup_mode=helpformat.MARKUP,
     help="Replay scheduling scenarios and cluster traces on gpushare's scheduler.",
     no_args_is_help=True,
 )

@@ -9,7 +9,7 @@ import orjson
 import typer
 
 from gpushare.simulator.fill import POLICIES, RECOMMENDED, FillResult, run_fill
-from gpushare.simulator.plots import PlotError, line_plot
+from gpushare.simulator.plots import PlotError, check_path, line_plot
 from gpushare.simulator.timeline import QUEUE_BY, run_timeline
 from gpushare.simulator.traces import TraceError, read_nodes, read_pods
 
@@ -38,8 +38,11 @@ def trace(
         _fail(f"--demand: expected a ratio in (0, 10], got {demand}")
     if queue_by not in QUEUE_BY:
         _fail(f"--queue-by: expected one of {', '.join(QUEUE_BY)}, got {queue_by!r}")
-    if plot is not None and plot.suffix.lower() not in (".png", ".svg"):
-        _fail(f"--plot: expected a .png or .svg file name, got {str(plot)!r}")
+    if plot is not None:
+        try:
+            check_path(plot)  # the name, its directory and matplotlib, before the trace runs
+        except PlotError as err:
+            _fail(str(err))
     try:
         trace_nodes = read_nodes(nodes)
         trace_pods = read_pods(pods)

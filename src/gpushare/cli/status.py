@@ -11,19 +11,19 @@ from typing import Annotated, Any
 
 import typer
 
-from gpushare.contracts import (
-    GPU_INDICES_ANNOTATION,
-    GPU_PORTION_ANNOTATION,
+from gpushare.api.contracts import (
+    DEFAULT_QUEUE,
     MILLI,
     NODE_ENFORCEMENT_ANNOTATION,
-    BindingError,
-    parse_portion_milli,
+    QUEUE_LABEL,
 )
-from gpushare.kube.quantity import parse_quantity
+from gpushare.api.contracts import GPU_RESOURCE as GPU
+from gpushare.api.contracts import SCHEDULER_NAMES as SCHEDULERS
+from gpushare.api.gpu import bound_gpus
+from gpushare.api.objects import Obj
+from gpushare.api.quantity import parse_quantity
+from gpushare.cli.kubeconfig import HELP as KUBECONFIG_HELP
 
-Obj = dict[str, Any]
-GPU = "nvidia.com/gpu"
-SCHEDULERS = ("gpushare", "kai-scheduler")
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -71,16 +71,12 @@ def _slices(pods: list[Obj]) -> dict[tuple[str, str], list[Obj]]:
         node = spec.get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in FINISHED:
             continue
-        ann = meta.get("annotations") or {}
-        indices = [i for i in str(ann.get(GPU_INDICES_ANNOTATION, "")).split(",") if i]
-        try:
-            milli = parse_portion_milli(str(ann.get(GPU_PORTION_ANNOTATION, "1")))
-        except BindingError:
-            milli = MILLI
+        indices, milli = bound_gpus(pod)
+        milli = milli or MILLI  # no portion written (or none readable): whole GPUs
         for index in indices:
-            out.setdefault((node, index), []).append({
+            out.setdefault((node, str(index)), []).append({
                 "pod": f"{meta.get('namespace')}/{meta.get('name')}",
-                "queue": (meta.get("labels") or {}).get("kai.scheduler/queue", "default-queue"),
+                "queue": (meta.get("labels") or {}).get(QUEUE_LABEL, DEFAULT_QUEUE),
                 "portion": milli / MILLI,
                 "portion_milli": milli,
             })
@@ -129,7 +125,7 @@ def _pending(pods: list[Obj], events: list[Obj]) -> list[Obj]:
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         rows.append({
             "pod": key,
-            "queue": (meta.get("labels") or {}).get("kai.scheduler/queue", "default-queue"),
+            "queue": (meta.get("labels") or {}).get(QUEUE_LABEL, DEFAULT_QUEUE),
             "reason": reasons.get(key, ("", "not decided yet"))[1],
         })
     return sorted(rows, key=lambda r: (r["queue"], r["pod"]))
@@ -150,29 +146,36 @@ def _fmt(value: float | None) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
-def render(report: dict[str, Any]) -> None:
+def render(report: dict[str, Any], console: Any = None) -> None:
+    """The report as tables. Names (queues, nodes, pods) are never cut, however narrow the
+    terminal: their columns keep their width and the others wrap, the bars are cropped."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
+    console = console or Console()
+    names = ["  " * r["depth"] + r["name"] for r in report["queues"]]
     queues = Table(title="Queues (GPU)", title_justify="left", expand=False)
-    for column in ("queue", "priority", "quota", "limit", "fair share", "allocated",
-                   "requested", ""):
-        queues.add_column(column, justify="left" if column in ("queue", "") else "right")
+    queues.add_column("queue", no_wrap=True, min_width=max(map(len, names), default=5))
+    for column in ("priority", "quota", "limit", "fair share", "allocated", "requested"):
+        queues.add_column(column, justify="right", overflow="fold")
+    queues.add_column("", overflow="crop", no_wrap=True)
     scale = max([1.0] + [max(r["gpuAllocated"], r["gpuRequested"] or 0, r["gpuQuota"] or 0)
                          for r in report["queues"]])
-    for r in report["queues"]:
+    for name, r in zip(names, report["queues"], strict=True):
         width = 20
         filled = round(width * r["gpuAllocated"] / scale)
         quota = round(width * max(r["gpuQuota"] or 0, 0) / scale)
         bar = Text("█" * filled + "░" * max(0, quota - filled), style="cyan")
-        queues.add_row("  " * r["depth"] + r["name"], str(r["priority"]), _fmt(r["gpuQuota"]),
+        queues.add_row(name, str(r["priority"]),
+                       _fmt(r["gpuQuota"]),
                        _fmt(r["gpuLimit"]), _fmt(r["gpuFairShare"]), _fmt(r["gpuAllocated"]),
                        _fmt(r["gpuRequested"]), bar)
     gpus = Table(title="GPUs", title_justify="left")
-    for column in ("node", "gpu", "product", "held by", "free", "enforcement"):
-        gpus.add_column(column)
+    gpus.add_column("node", no_wrap=True,
+                    min_width=max((len(r["node"]) for r in report["gpus"]), default=4))
+    for column in ("gpu", "product", "held by", "free", "enforcement"):
+        gpus.add_column(column, overflow="fold")
     for r in report["gpus"]:
         held = ", ".join(f"{s['queue']} {_fmt(s['portion'])} ({s['pod']})"
                          for s in r["slices"]) or "-"
@@ -192,16 +195,14 @@ def render(report: dict[str, Any]) -> None:
 
 
 def status(
-    kubeconfig: Annotated[str | None, typer.Option(
-        help="kubeconfig of the control plane (default: $KUBECONFIG, then ~/.kube/config)")
-    ] = None,
+    kubeconfig: Annotated[str | None, typer.Option(help=KUBECONFIG_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable")] = False,
 ) -> None:
     """Queues, GPUs and what is pending, on one screen."""
-    from gpushare.cli.up import _kubeconfig_path
+    from gpushare.cli.kubeconfig import kubeconfig_path
     from gpushare.kube.client import EVENTS, NODES, PODS, QUEUES, ApiError, KubeClient
 
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=4)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=4)
     try:
         lists = {}
         for name, path in (("queues", QUEUES.collection()), ("nodes", NODES.collection()),

@@ -17,13 +17,16 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-tenant_app = typer.Typer(help="Virtual clusters: each team its own Kubernetes cluster on the "
-                              "shared GPUs.", no_args_is_help=True)
+from gpushare.cli import helpformat
+from gpushare.cli.kubeconfig import HELP_WITH_DATA_DIR, kubeconfig_path
+
+tenant_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
+                         help="Virtual clusters: each team its own Kubernetes cluster on "
+                              "the shared GPUs.", no_args_is_help=True)
 
 DataDir = Annotated[Path, typer.Option(help="the API server's data directory (tokens.yaml, "
                                             "admin.kubeconfig)")]
-KubeconfigOpt = Annotated[Path | None, typer.Option(help="host admin kubeconfig (default: "
-                                                         "DATA_DIR/admin.kubeconfig)")]
+KubeconfigOpt = Annotated[Path | None, typer.Option(help=HELP_WITH_DATA_DIR)]
 
 
 def register(app: typer.Typer) -> None:
@@ -33,12 +36,7 @@ def register(app: typer.Typer) -> None:
 def _client(data_dir: Path, kubeconfig: Path | None) -> Any:
     from gpushare.kube.client import KubeClient
 
-    path = kubeconfig or data_dir / "admin.kubeconfig"
-    if not path.exists():
-        typer.echo(f"error: {path} does not exist; start the control plane (gpushare up) or "
-                   "pass --kubeconfig", err=True)
-        raise typer.Exit(1)
-    return KubeClient.from_kubeconfig(str(path))
+    return KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig, data_dir))
 
 
 def _fail(message: str) -> typer.Exit:
@@ -233,10 +231,10 @@ def _wait_phase(client: Any, name: str, phases: tuple[str, ...], timeout: float
 
 def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
                 user: str | None) -> dict[str, Any]:
-    from gpushare.apiserver.server import kubeconfig as make_kubeconfig
+    from gpushare.apiserver.http.server import kubeconfig as make_kubeconfig
     from gpushare.tenancy.tokens import tenant_token
 
-    admin = yaml.safe_load((kubeconfig or data_dir / "admin.kubeconfig").read_text())
+    admin = yaml.safe_load(Path(kubeconfig_path(kubeconfig, data_dir)).read_text())
     cluster = admin["clusters"][0]["cluster"]
     server = str(cluster["server"]).split("/clusters/", 1)[0].rstrip("/")
     name = vc["metadata"]["name"]

@@ -16,12 +16,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpushare.api.contracts import DEFAULT_QUEUE as DEFAULT_QUEUE_NAME
+from gpushare.api.contracts import GPU_RESOURCE
+from gpushare.cli import helpformat
+from gpushare.cli.kubeconfig import HELP as KUBECONFIG_HELP
+from gpushare.cli.kubeconfig import kubeconfig_path
+
 if TYPE_CHECKING:
-    from gpushare.apiserver.server import ApiServer
+    from gpushare.apiserver.http.server import ApiServer
 
 log = logging.getLogger("gpushare.up")
 
-KUBECONFIG_HELP = "kubeconfig of the control plane (default: $KUBECONFIG, then ~/.kube/config)"
 
 
 def _stop_on_signals() -> threading.Event:
@@ -34,20 +39,6 @@ def _stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     return stop
-
-
-def _kubeconfig_path(kubeconfig: str | None) -> str:
-    """The kubeconfig to use; ``""`` (the pod's ServiceAccount) when none is given or found
-    inside a pod."""
-    default = Path.home() / ".kube" / "config"
-    if not kubeconfig and not os.environ.get("KUBECONFIG") and not default.is_file() and (
-        os.environ.get("KUBERNETES_SERVICE_HOST")
-    ):
-        return ""
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(default)
-    if not Path(path).is_file():
-        raise typer.BadParameter(f"{path}: no such kubeconfig", param_hint="--kubeconfig")
-    return path
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -64,7 +55,8 @@ def controllers(
         typer.Option(help="run only these controllers (repeatable): pod-grouper, "
                      "job-controller, replicaset-controller, deployment-controller, "
                      "replicationcontroller-controller, endpoints-controller, "
-                     "disruption-controller, "
+                     "disruption-controller, cronjob-controller, statefulset-controller, "
+                     "daemonset-controller, "
                      "scheduler, queue-status, static-node-pods, node-lifecycle, pod-gc"),
     ] = None,
     scheduler_name: Annotated[
@@ -103,12 +95,15 @@ def controllers(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run all controllers in one process (pod-grouper, workloads, scheduler, queue status)."""
-    from gpushare.controllers.manager import DEFAULT, start_controllers
-    from gpushare.controllers.pod_grouper import SCHEDULER_NAMES
-    from gpushare.controllers.scheduler_config import SchedulerConfigError, load_scheduler_config
+    from gpushare.api.contracts import SCHEDULER_NAMES
+    from gpushare.controller_manager import DEFAULT, start_controllers
+    from gpushare.controllers.scheduling.scheduler_config import (
+        SchedulerConfigError,
+        load_scheduler_config,
+    )
 
     _setup_logging(verbose)
-    path = _kubeconfig_path(kubeconfig)
+    path = kubeconfig_path(kubeconfig)
     config = None
     if scheduler_config is not None:
         try:
@@ -161,7 +156,8 @@ def controllers(
         elector.release()
 
 
-node_app = typer.Typer(help="Nodes without an agent (declared GPUs).", no_args_is_help=True)
+node_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
+                       help="Nodes without an agent (declared GPUs).", no_args_is_help=True)
 
 
 @node_app.command("add")
@@ -180,7 +176,7 @@ def node_add(
 
     It is tainted gpushare.io/no-agent=true:NoSchedule: only pods that tolerate it land."""
     from gpushare.controllers.events import now_rfc3339
-    from gpushare.controllers.static_nodes import (
+    from gpushare.controllers.nodes.static_nodes import (
         NodeSpecError,
         parse_labels,
         register_static_node,
@@ -194,7 +190,7 @@ def node_add(
     except NodeSpecError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig))
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig))
     try:
         register_static_node(client, body)
     except ApiError as error:
@@ -272,37 +268,36 @@ def _wait_until_up(
                 obj = {}
             conditions = (obj.get("status") or {}).get("conditions") or []
             if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+                _say_isolation(node, conditions)
                 return None
             stop.wait(0.2)
         return None
     finally:
         client.close()
 
+
 ISOLATION_CONDITIONS = ("PodSandbox", "PodLimits")  # the agent's; False: less isolation
 
 
-def _isolation_warnings(kubeconfig: Path, node: str | None) -> list[str]:
-    """What the agent's Node says it cannot give pods (no sandbox, no cgroup limits)."""
-    from gpushare.kube.client import NODES, KubeClient
-
-    if node is None:
-        return []
-    client = KubeClient.from_kubeconfig(str(kubeconfig), pool_size=1)
-    try:
-        obj = client.get(NODES.item(node)) or {}
-    except Exception as error:
-        return [f"node {node}: cannot read its conditions: {error}"]
-    finally:
-        client.close()
-    return [f"node {node}: {c.get('type')} is False ({c.get('reason')}): {c.get('message')}"
-            for c in (obj.get("status") or {}).get("conditions") or []
-            if c.get("type") in ISOLATION_CONDITIONS and c.get("status") == "False"]
+def _say_isolation(node: str, conditions: list[dict[str, object]]) -> None:
+    """Print the node's pod network, loudly when pods share the node's network, and warn of
+    each isolation the agent says it cannot give pods (no sandbox, no cgroup limits)."""
+    for condition in conditions:
+        kind, status = condition.get("type"), condition.get("status")
+        if kind == "PodNetworkIsolated" and status == "True":
+            typer.echo(f"node {node}: pod network {condition.get('message')}")
+        elif kind == "PodNetworkIsolated":
+            typer.echo(f"warning: node {node}: pods are not isolated: "
+                       f"{condition.get('message')}", err=True)
+        elif kind in ISOLATION_CONDITIONS and status == "False":
+            typer.echo(f"warning: node {node}: {kind} is False ({condition.get('reason')}): "
+                       f"{condition.get('message')}", err=True)
 
 
 DEFAULT_QUEUE = {
     "apiVersion": "scheduling.run.ai/v2",
     "kind": "Queue",
-    "metadata": {"name": "default-queue"},
+    "metadata": {"name": DEFAULT_QUEUE_NAME},
     "spec": {"resources": {r: {"quota": 0, "limit": -1, "overQuotaWeight": 1}
                            for r in ("gpu", "cpu", "memory")}},
 }
@@ -323,7 +318,9 @@ def _ensure_default_queue(kubeconfig: str) -> None:
         client.close()
 
 
-queue_app = typer.Typer(help="Queues: create them and see their shares.", no_args_is_help=True)
+queue_app = typer.Typer(rich_markup_mode=helpformat.MARKUP,
+                        help="Queues: create them and see their shares.",
+                        no_args_is_help=True)
 
 RESOURCE_HELP = "QUOTA[:LIMIT[:WEIGHT]], -1 for unlimited (default 0:-1:1)"
 
@@ -368,7 +365,7 @@ def queue_create(
         spec["priority"] = priority
     body = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name},
             "spec": spec}
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=1)
     try:
         try:
             client.create(QUEUES.collection(), body)
@@ -395,7 +392,7 @@ def queue_list(
     """Each queue's GPU quota, limit, fair share, allocated and requested, as a tree."""
     from gpushare.kube.client import QUEUES, KubeClient
 
-    client = KubeClient.from_kubeconfig(_kubeconfig_path(kubeconfig), pool_size=1)
+    client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=1)
     try:
         queues = client.list(QUEUES.collection()).get("items") or []
     finally:
@@ -430,9 +427,9 @@ def format_queue_table(queues: list[dict]) -> str:
                 str(spec.get("priority", 100)),
                 _amount(gpu.get("quota")),
                 _amount(gpu.get("limit")),
-                (status.get("fairShare") or {}).get("nvidia.com/gpu", "-"),
-                (status.get("allocated") or {}).get("nvidia.com/gpu", "-"),
-                (status.get("requested") or {}).get("nvidia.com/gpu", "-"),
+                (status.get("fairShare") or {}).get(GPU_RESOURCE, "-"),
+                (status.get("allocated") or {}).get(GPU_RESOURCE, "-"),
+                (status.get("requested") or {}).get(GPU_RESOURCE, "-"),
             ))
             walk(name, depth + 1)
 
@@ -450,13 +447,18 @@ def _amount(value: object) -> str:
     return f"{float(value):g}"  # type: ignore[arg-type]
 
 
-def _component_kubeconfigs(server: ApiServer, data_dir: Path) -> dict[str, Path]:
-    """A kubeconfig (0600) per component identity (apiserver/components.py), its token
-    issued on the first start and kept after."""
-    from gpushare.apiserver import components
+def _component_kubeconfigs(server: ApiServer, data_dir: Path,
+                           node: str | None) -> dict[str, Path]:
+    """A kubeconfig (0600) per component identity (apiserver/auth/components.py), its token
+    issued on the first start and kept after; the agent's is its node's own identity
+    (``system:node:<node>``), so that it may act only for that node."""
+    from gpushare.apiserver.auth import components
 
     out: dict[str, Path] = {}
-    for name, identity in components.COMPONENTS.items():
+    identities = dict(components.COMPONENTS)
+    if node is not None:
+        identities["agent"] = components.node_identity(node)
+    for name, identity in identities.items():
         token = components.component_token(server.tokens, identity)
         out[name] = server.write_kubeconfig(data_dir / f"{name}.kubeconfig", token=token,
                                             user=identity.name)
@@ -470,11 +472,15 @@ def _free_port() -> int:
 
 
 def _child(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    from gpushare.cli.lifeline import die_with_parent
+
     log_file = log_path.open("ab")
     return subprocess.Popen(
         [sys.executable, "-m", "gpushare.cli.main", *args],
         stdout=log_file, stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C reaches us only; we stop the children in order
+        # killed outright, we take them with us: SIGTERM to each (cli/lifeline.py)
+        preexec_fn=die_with_parent(),
     )
 
 
@@ -500,6 +506,9 @@ def up(
     gpus: Annotated[
         str | None, typer.Option(help="declare fake GPUs for the agent (1xL40S)")
     ] = None,
+    pod_cidr: Annotated[
+        str, typer.Option(help="the agent's pod addresses (auto: 10.244.<n>.0/24)")
+    ] = "auto",
     node_name: Annotated[str | None, typer.Option(help="the agent's node name")] = None,
     scheduler_config: Annotated[
         Path | None, typer.Option(help="passed to `gpushare controllers --scheduler-config`")
@@ -521,7 +530,7 @@ def up(
             raise typer.Exit(2) from None
     controller_args: list[str] = []
     if scheduler_config is not None:
-        from gpushare.controllers.scheduler_config import (
+        from gpushare.controllers.scheduling.scheduler_config import (
             SchedulerConfigError,
             load_scheduler_config,
         )
@@ -533,7 +542,7 @@ def up(
             raise typer.Exit(2) from None
         controller_args = ["--scheduler-config", str(scheduler_config.resolve())]
     try:
-        from gpushare.apiserver.server import ApiServer
+        from gpushare.cli.compose import api_server
     except ImportError as error:
         typer.echo(f"error: the API server is not available: {error}", err=True)
         raise typer.Exit(1) from None
@@ -541,7 +550,7 @@ def up(
     data_dir.mkdir(parents=True, exist_ok=True)
     stop = _stop_on_signals()
     try:
-        server = ApiServer(str(data_dir), "127.0.0.1", port or _free_port(),
+        server = api_server(str(data_dir), "127.0.0.1", port or _free_port(),
                            anonymous_metrics=anonymous_metrics)
     except OSError as error:
         typer.echo(f"error: --port {port}: {error.strerror or error}; choose another port"
@@ -554,7 +563,8 @@ def up(
     kubeconfig = data_dir / "admin.kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
     _ensure_default_queue(str(kubeconfig))
-    identities = _component_kubeconfigs(server, data_dir)
+    agent_node = None if no_agent else node_name or socket.gethostname()
+    identities = _component_kubeconfigs(server, data_dir, agent_node)
     logs = data_dir / "logs"
     logs.mkdir(exist_ok=True)
     commands: dict[str, list[str]] = {
@@ -563,15 +573,16 @@ def up(
         "controllers": ["controllers", "--kubeconfig", str(identities["controllers"]),
                         "--tenant-kubeconfig", str(identities["tenancy"]), *controller_args],
     }
-    agent_node = None if no_agent else node_name or socket.gethostname()
     if not no_agent:
         agent_gpus = _gpus_for_agent(gpus)
-        # The agent runs as system:gpushare-agent (agent/rbac.yaml), not as the admin.
+        # The agent runs as its node (system:node:<node>, group system:nodes, with the role
+        # of agent/rbac.yaml), not as the admin.
         commands["agent"] = [
             "agent", "--kubeconfig", str(identities["agent"]),
             "--node-name", str(agent_node),
             "--data-dir", str(data_dir / "agent"),
             *(["--gpus", agent_gpus] if agent_gpus else []),
+            "--pod-cidr", pod_cidr,
         ]
     children: dict[str, subprocess.Popen[bytes]] = {}
     exit_code = 0
@@ -593,8 +604,6 @@ def up(
                 f"metrics {server.url}/metrics\n"
                 f"logs under {logs.resolve()}; Ctrl-C stops everything."
             )
-            for warning in _isolation_warnings(kubeconfig, agent_node):
-                typer.echo(f"warning: {warning}", err=True)
             while not stop.wait(1.0):
                 for name, proc in list(children.items()):
                     if proc.poll() is None:

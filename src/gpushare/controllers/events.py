@@ -13,9 +13,9 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from gpushare.api.timefmt import rfc3339
 from gpushare.kube.client import EVENTS, ApiError, KubeClient, Stopper
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ MAX_REMEMBERED = 20000  # past this, forget what was written more than REPEAT_SE
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(time.time())
 
 
 @dataclass(slots=True)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
+from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from gpushare.apiserver.errors import ApiError
+from gpushare.api.plugins import ServerApi, ServerPlugin
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -41,6 +42,12 @@ def dashboard_response(path: str) -> Response:
     """``/dashboard`` (the page) or ``/dashboard/<file>``."""
     name = path[len("/dashboard"):].lstrip("/") or "index.html"
     if name not in _FILES:
-        raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        raise HTTPException(404, "the server could not find the requested resource")
     suffix = name[name.rfind("."):]
     return Response(_load(name), 200, media_type=_TYPES[suffix], headers=_HEADERS)
+
+
+def server_plugin(_api: ServerApi) -> ServerPlugin:
+    """The API server's ``/dashboard``: static files only, served without a token; the
+    page reads everything through the API with the user's token."""
+    return ServerPlugin("dashboard", mounts={"/dashboard": dashboard_response})

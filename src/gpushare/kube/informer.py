@@ -14,14 +14,13 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable
 
+from gpushare.api.objects import Obj
 from gpushare.kube.client import ApiError, KubeClient, Resource, Stopper, key_of
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 # (event type "ADDED" | "MODIFIED" | "DELETED", new or deleted object, old object or None)
 Handler = Callable[[str, Obj, Obj | None], None]
 
@@ -244,10 +243,6 @@ class WorkQueue:
             self._queued.add(key)
             self._queue.append(key)
             self._cond.notify()
-
-    def add_all(self, keys: Iterable[str]) -> None:
-        for key in keys:
-            self.add(key)
 
     def add_after(self, key: str, seconds: float) -> None:
         with self._cond:

@@ -25,12 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpushare.api.objects import Obj
+from gpushare.api.timefmt import rfc3339_micro
 from gpushare.kube.client import LEASES, NAMESPACES, ApiError, KubeClient
-from gpushare.kube.timefmt import rfc3339_micro
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 
 def default_identity() -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from gpushare.model.gpu_products import parse_gpu_spec
 
@@ -50,9 +50,6 @@ class GpuInventory:
             ],
             separators=(",", ":"),
         )
-
-    def as_dicts(self) -> list[dict[str, object]]:
-        return [asdict(d) for d in self.devices]
 
 
 def declared_uuid(node_name: str, index: int) -> str:

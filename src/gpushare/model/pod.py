@@ -65,14 +65,6 @@ class GpuRequest:
         rounded = int(hundredths + Fraction(1, 2))  # half up
         return max(rounded, 1) * 10 if self.memory_mib <= gpu_memory_mib else MILLI + 1
 
-    def milli_on(self, gpu_memory_mib: int) -> int:
-        """Milli-GPUs charged to the queue when placed on GPUs of this memory."""
-        if self.whole:
-            return self.whole * MILLI
-        if self.is_shared:
-            return self.portion_on(gpu_memory_mib) * self.devices
-        return 0
-
     def gpus_exact(self, gpu_memory_mib: int | None) -> Fraction:
         """GPU units requested, converting memory with the given per-GPU memory."""
         if self.whole:

@@ -43,24 +43,11 @@ def to_fraction(value: object) -> Fraction:
     raise QuantityError(f"expected a number, got {value!r}")
 
 
-def gpu_to_milli(value: object) -> int:
-    """GPU units to milli-GPUs; values finer than a milli-GPU round to the nearest."""
-    return round(to_fraction(value) * MILLI)
-
-
 def mib_to_bytes(value: object) -> int:
     """MiB (possibly fractional, a conversion from bytes) to whole bytes, rounding up."""
     exact = to_fraction(value) * MIB
     whole = exact.numerator // exact.denominator
     return whole if whole == exact else whole + 1
-
-
-def milli_to_gpu(milli: int | Fraction) -> float:
-    return float(Fraction(milli, MILLI))
-
-
-def bytes_to_mib(value: int | Fraction) -> float:
-    return float(Fraction(value) / MIB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,18 +71,8 @@ class Res:
             return self.cpu
         return self.mem
 
-    def is_zero(self) -> bool:
-        return self.gpu == 0 and self.cpu == 0 and self.mem == 0
-
 
 ZERO = Res()
-
-
-def natural(resource: str, amount: int | Fraction) -> Fraction:
-    """A vector component in the resource's natural unit (whole GPUs, millicores, bytes)."""
-    if resource == GPU:
-        return Fraction(amount) / MILLI
-    return Fraction(amount)
 
 
 # ------------------------------------------------------------ natural units
@@ -109,7 +86,6 @@ Vec = tuple[Fraction, Fraction, Fraction]
 Quantities = dict[str, Fraction]
 
 F0 = Fraction(0)
-VEC_ZERO: Vec = (F0, F0, F0)
 
 
 def vec(res: Res) -> Vec:
@@ -118,10 +94,6 @@ def vec(res: Res) -> Vec:
 
 def vadd(a: Vec, b: Vec) -> Vec:
     return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
-
-
-def vsub(a: Vec, b: Vec) -> Vec:
-    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
 
 
 def as_quantities(v: Vec) -> Quantities:
@@ -150,8 +122,3 @@ def total(items: Iterable[Mapping[str, Fraction]]) -> Quantities:
     for item in items:
         out = add(out, item)
     return out
-
-
-def format_gpu(amount: Fraction | int | float) -> str:
-    """``1.00``-style GPU amounts for human-readable reasons."""
-    return f"{float(amount):.2f}"

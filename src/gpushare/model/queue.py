@@ -22,10 +22,6 @@ class ResourceSpec:
     over_quota_weight: Fraction = Fraction(1)
 
     @property
-    def unlimited_quota(self) -> bool:
-        return self.quota == UNLIMITED
-
-    @property
     def unlimited_limit(self) -> bool:
         return self.limit == UNLIMITED
 

@@ -4,7 +4,6 @@ Pure: no I/O, no clock (the caller passes ``now``). See README.md in this packag
 internal API the actions share.
 """
 
-from gpushare.scheduler import frag_placement  # noqa: F401  (registers fgd, fragmentation)
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.cycle import run_cycle
 from gpushare.scheduler.decisions import Bind, CycleResult, Evict, Pipeline, QueueReport

@@ -27,7 +27,7 @@ from gpushare.scheduler.actions.common.options import OptionError
 from gpushare.scheduler.actions.common.options import read_config as read_victim_config
 from gpushare.scheduler.actions.registry import action_names
 from gpushare.scheduler.config import DEFAULT_ACTIONS, Config
-from gpushare.scheduler.nodeplacement import placement_strategy_names
+from gpushare.scheduler.placement_registry import placement_strategy_names
 
 CONFIG_KEYS = frozenset({
     "placement", "stalenessGracePeriodSeconds", "maxConsolidationPreemptees",

@@ -76,14 +76,15 @@ def collect(session: Session) -> CycleResult:
             state.pods[k].status is PodStatus.PENDING for k in job.pods
         ):
             result.pending_reasons[job_key] = reason
+    shares = session.proportion
     for name in sorted(state.queues):
         qu = state.queue_usage[name]
         result.queues[name] = QueueReport(
-            fair_share=session.fair_share_report(name),
-            deserved=session.deserved_report(name),
+            fair_share=shares.fair_share_report(name),
+            deserved=shares.deserved_report(name),
             allocated=_res_natural(qu.allocated),
             allocated_non_preemptible=_res_natural(qu.allocated_np),
-            requested=_natural(session.requested.get(name, session.allocated(name))),
+            requested=_natural(shares.requested.get(name, shares.allocated(name))),
         )
     result.searches = {name: dict(figures) for name, figures in session.searches.items()}
     # Staleness is reported for jobs that are stale now or were when the cycle began.

@@ -38,7 +38,7 @@ from gpushare.scheduler.fragmentation import (
     TaskShape,
     shape_of,
 )
-from gpushare.scheduler.nodeplacement import BINPACK, Key, register_placement_strategy
+from gpushare.scheduler.nodeplacement import BINPACK, Key
 from gpushare.scheduler.state import ClusterState, NodeUsage
 
 RECENT_WINDOW = 2000
@@ -74,12 +74,10 @@ class FragmentationStrategy:
 
 FGD = FragmentationStrategy("fgd")
 FRAGMENTATION = FragmentationStrategy("fragmentation")
-register_placement_strategy(FGD)
-register_placement_strategy(FRAGMENTATION)
 
 
 @dataclass(slots=True)
-class _Choice:
+class Choice:
     key: tuple[Any, ...]
     node: str
     now: bool
@@ -104,7 +102,7 @@ def _tie(name: str) -> int:
 
 def score_node(
     fm: FragmentationModel, policy: str, pod: Pod, usage: NodeUsage, fit: Any,
-) -> _Choice:
+) -> Choice:
     """The key and GPUs of placing ``pod`` on a node it fits (``fit`` from ``fit_on_node``).
 
     Node: FGD's published score of the growth of fragmentation, equal scores by ``_tie``.
@@ -173,7 +171,7 @@ def score_node(
     shared_fit = fit.has_shared_fit
     if g.is_shared and g.devices == 1:
         shared_fit = usage.gpu_shared[indices[0]] > 0
-    return _Choice(key, node.name, now_all, tuple(indices), fit.portion, shared_fit)
+    return Choice(key, node.name, now_all, tuple(indices), fit.portion, shared_fit)
 
 
 # ------------------------------------------------------------------ task mix
@@ -196,10 +194,7 @@ def _mix_for(state: ClusterState, pod: Pod) -> TaskMix:
     fixed = state.kept.task_mix
     if fixed is not None:
         return fixed
-    recent = state.kept.recent_shapes
-    if recent is None:
-        recent = RecentShapes()
-        state.kept.recent_shapes = recent
+    recent = state.kept.of(FragKept).recent
     if pod.key not in recent.shapes:
         recent.shapes[pod.key] = shape_of(pod)
         recent.new += 1
@@ -225,7 +220,7 @@ class FragIndex:
 
     @classmethod
     def of(cls, state: ClusterState, policy: str, mix: TaskMix) -> FragIndex:
-        indexes = state.kept.frag_indexes
+        indexes = state.kept.of(FragKept).indexes
         index = indexes.get(policy)
         if index is None or index.mix is not mix or index.node_version != state.node_version:
             index = indexes[policy] = cls(state, policy, mix)
@@ -236,7 +231,7 @@ class FragIndex:
 class _ShapeEntry:
     heap: list[tuple[Any, ...]] = field(default_factory=list)
     seen: dict[str, int] = field(default_factory=dict)
-    current: dict[str, _Choice] = field(default_factory=dict)
+    current: dict[str, Choice] = field(default_factory=dict)
 
 
 def pod_shape_key(pod: Pod, pipeline_only: bool) -> tuple[Any, ...]:
@@ -244,7 +239,7 @@ def pod_shape_key(pod: Pod, pipeline_only: bool) -> tuple[Any, ...]:
 
 
 def best_choice(session: Any, pod: Pod, pipeline_only: bool,
-                fit_on_node: Any) -> _Choice | None:
+                fit_on_node: Any) -> Choice | None:
     """The best node for the pod over the whole cluster, through the index."""
     state = session.state
     policy = session.config.placement_for(pod)[0]
@@ -286,7 +281,7 @@ def best_choice(session: Any, pod: Pod, pipeline_only: bool,
 
 def ordered_choices(
     session: Any, pod: Pod, names: Iterable[str], pipeline_only: bool, fit_on_node: Any,
-) -> list[_Choice]:
+) -> list[Choice]:
     """Every node of ``names`` the pod fits on, best first (scores each)."""
     state = session.state
     policy = session.config.placement_for(pod)[0]
@@ -302,3 +297,13 @@ def ordered_choices(
             out.append(score_node(fm, policy, pod, usage, fit))
     out.sort(key=lambda c: c.key)
     return out
+
+
+@dataclass(slots=True)
+class FragKept:
+    """What the fragmentation rules keep on the state for later cycles
+    (``state.kept.of(FragKept)``): per rule, the index of fitting nodes per pod shape, and
+    the shapes of the pods placed lately."""
+
+    indexes: dict[str, FragIndex] = field(default_factory=dict)
+    recent: RecentShapes = field(default_factory=RecentShapes)

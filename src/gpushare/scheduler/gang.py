@@ -164,10 +164,6 @@ _NO_RANK = Fraction(0)
 _LAST_RANK = Fraction(10**18)
 
 
-def gang_view(job: Job, pods: list[Pod], by_ratio: bool = False) -> GangView:
-    return GangView(job, pods, by_ratio)
-
-
 def is_gang(job: Job) -> bool:
     """Whether failing one pod fails the job (any leaf needs more than one pod)."""
     if not job.subgroups:

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gpushare.model.quantities import MILLI
-from gpushare.scheduler.nodeplacement import PlacementStrategy, placement_strategy
+from gpushare.scheduler.nodeplacement import PlacementStrategy
+from gpushare.scheduler.placement_registry import placement_strategy
 from gpushare.scheduler.state import ClusterState, NodeUsage
 
 Key = tuple[Any, ...]
@@ -47,7 +48,7 @@ class NodeIndex:
     def of(cls, state: ClusterState, gpu_strategy: str, cpu_strategy: str) -> NodeIndex:
         """The state's index for this pair of strategies, up to date. One index per pair
         in use (node pools may place by different rules); each hears of every change."""
-        indexes = state.kept.node_indexes
+        indexes = state.kept.of(NodeIndexes)
         _hand_on(state, indexes)
         index = indexes.get((gpu_strategy, cpu_strategy))
         if index is None:
@@ -146,3 +147,8 @@ def _merge(lists: list[list[Key]]) -> Iterable[Key]:
     if len(lists) == 1:
         return iter(lists[0])
     return heapq.merge(*lists)
+
+
+class NodeIndexes(dict[tuple[str, str], NodeIndex]):
+    """The state's node indexes, one per pair of (GPU, CPU) placement rules in use (kept
+    on the state for later cycles: ``state.kept.of(NodeIndexes)``)."""

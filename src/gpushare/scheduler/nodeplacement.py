@@ -21,9 +21,8 @@ read the same object instead of testing the rule's name:
 * ``allows_consolidation``: consolidation (moving pods to make room) runs only when both
   the GPU and the CPU strategy allow it.
 
-Strategies are registered by name (``register_placement_strategy``); the config names
-them (``placement: {gpu: binpack, cpu: spread}``) and ``placement_strategy(name)`` looks
-one up, failing with the known names for an unknown one.
+The config names them (``placement: {gpu: binpack, cpu: spread}``); the table of names is
+:data:`~gpushare.scheduler.placement_registry.PLACEMENT_STRATEGIES`.
 """
 
 from __future__ import annotations
@@ -119,22 +118,3 @@ EXACT_FLOAT_RATIO = 1 << 26
 
 BINPACK = Binpack()
 SPREAD = Spread()
-
-_STRATEGIES: dict[str, PlacementStrategy] = {BINPACK.name: BINPACK, SPREAD.name: SPREAD}
-
-
-def register_placement_strategy(strategy: PlacementStrategy) -> None:
-    """Make a placement strategy available to configs under its name."""
-    _STRATEGIES[strategy.name] = strategy
-
-
-def placement_strategy(name: str) -> PlacementStrategy:
-    try:
-        return _STRATEGIES[name]
-    except KeyError:
-        known = ", ".join(sorted(_STRATEGIES))
-        raise ValueError(f"unknown placement strategy {name!r} (known: {known})") from None
-
-
-def placement_strategy_names() -> tuple[str, ...]:
-    return tuple(sorted(_STRATEGIES))

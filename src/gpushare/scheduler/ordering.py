@@ -41,19 +41,20 @@ def compare_queues(
     left_victims: Vec | None = None, right_victims: Vec | None = None,
 ) -> int:
     """Negative when ``left`` goes first (KAI's queue order, criterion by criterion)."""
-    l_over, r_over = session.over_fair_share(left), session.over_fair_share(right)
+    shares = session.proportion
+    l_over, r_over = shares.over_fair_share(left), shares.over_fair_share(right)
     if l_over != r_over:
         return 1 if l_over else -1
     l_req = job_init_request(session, left_job) if left_job else (F0, F0, F0)
     r_req = job_init_request(session, right_job) if right_job else (F0, F0, F0)
-    l_starved = session.within_deserved(left, l_req)
-    r_starved = session.within_deserved(right, r_req)
+    l_starved = shares.within_deserved(left, l_req)
+    r_starved = shares.within_deserved(right, r_req)
     if l_starved != r_starved:
         return -1 if l_starved else 1
     lq, rq = session.state.queues[left], session.state.queues[right]
     if lq.priority != rq.priority:
         return -1 if lq.priority > rq.priority else 1
-    l_with, r_with = vadd(session.allocated(left), l_req), vadd(session.allocated(right), r_req)
+    l_with, r_with = vadd(shares.allocated(left), l_req), vadd(shares.allocated(right), r_req)
     l_zero, r_zero = _zero_share_violation(session, left, l_with), _zero_share_violation(
         session, right, r_with
     )
@@ -63,16 +64,16 @@ def compare_queues(
         l_with = tuple(a - b for a, b in zip(l_with, left_victims, strict=True))  # type: ignore[assignment]
     if right_victims is not None:
         r_with = tuple(a - b for a, b in zip(r_with, right_victims, strict=True))  # type: ignore[assignment]
-    c = _cmp(session.drf_share(left, l_with), session.drf_share(right, r_with))
+    c = _cmp(shares.drf_share(left, l_with), shares.drf_share(right, r_with))
     if c:
         return c
     c = _cmp(
-        session.drf_share(left, session.allocated(left)),
-        session.drf_share(right, session.allocated(right)),
+        shares.drf_share(left, shares.allocated(left)),
+        shares.drf_share(right, shares.allocated(right)),
     )
     if c:
         return c
-    la, ra = session.allocatable_share(left), session.allocatable_share(right)
+    la, ra = shares.allocatable_share(left), shares.allocatable_share(right)
     if _pareto_less(la, ra):
         return -1
     if _pareto_less(ra, la):
@@ -87,7 +88,7 @@ def _cmp(a: Fraction, b: Fraction) -> int:
 
 
 def _zero_share_violation(session: Session, name: str, allocated_with_job: Vec) -> bool:
-    share = session.allocatable_share(name)
+    share = session.proportion.allocatable_share(name)
     return any(share[i] == 0 and allocated_with_job[i] > 0 for i in range(3))
 
 
@@ -443,10 +444,10 @@ class JobQueue:
         tied = [entry for entry in tied if exact[entry[1]] == first]
         if len(tied) == 1:
             return tied[0][1]
-        session = self.session
+        shares = self.session.proportion
 
         def cmp(a: str, b: str) -> int:
-            la, ra = session.allocatable_share(a), session.allocatable_share(b)
+            la, ra = shares.allocatable_share(a), shares.allocatable_share(b)
             if _pareto_less(la, ra):
                 return -1
             if _pareto_less(ra, la):
@@ -467,9 +468,10 @@ class JobQueue:
         job = self._best(name)
         assert job is not None
         session = self.session
-        allocated = session.allocated(name)
-        return (*key[:4], session.drf_share(name, vadd(allocated, job_init_request(session, job))),
-                session.drf_share(name, allocated))
+        shares = session.proportion
+        allocated = shares.allocated(name)
+        return (*key[:4], shares.drf_share(name, vadd(allocated, job_init_request(session, job))),
+                shares.drf_share(name, allocated))
 
     def _key_again(self, heap: list[Any], child: str) -> None:
         if not self._live(child):

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from gpushare.model.job import Job
 from gpushare.model.pod import Pod, PodStatus
 from gpushare.model.quantities import MILLI
-from gpushare.scheduler import frag_placement
+from gpushare.scheduler.frag_placement import Choice, best_choice, ordered_choices
 from gpushare.scheduler.gang import is_gang
 from gpushare.scheduler.node_index import NodeIndex
-from gpushare.scheduler.nodeplacement import placement_strategy
+from gpushare.scheduler.placement_registry import placement_strategy
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import NodeUsage, Statement
 
@@ -62,7 +62,7 @@ def fit_on_node(
     if usage.pods_free_future() < 1:
         return None
     if (pod.gpu.is_memory and session.behaviour.per_node_quota_check
-            and not session.node_quota_allows(pod, node.gpu_memory_mib)):
+            and not session.proportion.node_quota_allows(pod, node.gpu_memory_mib)):
         return None
     if pod.cpu_millis > usage.cpu_free_future() or pod.memory_bytes > usage.mem_free_future():
         return None
@@ -172,7 +172,7 @@ def ordered_fits(
     if _chooses_nodes(session, pod):
         return [
             _fit_of(c)
-            for c in frag_placement.ordered_choices(session, pod, names, pipeline_only, fit_on_node)
+            for c in ordered_choices(session, pod, names, pipeline_only, fit_on_node)
         ]
     fits: list[tuple[Fit, NodeUsage]] = []
     for name in names:
@@ -217,7 +217,7 @@ def best_fit(
     g = pod.gpu
     gpu_placement, cpu_placement = session.config.placement_for(pod)
     if nodes is None and _chooses_nodes(session, pod) and not _fit_reads_queue(session, pod):
-        choice = frag_placement.best_choice(session, pod, pipeline_only, fit_on_node)
+        choice = best_choice(session, pod, pipeline_only, fit_on_node)
         return None if choice is None else _fit_of(choice)
     if nodes is not None or (g.is_shared and g.devices > 1):
         fits = ordered_fits(session, pod, nodes, pipeline_only)
@@ -290,7 +290,7 @@ def _chooses_nodes(session: Session, pod: Pod) -> bool:
                    False)
 
 
-def _fit_of(c: frag_placement._Choice) -> Fit:
+def _fit_of(c: Choice) -> Fit:
     return Fit(c.node, c.now, c.gpu_indices, c.portion, c.has_shared_fit)
 
 

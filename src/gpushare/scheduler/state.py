@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from gpushare.model.job import Job
 from gpushare.model.node import Node
@@ -22,10 +22,9 @@ from gpushare.model.quantities import MILLI, ZERO, Res
 from gpushare.model.queue import Queue
 
 if TYPE_CHECKING:
-    from gpushare.scheduler.actions.common.candidates import LeafVictims
-    from gpushare.scheduler.frag_placement import FragIndex, RecentShapes
     from gpushare.scheduler.fragmentation import TaskMix
-    from gpushare.scheduler.node_index import NodeIndex
+
+T = TypeVar("T")
 
 #: A fair-share division's levels, by the inputs they depend on (see ``divide``).
 DivisionMemo = dict[tuple[Any, ...], dict[str, Fraction]]
@@ -142,24 +141,30 @@ class Kept:
     """Figures derived from the state that later cycles may reuse. Each user keeps its own
     check that they still hold (a version, a policy, the inputs they were made from)."""
 
-    #: Candidate nodes per placement key (``node_index``), one index per pair of
-    #: (GPU, CPU) placement rules in use.
-    node_indexes: dict[tuple[str, str], NodeIndex] = field(default_factory=dict)
-    #: Per pod shape, the fitting nodes under each fragmentation rule (``frag_placement``).
-    frag_indexes: dict[str, FragIndex] = field(default_factory=dict)
     #: The task mix the fragmentation rules use, when fixed (None: learnt from pods).
     task_mix: TaskMix | None = None
-    recent_shapes: RecentShapes | None = None
     #: The last cycles' fair-share divisions (the session's, and the steady path's).
     fair_share_memo: DivisionMemo | None = None
     steady_share_memo: DivisionMemo | None = None
     #: The queue order's per-queue figures, by fair share, quota, limit and capacity.
     order_figures_memo: dict[Any, Any] = field(default_factory=dict)
-    #: The eviction actions' victim lists per leaf queue, and GPU holders per node.
-    victim_leaves: dict[str, LeafVictims] = field(default_factory=dict)
+    #: GPU holders per node (the eviction actions' victim lists).
     gpu_holders: dict[str, tuple[object, int, dict[int, list[tuple[str, int]]]]] = field(
         default_factory=dict
     )
+    #: Figures of the modules above the state, each under a class its module declares
+    #: (``node_index.NodeIndexes``, ``frag_placement.FragKept``,
+    #: ``actions.common.candidates.VictimLeaves``): the state knows none of their types.
+    owned: dict[type, object] = field(default_factory=dict)
+
+    def of(self, kind: type[T]) -> T:
+        """The figures kept under ``kind`` (made empty, ``kind()``, on first use); only the
+        module that declares ``kind`` reads and writes them."""
+        found = self.owned.get(kind)
+        if found is None:
+            found = self.owned[kind] = kind()
+        return cast(T, found)
+
 
 
 class ClusterState:
@@ -565,10 +570,6 @@ class Statement:
             pod.status = PodStatus.RELEASING
             pod.evict_reason, pod.evict_action = reason, action
         state._attach(pod)
-
-    def unpipeline(self, pod: Pod) -> None:
-        """Take a pod placed this cycle back to Pending."""
-        self.state.set_pod(pod, PodStatus.PENDING)
 
     def checkpoint(self) -> int:
         return len(self._log)

@@ -1,5 +1,8 @@
 """Small plotting helpers for simulator reports (matplotlib, no display needed).
 
+matplotlib is an optional dependency (the ``plot`` extra): it is imported only when a plot
+is drawn, and ``pyplot()`` turns its absence into a ``PlotError`` naming the extra.
+
 ``line_plot`` draws named series of ``(x, y)`` points into a PNG or SVG file; the format
 follows the file's suffix. ``allocation_plot`` draws GPU allocation per queue over the
 cycles of a scenario with each queue's fair share as a dashed line of the same colour;
@@ -16,7 +19,23 @@ FORMATS = (".png", ".svg")
 
 
 class PlotError(ValueError):
-    """A plot that cannot be written (bad file name or format)."""
+    """A plot that cannot be written (bad file name or format, matplotlib not installed)."""
+
+
+MISSING = ("--plot: drawing needs matplotlib, which gpushare installs only with its `plot` "
+           "extra: pip install 'gpushare[plot]'")
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or ``PlotError`` if not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError(MISSING) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def line_plot(
@@ -33,11 +52,7 @@ def line_plot(
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
         raise PlotError(f"--plot: expected a .png or .svg file name, got {str(path)!r}")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     try:
         for name, points in series.items():
@@ -69,15 +84,12 @@ def check_path(path: str | Path) -> Path:
         raise PlotError(f"--plot: expected a .png or .svg file name, got {str(path)!r}")
     if not path.parent.is_dir():
         raise PlotError(f"--plot: no such directory {str(path.parent)!r}")
+    pyplot()  # before any work: the extra is missing, say so now
     return path
 
 
 def _figure() -> tuple[Any, Any, Any]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
     return plt, fig, ax
 

@@ -193,7 +193,7 @@ def run(sc: Scenario) -> ScenarioResult:
                 for q, r in result.queues.items()}
         reasons = dict(result.pending_reasons)
     if not sc.cycles:
-        fair = dict(Session(state, sc.config, NOW).fair_share)
+        fair = dict(Session(state, sc.config, NOW).proportion.fair_share)
     snap = snapshot(sc, state, fair)
     mismatches += [f"after cycle {sc.cycles}: {m}" for m in compare(sc, state, snap)]
     for s in range(sc.stable_cycles):

@@ -281,6 +281,16 @@ def _gpu_request(res: _PodResources, path: str) -> GpuRequest:
 def _job(raw: Any, path: str, sc: Scenario, queues: set[str], memory_of: dict[str, int],
          task_names: set[str]) -> None:
     j = check_keys(raw, path, JOB_KEYS)
+    job, base, tasks = _job_of(j, path, queues)
+    sc.jobs.append(job)
+    for i, traw in enumerate(tasks):
+        _task(traw, join(join(path, "tasks"), i), i, job, base, sc, memory_of, task_names)
+
+
+def _job_of(j: dict[str, Any], path: str,
+            queues: set[str]) -> tuple[Job, _PodResources, list[Any]]:
+    """The job of a checked ``jobs[i]`` entry, the resources its tasks start from, and its
+    raw tasks."""
     name = get(j, "name", path, as_str)
     if name is None:
         raise ScenarioError(join(path, "name"), "required")
@@ -296,25 +306,7 @@ def _job(raw: Any, path: str, sc: Scenario, queues: set[str], memory_of: dict[st
     preemptible = priority < 100 if preemptibility is None else preemptibility == "preemptible"
     base = _pod_resources(j.get("resources"), join(path, "resources"), _PodResources())
     tasks = as_list(j.get("tasks"), join(path, "tasks"))
-    subgroups: dict[str, SubGroup] = {}
-    for i, sraw in enumerate(as_list(j.get("subgroups"), join(path, "subgroups"))):
-        spath = join(join(path, "subgroups"), i)
-        s = check_keys(sraw, spath, SUBGROUP_KEYS)
-        sname = get(s, "name", spath, as_str)
-        if sname is None:
-            raise ScenarioError(join(spath, "name"), "required")
-        subgroups[sname] = SubGroup(
-            name=sname,
-            parent=as_opt_str(s.get("parent"), join(spath, "parent")),
-            min_member=get(s, "minMember", spath, as_int, default=None, minimum=0),
-            min_subgroup=get(s, "minSubGroup", spath, as_int, default=None, minimum=0),
-        )
-    for i, sg in enumerate(subgroups.values()):
-        if sg.parent is not None:
-            if sg.parent not in subgroups:
-                raise ScenarioError(join(join(join(path, "subgroups"), i), "parent"),
-                                    f"unknown subgroup {sg.parent!r}")
-            subgroups[sg.parent].children.append(sg.name)
+    subgroups = _subgroups(j, path)
     # With subgroups the tree is the gang; a job-level minMember is then only informative.
     grace = j.get("stalenessGracePeriodSeconds")
     job = Job(
@@ -337,57 +329,96 @@ def _job(raw: Any, path: str, sc: Scenario, queues: set[str], memory_of: dict[st
         ),
         subgroups=subgroups,
     )
-    sc.jobs.append(job)
-    for i, traw in enumerate(tasks):
-        tpath = join(join(path, "tasks"), i)
-        t = check_keys(traw, tpath, TASK_KEYS)
-        tname = get(t, "name", tpath, as_str, default=f"{name}-{i}")
-        if tname in task_names:
-            raise ScenarioError(join(tpath, "name"), f"duplicate task {tname!r}")
-        task_names.add(tname)
-        state = get(t, "state", tpath, as_str, default="Pending", choices=STATES)
-        status = PodStatus(state)
-        node = as_opt_str(t.get("node"), join(tpath, "node"))
-        if node is not None and node not in memory_of:
-            raise ScenarioError(join(tpath, "node"), f"unknown node {node!r}")
-        if status in (PodStatus.PENDING,):
-            node = None  # a pending pod holds nothing, wherever it was
-        elif node is None and status not in (PodStatus.SUCCEEDED, PodStatus.FAILED):
-            raise ScenarioError(join(tpath, "node"), f"required for a {state} pod")
-        if status in (PodStatus.SUCCEEDED, PodStatus.FAILED):
-            node = None if node is None else node
-        res = _pod_resources(t.get("resources"), join(tpath, "resources"), base)
-        gpu = _gpu_request(res, join(tpath, "resources"))
-        subgroup = as_opt_str(t.get("subgroup"), join(tpath, "subgroup"))
-        if subgroup is not None:
-            if subgroup not in subgroups:
-                raise ScenarioError(join(tpath, "subgroup"), f"unknown subgroup {subgroup!r}")
-            if subgroups[subgroup].children:
-                raise ScenarioError(join(tpath, "subgroup"), "pods join leaf subgroups only")
-        groups = [
-            str(as_str(str(g), join(join(tpath, "gpuGroups"), k)))
-            for k, g in enumerate(as_list(t.get("gpuGroups"), join(tpath, "gpuGroups")))
-        ]
-        running = get(t, "runningSeconds", tpath, as_number, default=Fraction(VERY_LONG), minimum=0)
-        pod = Pod(
-            name=tname,
-            namespace=namespace,
-            job=job.key,
-            index=i,
-            gpu=gpu,
-            cpu_millis=res.cpu_millis,
-            memory_bytes=mib_to_bytes(res.memory_mib),
-            status=status,
-            node=node,
-            started_at=NOW - float(running),
-            priority=get(t, "priority", tpath, as_int, default=None),
-            node_selector=as_str_map(t.get("nodeSelector"), join(tpath, "nodeSelector")),
-            task_order=get(t, "taskOrder", tpath, as_int, default=None),
-            subgroup=subgroup,
+    return job, base, tasks
+
+
+def _subgroups(j: dict[str, Any], path: str) -> dict[str, SubGroup]:
+    """A job's subgroup tree: each subgroup by name, its children filled in."""
+    subgroups: dict[str, SubGroup] = {}
+    for i, sraw in enumerate(as_list(j.get("subgroups"), join(path, "subgroups"))):
+        spath = join(join(path, "subgroups"), i)
+        s = check_keys(sraw, spath, SUBGROUP_KEYS)
+        sname = get(s, "name", spath, as_str)
+        if sname is None:
+            raise ScenarioError(join(spath, "name"), "required")
+        subgroups[sname] = SubGroup(
+            name=sname,
+            parent=as_opt_str(s.get("parent"), join(spath, "parent")),
+            min_member=get(s, "minMember", spath, as_int, default=None, minimum=0),
+            min_subgroup=get(s, "minSubGroup", spath, as_int, default=None, minimum=0),
         )
-        sc.pods.append(pod)
-        sc.pod_groups[pod.key] = groups
-        sc.pod_paths[pod.key] = tpath
+    for i, sg in enumerate(subgroups.values()):
+        if sg.parent is not None:
+            if sg.parent not in subgroups:
+                raise ScenarioError(join(join(join(path, "subgroups"), i), "parent"),
+                                    f"unknown subgroup {sg.parent!r}")
+            subgroups[sg.parent].children.append(sg.name)
+    return subgroups
+
+
+def _task(traw: Any, tpath: str, i: int, job: Job, base: _PodResources, sc: Scenario,
+          memory_of: dict[str, int], task_names: set[str]) -> None:
+    """Task ``i`` of ``job``: its pod, with its GPU groups and path, into the scenario."""
+    t = check_keys(traw, tpath, TASK_KEYS)
+    tname = get(t, "name", tpath, as_str, default=f"{job.name}-{i}")
+    if tname in task_names:
+        raise ScenarioError(join(tpath, "name"), f"duplicate task {tname!r}")
+    task_names.add(tname)
+    state = get(t, "state", tpath, as_str, default="Pending", choices=STATES)
+    status = PodStatus(state)
+    node = _task_node(t, tpath, state, status, memory_of)
+    res = _pod_resources(t.get("resources"), join(tpath, "resources"), base)
+    gpu = _gpu_request(res, join(tpath, "resources"))
+    subgroup = _task_subgroup(t, tpath, job.subgroups)
+    groups = [
+        str(as_str(str(g), join(join(tpath, "gpuGroups"), k)))
+        for k, g in enumerate(as_list(t.get("gpuGroups"), join(tpath, "gpuGroups")))
+    ]
+    running = get(t, "runningSeconds", tpath, as_number, default=Fraction(VERY_LONG), minimum=0)
+    pod = Pod(
+        name=tname,
+        namespace=job.namespace,
+        job=job.key,
+        index=i,
+        gpu=gpu,
+        cpu_millis=res.cpu_millis,
+        memory_bytes=mib_to_bytes(res.memory_mib),
+        status=status,
+        node=node,
+        started_at=NOW - float(running),
+        priority=get(t, "priority", tpath, as_int, default=None),
+        node_selector=as_str_map(t.get("nodeSelector"), join(tpath, "nodeSelector")),
+        task_order=get(t, "taskOrder", tpath, as_int, default=None),
+        subgroup=subgroup,
+    )
+    sc.pods.append(pod)
+    sc.pod_groups[pod.key] = groups
+    sc.pod_paths[pod.key] = tpath
+
+
+def _task_node(t: dict[str, Any], tpath: str, state: str, status: PodStatus,
+               memory_of: dict[str, int]) -> str | None:
+    """The node a task's pod holds: none while pending, required while it runs."""
+    node = as_opt_str(t.get("node"), join(tpath, "node"))
+    if node is not None and node not in memory_of:
+        raise ScenarioError(join(tpath, "node"), f"unknown node {node!r}")
+    if status in (PodStatus.PENDING,):
+        return None  # a pending pod holds nothing, wherever it was
+    if node is None and status not in (PodStatus.SUCCEEDED, PodStatus.FAILED):
+        raise ScenarioError(join(tpath, "node"), f"required for a {state} pod")
+    return node
+
+
+def _task_subgroup(t: dict[str, Any], tpath: str,
+                   subgroups: dict[str, SubGroup]) -> str | None:
+    """The leaf subgroup a task's pod joins, if any."""
+    subgroup = as_opt_str(t.get("subgroup"), join(tpath, "subgroup"))
+    if subgroup is not None:
+        if subgroup not in subgroups:
+            raise ScenarioError(join(tpath, "subgroup"), f"unknown subgroup {subgroup!r}")
+        if subgroups[subgroup].children:
+            raise ScenarioError(join(tpath, "subgroup"), "pods join leaf subgroups only")
+    return subgroup
 
 
 def _pod_expectation(raw: Any, path: str) -> PodExpectation:

@@ -141,92 +141,132 @@ def queue_of(pod: TracePod, queue_by: str) -> str:
 def run_timeline(
     nodes: list[TraceNode], pods: list[TracePod], policy: str, queue_by: str = "qos",
 ) -> TimelineResult:
-    capacity = sum(n.gpus for n in nodes) * MILLI
-    state = ClusterState()
-    for n in nodes:
-        state.upsert_node(n.to_node())
-    state.upsert_queue(Queue(ROOT))
-    queues = sorted({queue_of(p, queue_by) for p in pods})
-    for q in queues:
-        state.upsert_queue(Queue(q, parent=ROOT))
     if policy == "random":
         raise ValueError("policy: random is a fill-mode baseline, not a scheduler rule")
-    config = Config(gpu_placement=policy)
-    set_task_mix(state, TaskMix.of(p.shape() for p in pods))
-    result = TimelineResult(policy, capacity, total=len(pods))
-    events: list[tuple[float, int, int]] = []  # (time, 0 leave / 1 arrive, pod index)
-    for i, p in enumerate(pods):
-        events.append((p.created, 1, i))
-        if p.deleted is not None:
-            events.append((p.deleted, 0, i))
-    events.sort()
-    allocated = 0
-    running = dict.fromkeys(queues, 0)  # milli-GPUs of each queue's running pods
-    created_at: dict[str, float] = {}
-    by_key = {}
-    started: set[str] = set()  # pods that have been bound once
-    result.fairness = {q: QueueFairness() for q in queues}
+    replay = _Replay(nodes, pods, policy, queue_by)
+    events = _events(pods)
     j = 0
     last_time: float | None = None
     while j < len(events):
         now = events[j][0]
         if last_time is not None:
-            for f in result.fairness.values():
+            for f in replay.result.fairness.values():
                 f.advance(now - last_time)
         last_time = now
         while j < len(events) and events[j][0] == now:
             _, kind, i = events[j]
-            tp = pods[i]
-            key = f"trace/{tp.name}"
             if kind == 1:
-                pod = tp.to_pod()
-                state.upsert_job(tp.to_job(queue_of(tp, queue_by), created_at=now))
-                state.upsert_pod(pod)
-                created_at[key] = now
-                by_key[key] = tp
-            elif key in state.pods:
-                pod = state.pods[key]
-                q = queue_of(tp, queue_by)
-                if pod.status is PodStatus.RUNNING:
-                    allocated -= tp.gpu_total
-                    running[q] -= tp.gpu_total
-                elif key not in started:
-                    result.unplaced[q] = result.unplaced.get(q, 0) + 1
-                state.remove_pod(key)
-                state.remove_job(key)
+                replay.arrive(pods[i], now)
+            else:
+                replay.leave(pods[i])
             j += 1
-        cycle = run_cycle(state, config, now)
+        replay.cycle(now)
+    return replay.finish()
+
+
+def _events(pods: list[TracePod]) -> list[tuple[float, int, int]]:
+    """(time, 0 leave / 1 arrive, pod index), in time order, leaves first."""
+    events: list[tuple[float, int, int]] = []
+    for i, p in enumerate(pods):
+        events.append((p.created, 1, i))
+        if p.deleted is not None:
+            events.append((p.deleted, 0, i))
+    events.sort()
+    return events
+
+
+class _Replay:
+    """A trace replayed through the scheduler core: the cluster's state and what the
+    result counts, one event and one cycle at a time."""
+
+    def __init__(self, nodes: list[TraceNode], pods: list[TracePod], policy: str,
+                 queue_by: str) -> None:
+        capacity = sum(n.gpus for n in nodes) * MILLI
+        self.state = ClusterState()
+        for n in nodes:
+            self.state.upsert_node(n.to_node())
+        self.state.upsert_queue(Queue(ROOT))
+        queues = sorted({queue_of(p, queue_by) for p in pods})
+        for q in queues:
+            self.state.upsert_queue(Queue(q, parent=ROOT))
+        self.config = Config(gpu_placement=policy)
+        set_task_mix(self.state, TaskMix.of(p.shape() for p in pods))
+        self.queue_by = queue_by
+        self.capacity = capacity
+        self.result = TimelineResult(policy, capacity, total=len(pods))
+        self.result.fairness = {q: QueueFairness() for q in queues}
+        self.allocated = 0
+        self.running = dict.fromkeys(queues, 0)  # milli-GPUs of each queue's running pods
+        self.created_at: dict[str, float] = {}
+        self.by_key: dict[str, TracePod] = {}
+        self.started: set[str] = set()  # pods that have been bound once
+
+    def arrive(self, tp: TracePod, now: float) -> None:
+        key = f"trace/{tp.name}"
+        self.state.upsert_job(tp.to_job(queue_of(tp, self.queue_by), created_at=now))
+        self.state.upsert_pod(tp.to_pod())
+        self.created_at[key] = now
+        self.by_key[key] = tp
+
+    def leave(self, tp: TracePod) -> None:
+        key = f"trace/{tp.name}"
+        pod = self.state.pods.get(key)
+        if pod is None:
+            return
+        q = queue_of(tp, self.queue_by)
+        if pod.status is PodStatus.RUNNING:
+            self.allocated -= tp.gpu_total
+            self.running[q] -= tp.gpu_total
+        elif key not in self.started:
+            self.result.unplaced[q] = self.result.unplaced.get(q, 0) + 1
+        self.state.remove_pod(key)
+        self.state.remove_job(key)
+
+    def cycle(self, now: float) -> None:
+        """One scheduling cycle at ``now``, its decisions applied as the cluster would."""
+        cycle = run_cycle(self.state, self.config, now)
         for b in cycle.binds:
-            pod = state.pods[b.pod]
-            state.set_pod(pod, PodStatus.RUNNING, pod.node, pod.gpu_indices, pod.portion)
-            tp = by_key[b.pod]
-            q = queue_of(tp, queue_by)
-            allocated += tp.gpu_total
-            running[q] += tp.gpu_total
-            if b.pod not in started:
-                started.add(b.pod)
-                result.placed += 1
-                result.wait.setdefault(q, []).append(now - created_at[b.pod])
+            self._bind(b.pod, now)
         for e in cycle.evictions:
-            victim = state.pods.get(e.pod)
-            if victim is not None:
-                q = queue_of(by_key[e.pod], queue_by)
-                if victim.status is PodStatus.RELEASING:
-                    allocated -= by_key[e.pod].gpu_total
-                    running[q] -= by_key[e.pod].gpu_total
-                    result.evicted[q] = result.evicted.get(q, 0) + 1
-                state.set_pod(victim, PodStatus.PENDING)
+            self._evict(e.pod)
         for pipelined in cycle.pipelines:
-            waiting = state.pods.get(pipelined.pod)
+            waiting = self.state.pods.get(pipelined.pod)
             if waiting is not None and waiting.status is PodStatus.PIPELINED:
-                state.set_pod(waiting, PodStatus.PENDING)
-        result.points.append((now, 100 * allocated / capacity))
-        for q, f in result.fairness.items():
+                self.state.set_pod(waiting, PodStatus.PENDING)
+        self.result.points.append((now, 100 * self.allocated / self.capacity))
+        for q, f in self.result.fairness.items():
             report = cycle.queues.get(q)
             fair = _gpus(report.fair_share) if report is not None else 0.0
-            f.last = (running[q] / MILLI, fair)
-    for key, pod in state.pods.items():
-        if pod.status is PodStatus.PENDING and key not in started:
-            q = queue_of(by_key[key], queue_by)
-            result.unplaced[q] = result.unplaced.get(q, 0) + 1
-    return result
+            f.last = (self.running[q] / MILLI, fair)
+
+    def _bind(self, key: str, now: float) -> None:
+        pod = self.state.pods[key]
+        self.state.set_pod(pod, PodStatus.RUNNING, pod.node, pod.gpu_indices, pod.portion)
+        tp = self.by_key[key]
+        q = queue_of(tp, self.queue_by)
+        self.allocated += tp.gpu_total
+        self.running[q] += tp.gpu_total
+        if key not in self.started:
+            self.started.add(key)
+            self.result.placed += 1
+            self.result.wait.setdefault(q, []).append(now - self.created_at[key])
+
+    def _evict(self, key: str) -> None:
+        victim = self.state.pods.get(key)
+        if victim is None:
+            return
+        tp = self.by_key[key]
+        q = queue_of(tp, self.queue_by)
+        if victim.status is PodStatus.RELEASING:
+            self.allocated -= tp.gpu_total
+            self.running[q] -= tp.gpu_total
+            self.result.evicted[q] = self.result.evicted.get(q, 0) + 1
+        self.state.set_pod(victim, PodStatus.PENDING)
+
+    def finish(self) -> TimelineResult:
+        """The result, counting the pods never placed that are still waiting."""
+        for key, pod in self.state.pods.items():
+            if pod.status is PodStatus.PENDING and key not in self.started:
+                q = queue_of(self.by_key[key], self.queue_by)
+                self.result.unplaced[q] = self.result.unplaced.get(q, 0) + 1
+        return self.result

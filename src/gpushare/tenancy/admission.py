@@ -1,9 +1,9 @@
 """The API server's side of tenancy: admission and request policy in tenant clusters.
 
-Installed by the API server at start (``install``):
+Plugged into the API server by the process that composes it (``server_plugin``):
 
 * in the host cluster, VirtualCluster objects are validated (fields named, nothing stored
-  on a bad one) and the VirtualCluster CRD is kept installed;
+  on a bad one) and the VirtualCluster CRD is kept installed (by the server, as given);
 * in a tenant cluster, pods, workloads and PodGroups are admitted only with the queue(s)
   and priority classes its VirtualCluster allows (a pod naming no queue gets the first),
   live pods are capped at ``maxPods``, and what would reach around the host's scheduler
@@ -17,22 +17,23 @@ Installed by the API server at start (``install``):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpushare.apiserver.errors import ApiError, invalid
+from gpushare.api.contracts import PRIORITY_LABEL, QUEUE_LABEL
+from gpushare.api.plugins import (
+    Caller,
+    LogTarget,
+    RequestAttributes,
+    RequestPolicy,
+    Resource,
+    ServerApi,
+    ServerPlugin,
+)
+from gpushare.api.status import ApiError, invalid
 from gpushare.tenancy import names
 from gpushare.tenancy.policy import TenantPolicy, validate_virtual_cluster, virtualcluster_crd
 
-if TYPE_CHECKING:
-    from gpushare.apiserver.api import Api
-    from gpushare.apiserver.app import App
-    from gpushare.apiserver.auth import Attributes, User
-    from gpushare.apiserver.resources import ResourceInfo
-
-QUEUE_LABEL = "kai.scheduler/queue"
-PRIORITY_LABEL = "priorityClassName"
 PRIORITYCLASS_GR = "scheduling.k8s.io/priorityclasses"
-CRD_GR = "apiextensions.k8s.io/customresourcedefinitions"
 PODGROUP_GR = "scheduling.run.ai/podgroups"
 QUEUE_GR = "scheduling.run.ai/queues"
 WORKLOAD_TEMPLATES = {
@@ -48,7 +49,7 @@ READ_ONLY_VIEWS = {"nodes", QUEUE_GR, PRIORITYCLASS_GR}
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 
 
-def policy_of(api: Api, cluster: str) -> TenantPolicy | None:
+def policy_of(api: ServerApi, cluster: str) -> TenantPolicy | None:
     """The policy of the tenant served as logical cluster ``cluster`` (None: not a tenant)."""
     if cluster == names.HOST_CLUSTER:
         return None
@@ -62,9 +63,9 @@ def _forbidden(kind: str, name: str, message: str) -> ApiError:
 
 
 class TenantAdmission:
-    """``Api.admission_hooks`` entry."""
+    """``ServerPlugin.admission`` entry."""
 
-    def __call__(self, api: Api, cluster: str, info: ResourceInfo, obj: dict[str, Any],
+    def __call__(self, api: ServerApi, cluster: str, info: Resource, obj: dict[str, Any],
                  old: dict[str, Any] | None) -> None:
         gr = info.group_resource
         if cluster == names.HOST_CLUSTER:
@@ -106,7 +107,7 @@ class TenantAdmission:
 
     # -- pods ----------------------------------------------------------------------------
 
-    def _pod(self, api: Api, cluster: str, policy: TenantPolicy, pod: dict[str, Any],
+    def _pod(self, api: ServerApi, cluster: str, policy: TenantPolicy, pod: dict[str, Any],
              old: dict[str, Any] | None, name: str) -> None:
         meta = pod["metadata"]
         labels = meta.get("labels")
@@ -134,7 +135,7 @@ class TenantAdmission:
                 raise _forbidden("pods", name, f"virtual cluster {policy.name!r} allows at most "
                                  f"{policy.max_pods} live pods (maxPods) and has {live}")
 
-    def _pod_template(self, api: Api, policy: TenantPolicy, resource: str, name: str,
+    def _pod_template(self, api: ServerApi, policy: TenantPolicy, resource: str, name: str,
                       template: dict[str, Any], path: str) -> None:
         prefix = f"{path}." if path else ""
         tmeta = _dict(template.get("metadata"))
@@ -173,7 +174,7 @@ class TenantAdmission:
                              f"virtual cluster {policy.name!r}; allowed queue(s): {allowed}")
 
     @staticmethod
-    def _priority(api: Api, policy: TenantPolicy, resource: str, name: str, cls: str,
+    def _priority(api: ServerApi, policy: TenantPolicy, resource: str, name: str, cls: str,
                   field: str) -> None:
         if policy.priority_classes is not None:
             if cls not in policy.priority_classes:
@@ -189,10 +190,11 @@ class TenantAdmission:
                              f"the platform's; allowed priority classes: {', '.join(host)}")
 
 
-def request_policy(api: Api) -> Any:
-    """``App.request_policies`` entry: the verbs a tenant cannot use in its own cluster."""
+def request_policy(api: ServerApi) -> RequestPolicy:
+    """``ServerPlugin.request_policies`` entry: the verbs a tenant cannot use in its own
+    cluster."""
 
-    def refuse(cluster: str, user: User, attrs: Attributes) -> str | None:
+    def refuse(cluster: str, user: Caller, attrs: RequestAttributes) -> str | None:
         if cluster == names.HOST_CLUSTER or user.is_admin:
             return None
         if attrs.verb not in WRITE_VERBS:
@@ -214,8 +216,8 @@ def request_policy(api: Api) -> Any:
     return refuse
 
 
-def log_target(api: Api) -> Any:
-    """``App.log_targets`` entry: where the logs of a tenant pod are."""
+def log_target(api: ServerApi) -> LogTarget:
+    """``ServerPlugin.log_targets`` entry: where the logs of a tenant pod are."""
 
     def target(cluster: str, ns: str, name: str) -> tuple[str, str, str] | None:
         if policy_of(api, cluster) is None:
@@ -233,22 +235,11 @@ def log_target(api: Api) -> Any:
     return target
 
 
-def install(api: Api, app: App) -> None:
-    """Hook tenancy into an API server; keeps the VirtualCluster CRD installed."""
-    api.admission_hooks.append(TenantAdmission())
-    app.request_policies.append(request_policy(api))
-    app.log_targets.append(log_target(api))
-    reg = api.registry(names.HOST_CLUSTER)
-    crd_info = reg.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
-    assert crd_info is not None
-    crd = virtualcluster_crd()
-    existing = api.store.get(names.HOST_CLUSTER, CRD_GR, "", crd["metadata"]["name"])
-    if existing is None:
-        api.create(names.HOST_CLUSTER, crd_info, None, crd)
-    elif existing.get("spec") != crd["spec"]:
-        rv = existing["metadata"]["resourceVersion"]
-        api.update(names.HOST_CLUSTER, crd_info, "", crd["metadata"]["name"],
-                   {**crd, "metadata": {**crd["metadata"], "resourceVersion": rv}})
+def server_plugin(api: ServerApi) -> ServerPlugin:
+    """What tenancy plugs into the API server (`ApiServer(plugins=[...])`)."""
+    return ServerPlugin("tenancy", admission=[TenantAdmission()],
+                        request_policies=[request_policy(api)], log_targets=[log_target(api)],
+                        crds=[virtualcluster_crd()])
 
 
 def _dig(obj: Any, path: tuple[str, ...]) -> Any:

@@ -27,7 +27,9 @@ import logging
 import threading
 from typing import Any
 
-from gpushare.apiserver import crds as builtin_crds
+from gpushare.api.crds import podgroup_crd, queue_crd
+from gpushare.api.objects import Obj
+from gpushare.api.quantity import format_milli
 from gpushare.kube.client import (
     EVENTS,
     NAMESPACES,
@@ -43,14 +45,12 @@ from gpushare.kube.client import (
 )
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
-from gpushare.kube.quantity import format_milli
 from gpushare.tenancy import metrics, names
 from gpushare.tenancy.policy import TenantPolicy
 from gpushare.tenancy.syncer import HostViews, TenantSyncer
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 VIRTUALCLUSTERS = Resource(names.API_VERSION, names.PLURAL, False)
 CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", False)
 CLUSTERROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", False)
@@ -109,7 +109,6 @@ class TenancyController:
         self.queue = WorkQueue()
         self.syncers: dict[str, TenantSyncer] = {}
         self._provisioned: dict[str, str] = {}  # tenant -> uid provisioned
-        self._status_written: dict[str, Obj] = {}
         self._lock = threading.Lock()
         self.vcs.add_handler(lambda kind, vc, old: self.queue.add(
             str((vc.get("metadata") or {}).get("name"))))
@@ -220,7 +219,7 @@ class TenancyController:
             for ns_name in SYSTEM_NAMESPACES:
                 self._create(tenant, NAMESPACES.collection(), {
                     "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns_name}})
-            for crd in (builtin_crds.queue_crd(), builtin_crds.podgroup_crd()):
+            for crd in (queue_crd(), podgroup_crd()):
                 self._create(tenant, CRDS.collection(), crd)
             for role in tenant_roles():
                 self._create(tenant, CLUSTERROLES.collection(), role)

@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare.apiserver.errors import Cause
+from gpushare.api.contracts import DEFAULT_QUEUE
+from gpushare.api.shapes import Cause
 from gpushare.tenancy import names
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -52,7 +53,7 @@ class TenantPolicy:
         return cls(
             name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")),
-            queues=queues or ("default-queue",),
+            queues=queues or (DEFAULT_QUEUE,),
             priority_classes=(tuple(str(c) for c in classes if isinstance(c, str))
                               if isinstance(classes, list) and classes else None),
             max_pods=max_pods if isinstance(max_pods, int) and not isinstance(max_pods, bool)

@@ -22,7 +22,6 @@ reads it once from the API (a cache that lags must not delete anything).
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import hashlib
 import logging
@@ -32,18 +31,25 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.apiserver.shapes import pod_causes
+from gpushare.api.contracts import PODGROUP_ANNOTATION
+from gpushare.api.objects import Obj, controller_reference, metadata
+from gpushare.api.shapes import pod_causes
+from gpushare.api.timefmt import rfc3339, timestamp
 from gpushare.controllers.events import EventRecorder
-from gpushare.controllers.grouping import (
-    PODGROUP_ANNOTATION,
+from gpushare.controllers.scheduling.grouping import (
     PodGroupPlan,
-    controller_reference,
     owner_chain,
     plan_podgroup,
     reference_to,
 )
-from gpushare.controllers.job_controller import JobController
-from gpushare.controllers.workload_controllers import DeploymentController, ReplicaSetController
+from gpushare.controllers.workloads.cronjobs import CronJobController
+from gpushare.controllers.workloads.disruption import DisruptionController
+from gpushare.controllers.workloads.job_controller import JobController
+from gpushare.controllers.workloads.statefulsets import StatefulSetController
+from gpushare.controllers.workloads.workload_controllers import (
+    DeploymentController,
+    ReplicaSetController,
+)
 from gpushare.kube.client import (
     BY_KIND,
     CONFIGMAPS,
@@ -65,7 +71,6 @@ from gpushare.tenancy.policy import TenantPolicy
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 WORKERS = 4
 SWEEP_SECONDS = 10.0
 RESYNC_SECONDS = 10.0
@@ -87,20 +92,13 @@ class HostViews:
     usage: views.HostUsage = field(default_factory=views.HostUsage)
 
 
-def _meta(obj: Obj | None) -> Obj:
-    if not obj:
-        return {}
-    m = obj.get("metadata")
-    return m if isinstance(m, dict) else {}
-
-
 def _annotations(obj: Obj | None) -> dict[str, str]:
-    value = _meta(obj).get("annotations")
+    value = metadata(obj).get("annotations")
     return value if isinstance(value, dict) else {}
 
 
 def _labels(obj: Obj | None) -> dict[str, str]:
-    value = _meta(obj).get("labels")
+    value = metadata(obj).get("labels")
     return value if isinstance(value, dict) else {}
 
 
@@ -129,7 +127,7 @@ class _Pending:
     def add(self, name: str, pod: Obj) -> None:
         """A create answered with ``pod``: pending, unless the watch has reported it."""
         with self.lock:
-            if str(_meta(pod).get("uid") or "") not in self.seen:
+            if str(metadata(pod).get("uid") or "") not in self.seen:
                 self.created[name] = pod
 
 
@@ -161,6 +159,9 @@ class TenantSyncer:
                 JobController(tenant, self.informers, self.stopper, self.events),
                 ReplicaSetController(tenant, self.informers, self.stopper, self.events),
                 DeploymentController(tenant, self.informers, self.stopper, self.events),
+                CronJobController(tenant, self.informers, self.stopper, self.events),
+                StatefulSetController(tenant, self.informers, self.stopper, self.events),
+                DisruptionController(tenant, self.informers, self.stopper),
             ]
         self.queue = WorkQueue()
         self.threads: list[threading.Thread] = []
@@ -223,7 +224,7 @@ class TenantSyncer:
     # -- event handlers (informer threads: only enqueue) --------------------------------------
 
     def _on_tenant_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
-        m = _meta(pod)
+        m = metadata(pod)
         key = f"{m.get('namespace')}/{m.get('name')}"
         if kind == "ADDED" and old is None and not _annotations(pod).get(
                 names.HOST_UID_ANNOTATION):
@@ -234,14 +235,14 @@ class TenantSyncer:
 
     def _on_tenant_ref(self, prefix: str) -> Any:
         def handler(kind: str, obj: Obj, old: Obj | None) -> None:
-            m = _meta(obj)
+            m = metadata(obj)
             key = (prefix, str(m.get("namespace")), str(m.get("name")))
             if key in self._copies:
                 self.queue.add(f"{prefix}:{key[1]}/{key[2]}")
         return handler
 
     def on_host_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
-        m = _meta(pod)
+        m = metadata(pod)
         if m.get("namespace") != self.host_ns:
             return
         labels = _labels(pod)
@@ -256,7 +257,7 @@ class TenantSyncer:
             self.queue.add(f"p:{tenant_object}")
 
     def on_host_event(self, kind: str, event: Obj, old: Obj | None) -> None:
-        m = _meta(event)
+        m = metadata(event)
         if kind == "DELETED" or m.get("namespace") != self.host_ns:
             return
         if (event.get("involvedObject") or {}).get("kind") == "Pod":
@@ -302,7 +303,7 @@ class TenantSyncer:
         sure that one change missed or taken in an unlucky order is caught within
         ``RESYNC_SECONDS`` instead of leaving the tenant pod behind."""
         for t in self.pods.items():
-            tm = _meta(t)
+            tm = metadata(t)
             ns, name = str(tm.get("namespace")), str(tm.get("name"))
             waiting = bool(tm.get("deletionTimestamp"))
             if not waiting and _annotations(t).get(names.HOST_UID_ANNOTATION):
@@ -327,21 +328,21 @@ class TenantSyncer:
                       self.name, self.host_ns, hname, ns, name)
             return
         if t is None:
-            if (h is not None and not _meta(h).get("deletionTimestamp")
+            if (h is not None and not metadata(h).get("deletionTimestamp")
                     and self.tenant.get(PODS.item(name, ns)) is None):  # not a lagging cache
                 self._delete_host(hname, None, "tenant pod deleted")
             return
-        tm = _meta(t)
+        tm = metadata(t)
         if h is not None and _annotations(h).get(names.TENANT_UID_ANNOTATION) != tm.get("uid"):
             # The host pod of an older tenant pod of the same name.
-            if not _meta(h).get("deletionTimestamp"):
-                self._delete_host(hname, _meta(h).get("uid"), "replaced tenant pod")
+            if not metadata(h).get("deletionTimestamp"):
+                self._delete_host(hname, metadata(h).get("uid"), "replaced tenant pod")
             return
         if tm.get("deletionTimestamp"):
             if h is None:
                 if self.host.get(PODS.item(hname, self.host_ns)) is None:
                     self._delete_tenant(t, 0)
-            elif not _meta(h).get("deletionTimestamp"):
+            elif not metadata(h).get("deletionTimestamp"):
                 grace = tm.get("deletionGracePeriodSeconds")
                 self._delete_host(hname, None, "tenant pod deleted",
                                   int(grace) if grace is not None else None)
@@ -350,7 +351,7 @@ class TenantSyncer:
         if h is None:
             if synced_uid:
                 live = self.host.get(PODS.item(hname, self.host_ns))
-                if live is None or _meta(live).get("uid") != synced_uid:
+                if live is None or metadata(live).get("uid") != synced_uid:
                     # Deleted on the host (evicted, reclaimed, removed by an admin).
                     if self.policy.paused:
                         self._park(t)
@@ -364,7 +365,7 @@ class TenantSyncer:
             else:
                 self._create_host(t, hname)
                 return
-        hm = _meta(h)
+        hm = metadata(h)
         if self.policy.paused and not hm.get("deletionTimestamp"):
             self._delete_host(hname, None, "virtual cluster paused")
             return
@@ -397,7 +398,7 @@ class TenantSyncer:
             metrics.SYNC_ACTIONS.labels(self.name, "pod", "status").inc()
 
     def _create_host(self, t: Obj, hname: str) -> None:
-        tm = _meta(t)
+        tm = metadata(t)
         ns, name = str(tm.get("namespace")), str(tm.get("name"))
         causes = pod_causes(t)
         if causes:
@@ -435,7 +436,7 @@ class TenantSyncer:
             self.queue.add_after(f"p:{ns}/{name}", 0.5)  # an old host pod still going away
             return
         self.tenant.merge_patch(PODS.item(name, ns), {"metadata": {"annotations": {
-            names.HOST_UID_ANNOTATION: _meta(created).get("uid"),
+            names.HOST_UID_ANNOTATION: metadata(created).get("uid"),
             names.HOST_NAME_ANNOTATION: hname}}})
 
     def _delete_host(self, hname: str, uid: str | None, why: str,
@@ -450,7 +451,7 @@ class TenantSyncer:
         metrics.SYNC_ACTIONS.labels(self.name, "pod", "delete-host").inc()
 
     def _delete_tenant(self, t: Obj, grace: int) -> None:
-        tm = _meta(t)
+        tm = metadata(t)
         self.tenant.delete(PODS.item(str(tm.get("name")), str(tm.get("namespace"))),
                            uid=tm.get("uid"), grace_period_seconds=grace)
         metrics.SYNC_ACTIONS.labels(self.name, "pod", "delete-tenant").inc()
@@ -461,7 +462,7 @@ class TenantSyncer:
         """A paused tenant's pod whose host pod is gone: a pod of a workload is deleted (its
         controller makes a new one, which waits); a bare pod is made again, unbound, with
         its spec, so that it comes back on resume."""
-        tm = _meta(t)
+        tm = metadata(t)
         ns, name = str(tm.get("namespace")), str(tm.get("name"))
         self._delete_tenant(t, 0)
         if controller_reference(t) is not None:
@@ -495,7 +496,7 @@ class TenantSyncer:
             return
         status["conditions"] = [*conditions, {**want, "lastTransitionTime": _now()}]
         status.setdefault("phase", "Pending")
-        tm = _meta(t)
+        tm = metadata(t)
         self.tenant.replace(PODS.item(str(tm.get("name")), str(tm.get("namespace")), "status"),
                             {**t, "status": status})
 
@@ -503,7 +504,7 @@ class TenantSyncer:
 
     def _sync_references(self, t: Obj) -> None:
         refs = translate.references(t)
-        ns = str(_meta(t).get("namespace"))
+        ns = str(metadata(t).get("namespace"))
         for name in refs.config_maps:
             self.sync_copy("c", ns, name)
         for name in refs.secrets:
@@ -520,7 +521,7 @@ class TenantSyncer:
                 self._copies.pop(key, None)
                 self.host.delete(resource.item(hname, self.host_ns))
             return
-        rv = str(_meta(obj).get("resourceVersion"))
+        rv = str(metadata(obj).get("resourceVersion"))
         if self._copies.get(key) == rv:
             return
         want = translate.host_copy(self.name, {**obj, "kind": "ConfigMap" if kind == "c"
@@ -534,7 +535,7 @@ class TenantSyncer:
                     raise
                 current = self.host.get(resource.item(hname, self.host_ns))
         if current is not None and translate.copy_differs(current, want):
-            want["metadata"]["resourceVersion"] = _meta(current).get("resourceVersion")
+            want["metadata"]["resourceVersion"] = metadata(current).get("resourceVersion")
             self.host.replace(resource.item(hname, self.host_ns), want)
         self._copies[key] = rv
         metrics.SYNC_ACTIONS.labels(self.name, resource.plural, "sync").inc()
@@ -553,7 +554,7 @@ class TenantSyncer:
             with contextlib.suppress(ApiError):
                 found = self.tenant.get(resource.item(name, namespace if resource.namespaced
                                                       else None))
-        if found is not None and _meta(found).get("uid") != uid:
+        if found is not None and metadata(found).get("uid") != uid:
             return None
         return found
 
@@ -561,7 +562,7 @@ class TenantSyncer:
         """The host PodGroup of the pod's workload: the tenant's explicit PodGroup, else
         its owner chain's. Returns (queue, name, body)."""
         policy = self.policy
-        tm = _meta(t)
+        tm = metadata(t)
         ns = str(tm.get("namespace"))
         tenant_pg = None
         named = _annotations(t).get(PODGROUP_ANNOTATION)
@@ -571,7 +572,7 @@ class TenantSyncer:
         plan = plan_podgroup(chain, policy.default_queue)
         if tenant_pg is not None:
             plan = PodGroupPlan(
-                name=str(_meta(tenant_pg).get("name")), namespace=ns,
+                name=str(metadata(tenant_pg).get("name")), namespace=ns,
                 owner=reference_to({**tenant_pg, "kind": "PodGroup"}),
                 min_member=int((tenant_pg.get("spec") or {}).get("minMember") or 1),
                 queue=str((tenant_pg.get("spec") or {}).get("queue") or plan.queue),
@@ -615,7 +616,7 @@ class TenantSyncer:
             return
         tns, _, tname = str(_annotations(h).get(names.TENANT_OBJECT_ANNOTATION, "")).partition("/")
         t = self.pods.get(f"{tns}/{tname}")
-        if t is None or _meta(t).get("uid") != _annotations(h).get(names.TENANT_UID_ANNOTATION):
+        if t is None or metadata(t).get("uid") != _annotations(h).get(names.TENANT_UID_ANNOTATION):
             return
         digest = hashlib.sha256(str(name).encode()).hexdigest()[:10]
         ename = f"{str(tname)[:200]}.{digest}"
@@ -627,7 +628,7 @@ class TenantSyncer:
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": ename, "namespace": tns},
             "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": tns,
-                               "name": tname, "uid": _meta(t).get("uid")},
+                               "name": tname, "uid": metadata(t).get("uid")},
             "reason": ev.get("reason"), "message": ev.get("message"), "type": ev.get("type"),
             "count": ev.get("count") or 1, "firstTimestamp": ev.get("firstTimestamp"),
             "lastTimestamp": ev.get("lastTimestamp"),
@@ -643,7 +644,7 @@ class TenantSyncer:
             current = self.tenant.get(EVENTS.item(ename, str(tns)))
             if current is not None and (current.get("count"), current.get("message")) != (
                     body.get("count"), body.get("message")):
-                body["metadata"]["resourceVersion"] = _meta(current).get("resourceVersion")
+                body["metadata"]["resourceVersion"] = metadata(current).get("resourceVersion")
                 self.tenant.replace(EVENTS.item(ename, str(tns)), body)
         self._events_written[ename] = fields
         if len(self._events_written) > 20_000:
@@ -652,16 +653,16 @@ class TenantSyncer:
     # -- views --------------------------------------------------------------------------------
 
     def sync_views(self) -> None:
-        queues = [q for q in self.h.queues.items() if _meta(q).get("name") in self.policy.queues]
+        queues = [q for q in self.h.queues.items() if metadata(q).get("name") in self.policy.queues]
         want_nodes = views.tenant_nodes(self.h.nodes.items(), self.h.usage.nodes(),
                                         self.h.usage.namespace(self.host_ns), queues)
         self._sync_view(NODES, self.tenant_nodes, want_nodes, ("spec", "status"), status=True)
-        want_queues = {str(_meta(q).get("name")): views.tenant_queue(q) for q in queues}
+        want_queues = {str(metadata(q).get("name")): views.tenant_queue(q) for q in queues}
         self._sync_view(QUEUES, self.tenant_queues, want_queues, ("spec", "status"), status=True)
         classes = self.policy.priority_classes
-        want_classes = {str(_meta(pc).get("name")): views.tenant_priority_class(pc)
+        want_classes = {str(metadata(pc).get("name")): views.tenant_priority_class(pc)
                         for pc in self.h.priority_classes.items()
-                        if classes is None or _meta(pc).get("name") in classes}
+                        if classes is None or metadata(pc).get("name") in classes}
         self._sync_view(PRIORITY_CLASSES, self.tenant_classes, want_classes,
                         ("value", "description", "preemptionPolicy"), status=False,
                         remove_unlabelled=True)
@@ -684,14 +685,14 @@ class TenantSyncer:
                 continue
             if not views.differs(current, obj, keys):
                 continue
-            body = {**obj, "metadata": {**obj["metadata"],
-                                        "resourceVersion": _meta(current).get("resourceVersion")}}
+            version = metadata(current).get("resourceVersion")
+            body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
             updated = self.tenant.replace(resource.item(name), body)
             if status and updated.get("status") != obj.get("status"):
                 self.tenant.replace(resource.item(name, None, "status"),
                                     {**updated, "status": obj.get("status")})
         for current in informer.items():
-            name = str(_meta(current).get("name"))
+            name = str(metadata(current).get("name"))
             if name in want:
                 continue
             if _labels(current).get(names.VIEW_LABEL) == "true" or remove_unlabelled:
@@ -702,19 +703,19 @@ class TenantSyncer:
     def sweep(self) -> None:
         """Host PodGroups and ConfigMap/Secret copies no tenant pod needs any more."""
         used_groups = {_annotations(p).get(PODGROUP_ANNOTATION) for p in self.h.pods.items()
-                       if _meta(p).get("namespace") == self.host_ns}
+                       if metadata(p).get("namespace") == self.host_ns}
         now = time.time()
         for pg in self.h.podgroups.items():
-            m = _meta(pg)
+            m = metadata(pg)
             if m.get("namespace") != self.host_ns or m.get("name") in used_groups:
                 continue
-            if now - _timestamp(m.get("creationTimestamp")) < PODGROUP_GRACE_SECONDS:
+            if now - timestamp(m.get("creationTimestamp")) < PODGROUP_GRACE_SECONDS:
                 continue
             self.host.delete(PODGROUPS.item(str(m.get("name")), self.host_ns))
         needed: set[tuple[str, str, str]] = set()
         for pod in self.pods.items():
             refs = translate.references(pod)
-            ns = str(_meta(pod).get("namespace"))
+            ns = str(metadata(pod).get("namespace"))
             needed |= {("c", ns, n) for n in refs.config_maps}
             needed |= {("s", ns, n) for n in refs.secrets}
         for resource, kind in ((CONFIGMAPS, "c"), (SECRETS, "s")):
@@ -726,15 +727,10 @@ class TenantSyncer:
                 key = (kind, tns, tname)
                 if key not in needed:
                     self._copies.pop(key, None)
-                    self.host.delete(resource.item(str(_meta(obj).get("name")), self.host_ns))
+                    self.host.delete(resource.item(str(metadata(obj).get("name")), self.host_ns))
 
 
 def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return rfc3339(time.time())
 
 
-def _timestamp(text: Any) -> float:
-    try:
-        return float(calendar.timegm(time.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ")))
-    except (TypeError, ValueError):
-        return 0.0

@@ -23,13 +23,15 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare.contracts import (
+from gpushare.api.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
-)
-from gpushare.controllers.grouping import (
     PODGROUP_ANNOTATION,
+    PRIORITY_LABEL,
+)
+from gpushare.api.objects import Meta, Obj, metadata
+from gpushare.controllers.scheduling.grouping import (
     PODGROUP_API_VERSION,
     PREEMPTIBILITY_LABEL,
     QUEUE_LABEL,
@@ -38,8 +40,6 @@ from gpushare.controllers.grouping import (
 )
 from gpushare.tenancy import names
 
-Obj = dict[str, Any]
-PRIORITY_LABEL = "priorityClassName"
 HOST_SCHEDULER = "gpushare"
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 # Annotations the host's scheduler writes at binding time: never the tenant's to set.
@@ -52,11 +52,6 @@ _KEPT_CONTAINER = ("name", "image", "command", "args", "workingDir", "env", "env
                    "resources", "ports", "imagePullPolicy", "terminationMessagePath",
                    "terminationMessagePolicy", "volumeMounts", "stdin", "tty")
 _TENANT_FIELDS = ("metadata.name", "metadata.namespace", "metadata.uid")
-
-
-def _meta(obj: Obj) -> Obj:
-    m = obj.get("metadata")
-    return m if isinstance(m, dict) else {}
 
 
 def owned_by_tenant(tenant: str, namespace: str, name: str) -> dict[str, str]:
@@ -140,7 +135,7 @@ def _rename_refs(container: Obj, ns: str, tenant_pod: Obj) -> Obj:
             field_ref = vf.get("fieldRef") if isinstance(vf.get("fieldRef"), dict) else None
             if field_ref is not None and field_ref.get("fieldPath") in _TENANT_FIELDS:
                 key = str(field_ref["fieldPath"]).split(".", 1)[1]
-                var = {"name": var.get("name"), "value": str(_meta(tenant_pod).get(key, ""))}
+                var = {"name": var.get("name"), "value": str(metadata(tenant_pod).get(key, ""))}
         env.append(var)
     if "env" in out:
         out["env"] = env
@@ -174,7 +169,7 @@ def _volumes(spec: Obj, ns: str) -> list[Obj]:
 
 def host_pod(tenant: str, pod: Obj, queue: str, podgroup: str) -> Obj:
     """The host pod for tenant pod ``pod``."""
-    meta = _meta(pod)
+    meta = metadata(pod)
     ns, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
     spec = _dict(pod.get("spec"))
     labels = _tenant_labels(meta.get("labels"))
@@ -220,10 +215,10 @@ def tenant_status(host: Obj) -> Obj:
 
 def binding_for(tenant_pod: Obj, host: Obj) -> Obj:
     """The Binding that gives a tenant pod its host pod's node (and GPU slots)."""
-    ann = _meta(host).get("annotations") or {}
+    ann = Meta.of(host).annotations
     carried = {k: v for k, v in ann.items() if k.startswith("gpushare.io/")}
     return {"apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": _meta(tenant_pod).get("name", ""), "annotations": carried},
+            "metadata": {"name": metadata(tenant_pod).get("name", ""), "annotations": carried},
             "target": {"apiVersion": "v1", "kind": "Node",
                        "name": (host.get("spec") or {}).get("nodeName", "")}}
 
@@ -233,7 +228,7 @@ def binding_for(tenant_pod: Obj, host: Obj) -> Obj:
 
 def host_copy(tenant: str, obj: Obj) -> Obj:
     """The host copy of a tenant ConfigMap or Secret."""
-    meta = _meta(obj)
+    meta = metadata(obj)
     ns, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
     out: Obj = {
         "apiVersion": "v1", "kind": obj.get("kind", "ConfigMap"),
@@ -251,8 +246,8 @@ def host_copy(tenant: str, obj: Obj) -> Obj:
 
 def copy_differs(host: Obj, want: Obj) -> bool:
     return any(host.get(k) != want.get(k) for k in ("data", "binaryData", "type")) or (
-        (_meta(host).get("annotations") or {}).get(names.TENANT_UID_ANNOTATION)
-        != _meta(want)["annotations"][names.TENANT_UID_ANNOTATION])
+        (Meta.of(host).annotations).get(names.TENANT_UID_ANNOTATION)
+        != metadata(want)["annotations"][names.TENANT_UID_ANNOTATION])
 
 
 # -- PodGroups ----------------------------------------------------------------------------

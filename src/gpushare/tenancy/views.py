@@ -6,27 +6,25 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable
-from typing import Any
 
-from gpushare.contracts import NODE_ENFORCEMENT_ANNOTATION, NODE_GPUS_DECLARED_ANNOTATION
-from gpushare.controllers.translate import bound_gpus, gpu_request
-from gpushare.kube.quantity import format_milli, to_milli
+from gpushare.api.contracts import GPU_RESOURCE as GPU
+from gpushare.api.contracts import (
+    HOSTNAME_LABEL,
+    NODE_ENFORCEMENT_ANNOTATION,
+    NODE_GPUS_DECLARED_ANNOTATION,
+)
+from gpushare.api.gpu import bound_gpus, gpu_request
+from gpushare.api.objects import Obj, complete_node_info, metadata
+from gpushare.api.quantity import format_milli, to_milli
 from gpushare.tenancy import names
 
-Obj = dict[str, Any]
-GPU = "nvidia.com/gpu"
 SHARE_ANNOTATION = f"{names.GROUP}/gpu-share"
 USED_ANNOTATION = f"{names.GROUP}/gpu-allocated"
 NODE_GPUS_ANNOTATION = f"{names.GROUP}/node-gpus"
 PARENT_ANNOTATION = f"{names.GROUP}/parent-queue"
-_NODE_LABELS = ("kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch",
+_NODE_LABELS = (HOSTNAME_LABEL, "kubernetes.io/os", "kubernetes.io/arch",
                 "nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.count")
 _NODE_ANNOTATIONS = (NODE_ENFORCEMENT_ANNOTATION, NODE_GPUS_DECLARED_ANNOTATION)
-
-
-def _meta(obj: Obj) -> Obj:
-    m = obj.get("metadata")
-    return m if isinstance(m, dict) else {}
 
 
 def pod_gpu_milli(pod: Obj) -> int:
@@ -101,7 +99,7 @@ class HostUsage:
 
     def update(self, kind: str, pod: Obj) -> bool:
         """Apply one watch event; whether the usage changed."""
-        m = _meta(pod)
+        m = metadata(pod)
         key = f"{m.get('namespace')}/{m.get('name')}"
         node = (pod.get("spec") or {}).get("nodeName") or ""
         entry = (str(m.get("namespace")), node, pod_gpu_milli(pod)) if kind != "DELETED" and node \
@@ -142,7 +140,7 @@ def tenant_nodes(host_nodes: Iterable[Obj], used_all: dict[str, int],
     room = headroom_milli(queues)
     out: dict[str, Obj] = {}
     for node in host_nodes:
-        name = str(_meta(node).get("name", ""))
+        name = str(metadata(node).get("name", ""))
         gpus = node_gpu_milli(node)
         usable = gpus > 0 and _ready(node) and not (node.get("spec") or {}).get("unschedulable")
         if not usable and name not in used_own:
@@ -155,7 +153,7 @@ def tenant_nodes(host_nodes: Iterable[Obj], used_all: dict[str, int],
 
 
 def _tenant_node(node: Obj, share: int, own: int, gpus: int) -> Obj:
-    meta = _meta(node)
+    meta = metadata(node)
     labels = {k: v for k, v in (meta.get("labels") or {}).items() if k in _NODE_LABELS}
     labels[names.VIEW_LABEL] = "true"
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
@@ -174,7 +172,7 @@ def _tenant_node(node: Obj, share: int, own: int, gpus: int) -> Obj:
         "metadata": {"name": meta.get("name"), "labels": labels, "annotations": annotations},
         "spec": {"unschedulable": True} if (node.get("spec") or {}).get("unschedulable") else {},
         "status": {"capacity": dict(resources), "allocatable": dict(resources),
-                   "conditions": conditions, "nodeInfo": status.get("nodeInfo") or {},
+                   "conditions": conditions, "nodeInfo": complete_node_info(status.get("nodeInfo")),
                    "addresses": [{"type": "Hostname", "address": meta.get("name")}]},
     }
 
@@ -187,21 +185,21 @@ def tenant_queue(queue: Obj) -> Obj:
     annotations = {PARENT_ANNOTATION: str(parent)} if parent else {}
     status = {k: v for k, v in (queue.get("status") or {}).items() if k != "childQueues"}
     return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
-            "metadata": {"name": _meta(queue).get("name"), "labels": {names.VIEW_LABEL: "true"},
+            "metadata": {"name": metadata(queue).get("name"), "labels": {names.VIEW_LABEL: "true"},
                          "annotations": annotations},
             "spec": spec, "status": status}
 
 
 def tenant_priority_class(pc: Obj) -> Obj:
     return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": _meta(pc).get("name"), "labels": {names.VIEW_LABEL: "true"}},
+            "metadata": {"name": metadata(pc).get("name"), "labels": {names.VIEW_LABEL: "true"}},
             "value": pc.get("value", 0), "description": pc.get("description", ""),
             "preemptionPolicy": pc.get("preemptionPolicy", "PreemptLowerPriority"),
             "globalDefault": False}
 
 
 def differs(current: Obj, want: Obj, keys: tuple[str, ...]) -> bool:
-    cm, wm = _meta(current), _meta(want)
+    cm, wm = metadata(current), metadata(want)
     if (cm.get("labels") or {}) != (wm.get("labels") or {}) or (
             cm.get("annotations") or {}) != (wm.get("annotations") or {}):
         return True

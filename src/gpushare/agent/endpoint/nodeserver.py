@@ -150,6 +150,9 @@ class NodeHandlers:
     running: RunningCheck
     exec_target: ExecLocator
     stdin: StdinLocator | None = None  # a running container's open input (attach -i)
+    #: The pod's network namespace (port-forward connects to localhost inside it); None:
+    #: the node's network.
+    pod_netns: Callable[[str, str], str | None] | None = None
 
 
 @dataclass(slots=True)
@@ -359,14 +362,16 @@ class NodeServer:
             await _respond(writer, 404, f'pods "{pod}" not found on this node\n')
             return
         if kind == "portForward":
+            netns = self._handlers.pod_netns(namespace, pod) if self._handlers.pod_netns \
+                else None
             if request.spdy:
                 raw = await _spdy_upgrade(request, writer, (SPDY_PORT_FORWARD,))
                 if raw is not None:
-                    await SpdySession(raw).run()
+                    await SpdySession(raw, netns).run()
                 return
             ws = await WsConn.accept(reader, writer, request.raw, PORT_FORWARD_PROTOCOLS)
             if ws is not None:
-                await run_port_forward(ws, query)
+                await run_port_forward(ws, query, netns)
                 await ws.close()
             return
         container = names[2]

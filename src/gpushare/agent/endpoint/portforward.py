@@ -39,7 +39,8 @@ from gpushare.agent.endpoint.spdy import (
     parse_frames,
 )
 from gpushare.agent.endpoint.wsconn import WsConn
-from gpushare.contracts import node_hop_subprotocol
+from gpushare.agent.runtime.network.podnet import dial
+from gpushare.api.contracts import node_hop_subprotocol
 
 # kubectl asks the API server for "SPDY/3.1+portforward.k8s.io"; the API server asks the
 # agent for the same name in token form
@@ -67,8 +68,9 @@ class SpdySession:
     """Port-forward streams of one SPDY session, over a WebSocket (kubectl's tunnel) or
     the upgraded connection itself (a kube-apiserver's SPDY request)."""
 
-    def __init__(self, ws: ByteChannel) -> None:
+    def __init__(self, ws: ByteChannel, netns: str | None = None) -> None:
         self._ws = ws
+        self._netns = netns
         self._codec = HeaderCodec()
         self._pairs: dict[str, _Pair] = {}
         self._by_stream: dict[int, _Pair] = {}
@@ -150,7 +152,7 @@ class SpdySession:
         try:
             if not 0 < pair.port < 65536:
                 raise OSError(f"invalid port {pair.port}")
-            reader, pair.writer = await asyncio.open_connection(_HOST, pair.port)
+            reader, pair.writer = await _connect(self._netns, pair.port)
         except OSError as exc:
             message = (f"error forwarding port {pair.port} to pod: failed to connect to "
                        f"localhost:{pair.port}: {exc}")
@@ -173,7 +175,18 @@ class SpdySession:
             self._pairs.pop(key, None)
 
 
-async def _forward_channels(ws: WsConn, ports: list[int]) -> None:
+async def _connect(netns: str | None, port: int) -> tuple[asyncio.StreamReader,
+                                                          asyncio.StreamWriter]:
+    """A connection to the pod's ``localhost:port``: inside its network namespace when it
+    has one (a thread enters it for the connect), else the node's."""
+    if netns is None:
+        return await asyncio.open_connection(_HOST, port)
+    sock = await asyncio.get_running_loop().run_in_executor(None, dial, netns, port)
+    sock.setblocking(False)
+    return await asyncio.open_connection(sock=sock)
+
+
+async def _forward_channels(ws: WsConn, ports: list[int], netns: str | None) -> None:
     """The v4 channel form: one TCP connection per port for the WebSocket's life; the
     WebSocket ends when every connection has."""
     writers: dict[int, asyncio.StreamWriter] = {}
@@ -198,7 +211,7 @@ async def _forward_channels(ws: WsConn, ports: list[int]) -> None:
         await ws.send(bytes([2 * index]) + prefix)
         await ws.send(bytes([2 * index + 1]) + prefix)
         try:
-            reader, writers[index] = await asyncio.open_connection(_HOST, port)
+            reader, writers[index] = await _connect(netns, port)
         except OSError as exc:
             await ws.send(bytes([2 * index + 1]) + f"error forwarding port {port} to pod: "
                           f"{exc}".encode())
@@ -227,9 +240,10 @@ def _ports(query: dict[str, list[str]]) -> list[int]:
     return ports
 
 
-async def run_port_forward(ws: WsConn, query: dict[str, list[str]]) -> None:
+async def run_port_forward(ws: WsConn, query: dict[str, list[str]],
+                           netns: str | None = None) -> None:
     if ws.subprotocol == SPDY_TUNNEL:
-        await SpdySession(ws).run()
+        await SpdySession(ws, netns).run()
         return
     try:
         ports = _ports(query)
@@ -239,4 +253,4 @@ async def run_port_forward(ws: WsConn, query: dict[str, list[str]]) -> None:
     if not ports:
         await ws.send(bytes([1]) + b"ports: at least one port is required")
         return
-    await _forward_channels(ws, ports)
+    await _forward_channels(ws, ports, netns)

@@ -69,7 +69,6 @@ SPDY_DICTIONARY = b"".join(struct.pack(">I", len(n)) + n.encode()
 
 SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY = 1, 2, 3, 4, 6, 7
 FLAG_FIN = 0x01
-RST_CANCEL = 5
 
 
 class SpdyError(ValueError):

@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpushare.agent.node.inventory import GpuDevice, GpuInventory
-from gpushare.contracts import (
+from gpushare.api.contracts import (
     GPU_INDICES_ANNOTATION,
     GPU_MEMORY_MIB_ANNOTATION,
     GPU_PORTION_ANNOTATION,
     MILLI,
     BindingError,
     format_portion_milli,
+    parse_indices,
     parse_portion_milli,
 )
 
@@ -61,11 +62,9 @@ def share_from_annotations(
     if not raw_indices:
         return None
     try:
-        indices = [int(part) for part in raw_indices.split(",") if part.strip()]
-    except ValueError:
-        raise GpuAssignmentError(
-            f"metadata.annotations[{ANN_INDICES}]: {raw_indices!r} is not a list of GPU indices"
-        ) from None
+        indices = parse_indices(raw_indices)
+    except BindingError as err:
+        raise GpuAssignmentError(str(err)) from None
     if not indices:
         return None
     if len(set(indices)) != len(indices):

@@ -79,12 +79,6 @@ class PynvmlBackend:
             )
         return found
 
-    def _sm_count(self, handle: object, name: str) -> int:
-        try:
-            return int(self._nvml.nvmlDeviceGetNumGpuCores(handle)) // 128  # Hopper: 128/SM
-        except Exception:
-            return sm_count_for(name)
-
     def driver_version(self) -> str:
         return _text(self._nvml.nvmlSystemGetDriverVersion())
 

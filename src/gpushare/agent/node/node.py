@@ -6,20 +6,20 @@ import platform
 from typing import Any
 
 from gpushare.agent.node.inventory import GpuInventory, HostResources
-from gpushare.contracts import (
+from gpushare.api.contracts import (
+    GPU_RESOURCE,
     GPU_USAGE_ANNOTATION,
+    HOSTNAME_LABEL,
     NODE_ENFORCEMENT_ANNOTATION,
     NODE_GPUS_ANNOTATION,
     NODE_GPUS_DECLARED_ANNOTATION,
-    STATIC_NODE_ANNOTATION,
 )
-from gpushare.kube.timefmt import rfc3339
+from gpushare.api.timefmt import rfc3339
 
 ANN_GPUS = NODE_GPUS_ANNOTATION
 ANN_DECLARED = NODE_GPUS_DECLARED_ANNOTATION
 ANN_ENFORCEMENT = NODE_ENFORCEMENT_ANNOTATION
 ANN_GPU_USAGE = GPU_USAGE_ANNOTATION
-ANN_STATIC = STATIC_NODE_ANNOTATION
 ANN_AGENT_VERSION = "gpushare.io/agent-version"
 ANN_SANDBOX = "gpushare.io/sandbox"  # the pods' isolation: bwrap, setuid or none
 SANDBOX_CONDITION = "PodSandbox"
@@ -28,7 +28,7 @@ _SANDBOX_REASONS = {"bwrap": "Bubblewrap", "setuid": "PerPodUser", "none": "NoIs
 
 def node_labels(name: str, inventory: GpuInventory) -> dict[str, str]:
     labels = {
-        "kubernetes.io/hostname": name,
+        HOSTNAME_LABEL: name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": _arch(),
         "nvidia.com/gpu.count": str(inventory.count),
@@ -49,7 +49,7 @@ def resources(inventory: GpuInventory, host: HostResources) -> dict[str, str]:
         "cpu": str(host.cpu_cores),
         "memory": f"{host.memory_bytes // 1024}Ki",
         "pods": "110",
-        "nvidia.com/gpu": str(inventory.count),
+        GPU_RESOURCE: str(inventory.count),
     }
 
 

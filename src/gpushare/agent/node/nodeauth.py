@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare.contracts import NODE_CLIENT_NAME
+from gpushare.api.contracts import NODE_CLIENT_NAME
 from gpushare.kube.client import KubeClient, Resource
 
 TOKEN_REVIEWS = Resource("authentication.k8s.io/v1", "tokenreviews", False)

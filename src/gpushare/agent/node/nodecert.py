@@ -8,9 +8,12 @@ As a kubelet does with serving-certificate bootstrap, the agent makes a key (`pk
 `pki/node.crt`. A kept certificate is used again while it is the CA's, names the address and
 has more than a fifth of its life left.
 
-The CA comes from the agent's kubeconfig (`certificate-authority-data`) or, without one,
-from the `kube-root-ca.crt` ConfigMap; it is also what the agent checks callers' client
-certificates against (`pki/ca.crt`).
+The cluster CA comes from the agent's kubeconfig (`certificate-authority-data`) or,
+without one, from the `kube-root-ca.crt` ConfigMap; it is what the agent checks callers'
+client certificates against (`pki/ca.crt`). The serving certificate itself may come from
+another CA (the embedded control plane signs nodes with a kubelet-serving CA of their own,
+which the platform's clients do not trust): the signer returns that CA after the
+certificate, and a kept certificate is checked against it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from gpushare.api.serviceaccounts import ROOT_CA_CONFIGMAP
 from gpushare.kube.client import CONFIGMAPS, ApiError, KubeClient, Resource
 
 log = logging.getLogger("gpushare.agent")
@@ -71,7 +75,7 @@ def cluster_ca(kube: KubeClient) -> bytes:
     path = getattr(kube.api_client.configuration, "ssl_ca_cert", None)
     if path:
         return Path(path).read_bytes()
-    body = kube.get(CONFIGMAPS.item("kube-root-ca.crt", "default"))
+    body = kube.get(CONFIGMAPS.item(ROOT_CA_CONFIGMAP, "default"))
     pem = ((body or {}).get("data") or {}).get("ca.crt")
     if not pem:
         raise CertificateUnavailable(
@@ -85,8 +89,12 @@ def _still_usable(cert_path: Path, key_path: Path, ca_pem: bytes,
     if not (cert_path.exists() and key_path.exists()):
         return False
     try:
-        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+        # the signer hands back the certificate followed by the CA that signed it (the
+        # embedded control plane's kubelet-serving CA); a bare certificate is the cluster CA's
+        chain = x509.load_pem_x509_certificates(cert_path.read_bytes())
+        cert = chain[0]
+        issuer = chain[-1] if len(chain) > 1 else x509.load_pem_x509_certificate(ca_pem)
+        cert.verify_directly_issued_by(issuer)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
     except (ValueError, TypeError, x509.ExtensionNotFound, InvalidSignature):

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpushare.agent.gpu.gpu_share import GpuShare
-from gpushare.contracts import MILLI, format_portion_milli
+from gpushare.api.contracts import MILLI, format_portion_milli
 
 OVERCOMMITTED = "GPUOvercommitted"
 #: The pod condition the ledger writes on a pod it refuses (status False, reason

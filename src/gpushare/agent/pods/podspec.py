@@ -17,8 +17,8 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from gpushare.agent.pods.envexpand import expand
-from gpushare.kube import quantity
-from gpushare.kube.quantity import QuantityError
+from gpushare.api import quantity
+from gpushare.api.quantity import QuantityError
 
 
 class PodSpecError(ValueError):
@@ -45,11 +45,6 @@ class ContainerPlan:
 def pod_key(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-
-
-def containers_of(pod: Mapping[str, Any], init: bool) -> list[Mapping[str, Any]]:
-    spec = pod.get("spec") or {}
-    return list(spec.get("initContainers" if init else "containers") or [])
 
 
 def plan_container(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.kube.timefmt import rfc3339
+from gpushare.api.timefmt import rfc3339
 
 
 @dataclass(slots=True)

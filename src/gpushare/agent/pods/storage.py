@@ -24,9 +24,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from gpushare.kube import quantity
-from gpushare.kube.quantity import QuantityError
-from gpushare.kube.timefmt import rfc3339
+from gpushare.api import quantity
+from gpushare.api.quantity import QuantityError
+from gpushare.api.timefmt import rfc3339
 
 EVICTED = "Evicted"
 DISK_PRESSURE = "DiskPressure"

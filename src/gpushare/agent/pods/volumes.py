@@ -39,8 +39,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gpushare.agent.pods.podspec import PodSpecError, ValueSource, field_value
-from gpushare.kube import quantity
-from gpushare.kube.quantity import QuantityError
+from gpushare.api import quantity
+from gpushare.api.quantity import QuantityError
 
 META_DIR = ".gpushare"
 VOLUMES_DIR = "volumes"

@@ -41,8 +41,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from gpushare.kube import quantity
-from gpushare.kube.quantity import QuantityError
+from gpushare.api import quantity
+from gpushare.api.quantity import QuantityError
 
 V1, V2 = "v1", "v2"
 CFS_PERIOD_US = 100_000

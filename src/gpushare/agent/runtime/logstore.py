@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpushare.kube.timefmt import rfc3339_nano
+from gpushare.api.timefmt import rfc3339_nano
 
 META_DIR = ".gpushare"
 

@@ -28,7 +28,7 @@ from gpushare.agent.runtime.cgroups import (
     remove,
 )
 from gpushare.agent.runtime.podlimits import PodLimits
-from gpushare.kube.timefmt import rfc3339
+from gpushare.api.timefmt import rfc3339
 from gpushare.tenancy.names import TENANT_LABEL
 
 log = logging.getLogger("gpushare.agent")

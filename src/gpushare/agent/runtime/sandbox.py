@@ -8,10 +8,11 @@ Isolation modes (the node's is chosen once, at agent start, and shown on the Nod
   read-only; ``/tmp``, ``/run`` and ``/dev`` are private; the agent's data directory, the
   directory of the agent's kubeconfig (the API server's data directory when they share a
   machine), ``/root`` and ``/home`` are empty; only the pod's own directory is writable (and
-  its ``.gpushare`` metadata, where logs live, is hidden). Read-only "image" paths the command
-  needs that the private ``/tmp`` would hide (its executable's virtualenv, ``PATH`` and
-  ``PYTHONPATH`` entries, absolute paths in its argv) are bound back, unless they overlap a
-  hidden path. Then ``setpriv`` drops to the pod's uid/gid with no capabilities and
+  its ``.gpushare`` metadata, where logs live, is hidden). Read-only "image" paths the private
+  ``/tmp`` and emptied homes would hide are bound back only when the agent chose them: its
+  own installations (virtualenv, interpreter) and the operator's ``--sandbox-read-only``
+  paths, unless they overlap a hidden path; never a path from the pod's argv, ``PATH`` or
+  ``PYTHONPATH``. Then ``setpriv`` drops to the pod's uid/gid with no capabilities and
   ``no_new_privs``.
 * ``setuid`` (the agent is root, no bubblewrap): the command runs as the pod's uid/gid with
   no capabilities, in its 0770 pod directory; nothing is hidden by a mount namespace, so the
@@ -36,10 +37,11 @@ directory is bound read-only at ``/var/run/secrets/kubernetes.io/serviceaccount`
 ``setuid`` it is copied to ``<pod>/.serviceaccount`` (read-only for the pod's gid) and
 ``GPUSHARE_SERVICEACCOUNT_DIR`` names it.
 
-For exec (the node server, through ``agent.exec_in_pod``): ``enter_argv(state, pgid, argv,
-env, cwd)`` returns ``(argv, env, cwd)`` to hand to ``subprocess``: with ``bwrap`` it
-``nsenter``s the mount/PID/IPC/UTS namespaces of the container's run (process group
-`pgid`), with ``setuid`` it only drops privileges; both as the pod's user, with the
+For exec (the node server, through ``endpoint.podexec.exec_in_pod``): ``enter_argv(state,
+pgid, argv, env, cwd)`` returns ``(argv, env, cwd)`` to hand to ``subprocess``: with
+``bwrap`` it ``nsenter``s the mount/PID/IPC/UTS (and network) namespaces of the container's
+run (process group `pgid`), with ``setuid`` it enters the pod's network namespace and drops
+privileges; both as the pod's user, with the
 container's environment. The agent keeps each running pod's ``SandboxState`` beside its
 supervisor (and in ``.gpushare/sandbox.json``: `load_state`).
 """
@@ -53,6 +55,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -60,6 +63,7 @@ from pathlib import Path
 import psutil
 
 from gpushare.agent.runtime.logstore import META_DIR
+from gpushare.api.serviceaccounts import TOKEN_MOUNT_PATH
 
 log = logging.getLogger("gpushare.agent")
 
@@ -72,7 +76,7 @@ STATE_FILE = "sandbox.json"
 SA_DIR = "serviceaccount"  # in the metadata directory
 SA_COPY = ".serviceaccount"  # in the pod directory (setuid mode)
 SA_ENV = "GPUSHARE_SERVICEACCOUNT_DIR"
-SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_MOUNT = TOKEN_MOUNT_PATH
 _SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
 _ALWAYS_HIDDEN = ("/root", "/home")
 _GPU_DEVICE_PREFIX = "nvidia"
@@ -131,6 +135,8 @@ class SandboxState:
     devices: tuple[str, ...] = field(default=())  # device nodes bound in (GPU pods)
     writable: tuple[str, ...] = field(default=())  # extra rw binds (the MPS pipe directory)
     host_pid: bool = False  # stays in the host's PID namespace (MPS clients: see above)
+    netns: str | None = None  # the pod's network namespace (its path), entered first
+    files: tuple[tuple[str, str], ...] = field(default=())  # (host file, path) ro binds
 
     @property
     def meta(self) -> Path:
@@ -146,6 +152,7 @@ class SandboxState:
             raise ValueError(f"{STATE_FILE}: mode must be one of {', '.join(MODES)}")
         for key in ("hidden", "read_only", "devices", "writable"):
             raw[key] = tuple(raw.get(key) or ())
+        raw["files"] = tuple(tuple(pair) for pair in raw.get("files") or ())
         return cls(**raw)
 
 
@@ -404,15 +411,17 @@ def sandbox_env(state: SandboxState, env: Mapping[str, str]) -> dict[str, str]:
 
 def launch_argv(state: SandboxState, argv: Sequence[str], env: Mapping[str, str],
                 cwd: Path) -> list[str]:
-    """The command line that runs `argv` (argv[0] resolved) inside the pod's sandbox."""
+    """The command line that runs `argv` (argv[0] resolved) inside the pod's sandbox (in
+    the pod's network namespace first, when it has one)."""
+    net = [_tool("nsenter"), f"--net={state.netns}", "--"] if state.netns else []
     if state.mode != BWRAP:
-        return [*drop_privileges(state), *argv]
+        return [*net, *drop_privileges(state), *argv]
     # an MPS client talks to its daemon through the host's IPC namespace and /dev/shm too,
     # and stays in the host's PID namespace (see `host_pid`)
     ipc = [] if state.writable else ["--unshare-ipc"]
     pid = [] if state.host_pid else ["--unshare-pid"]
     user = ["--unshare-user"] if state.user_namespace else []
-    return [_tool("bwrap"), *user, *_bwrap_mounts(state, argv, env), "--chdir", str(cwd),
+    return [*net, _tool("bwrap"), *user, *_bwrap_mounts(state, argv, env), "--chdir", str(cwd),
             *pid, *ipc, "--unshare-uts", "--hostname", state.hostname,
             "--", *drop_privileges(state), *argv]
 
@@ -444,12 +453,16 @@ def _bwrap_mounts(state: SandboxState, argv: Sequence[str], env: Mapping[str, st
     for path in [*private, *sorted(hidden, key=len)]:
         on_fresh("--tmpfs", path)
         fresh.append(path)
-    for path in image_paths(argv, env, state.read_only, (*state.hidden, state.root)):
+    for path in image_paths(state.read_only, (*state.hidden, state.root)):
+        if state.user_namespace and not _reachable_by(path, state.uid, state.gid):
+            continue  # bwrap runs as the agent's own user there: a bind it cannot reach fails
         on_fresh("--ro-bind", path, path)
     on_fresh("--bind", state.root, state.root)
     args += ["--tmpfs", str(state.meta)]
     if state.service_account:
         on_fresh("--ro-bind", str(state.meta / SA_DIR), _host_view(SA_MOUNT))
+    for source, target in state.files:  # the pod's /etc/resolv.conf and /etc/hosts
+        on_fresh("--ro-bind", source, _host_view(target))
     for device in state.devices:
         if os.path.exists(device):
             args += ["--dev-bind", device, device]
@@ -471,24 +484,22 @@ def _host_view(path: str) -> str:
     return os.path.join(os.path.realpath(head), rest) if rest else os.path.realpath(head)
 
 
-def image_paths(argv: Sequence[str], env: Mapping[str, str], extra: Iterable[str],
-                hidden: Iterable[str]) -> list[str]:
-    """Read-only paths the command needs that the private /tmp, /run and the emptied home
-    directories cover: its interpreter's environment and installation, PATH and PYTHONPATH
-    entries, absolute paths in argv. A path that overlaps a `hidden` one (the data
-    directories) is left out, and so is a home directory itself (one inside it is not)."""
-    candidates: list[str] = [*extra]
-    for entry in [os.path.dirname(argv[0]) if argv else "",
-                  *env.get("PATH", "").split(os.pathsep),
-                  *env.get("PYTHONPATH", "").split(os.pathsep)]:
-        if entry and os.path.isabs(entry):
-            parent = os.path.dirname(entry)
-            has_venv = os.path.isfile(os.path.join(parent, "pyvenv.cfg"))
-            candidates.append(parent if has_venv else entry)
-    if argv:
-        real = os.path.realpath(argv[0])
-        candidates.append(os.path.dirname(os.path.dirname(real)))
-    candidates += [a for a in argv[1:] if os.path.isabs(a)]
+def agent_image_paths() -> list[str]:
+    """The installations the agent itself runs from (its virtualenv, its interpreter's),
+    which its pods' Python commands and the GPU hook need: paths the agent chose, never
+    ones a pod named."""
+    return sorted({p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                               sys.base_exec_prefix) if p and os.path.isabs(p)})
+
+
+def image_paths(extra: Iterable[str], hidden: Iterable[str]) -> list[str]:
+    """Read-only paths bound back over the private /tmp, /run and the emptied home
+    directories: the agent's own installations and the operator's `read_only` ones
+    (`extra`). Nothing from a pod's spec or environment (its argv, PATH, PYTHONPATH): a pod
+    naming a path under /root or /tmp must not get it bound into its sandbox. A path that
+    overlaps a `hidden` one (the data directories) is left out, and so is a home directory
+    itself (one inside it is not)."""
+    candidates: list[str] = [*agent_image_paths(), *extra]
     covered = [os.path.realpath(h) for h in hidden]
     chosen: list[str] = []
     for raw in candidates:
@@ -504,6 +515,28 @@ def image_paths(argv: Sequence[str], env: Mapping[str, str], extra: Iterable[str
     return sorted(chosen)
 
 
+def _reachable_by(path: str, uid: int, gid: int) -> bool:
+    """Whether the user `uid`/`gid` may walk to `path` and read it (each directory on the
+    way searchable, the path itself readable), by the permission bits."""
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts) + 1):
+        current = "/" + "/".join(parts[:depth])
+        try:
+            st = os.stat(current)
+        except OSError:
+            return False
+        need = 0o1 if depth < len(parts) else 0o4
+        if st.st_uid == uid:
+            bits = st.st_mode >> 6
+        elif st.st_gid == gid:
+            bits = st.st_mode >> 3
+        else:
+            bits = st.st_mode
+        if uid != 0 and not bits & need:
+            return False
+    return True
+
+
 def _under_private(path: str) -> bool:
     """Whether the sandbox's own mounts (/tmp, /run, hidden homes) would cover `path`."""
     return any(path == p or path.startswith(p + "/")
@@ -514,13 +547,18 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
-def gpu_devices() -> list[str]:
-    """The NVIDIA device nodes of this machine (bound into GPU pods' sandboxes)."""
+def gpu_devices(indices: Iterable[int] = (), dev: str = "/dev") -> list[str]:
+    """The NVIDIA device nodes a GPU pod gets: ``/dev/nvidia<i>`` of its GPUs `indices`
+    only, and the control nodes every CUDA process needs (``nvidiactl``, ``nvidia-uvm``,
+    ``nvidia-uvm-tools``, ``nvidia-modeset``, ``nvidia-caps``); the sandbox's /dev has no
+    other GPU's node to open."""
     try:
-        names = sorted(os.listdir("/dev"))
+        names = sorted(os.listdir(dev))
     except OSError:
         return []
-    return [f"/dev/{n}" for n in names if n.startswith(_GPU_DEVICE_PREFIX)]
+    wanted = {f"{_GPU_DEVICE_PREFIX}{i}" for i in indices}
+    return [f"{dev}/{n}" for n in names if n.startswith(_GPU_DEVICE_PREFIX)
+            and (n in wanted or not n[len(_GPU_DEVICE_PREFIX):].isdigit())]
 
 
 def sandboxed_process(pgid: int, inside_only: bool = False) -> int | None:
@@ -584,11 +622,13 @@ def enter_argv(state: SandboxState, pgid: int, argv: Sequence[str],
         env = process_env(target) or {"PATH": os.defpath}
     workdir = cwd or _process_cwd(target) or state.root
     if state.mode != BWRAP:
-        return [*drop_privileges(state), *argv], dict(env), workdir
+        net = [_tool("nsenter"), f"--net={state.netns}", "--"] if state.netns else []
+        return [*net, *drop_privileges(state), *argv], dict(env), workdir
     pid = [] if state.host_pid else ["--pid"]
     user = ["--user", "--preserve-credentials"] if state.user_namespace else []
+    net = ["--net"] if state.netns else []
     enter = [_tool("nsenter"), f"--target={target}", *user, "--mount", *pid, "--ipc", "--uts",
-             "--"]
+             *net, "--"]
     return [*enter, *drop_privileges(state), _tool("env"), "-C", workdir, *argv], dict(env), "/"
 
 
@@ -596,3 +636,12 @@ def _process_cwd(pid: int) -> str | None:
     with contextlib.suppress(OSError):
         return os.readlink(f"/proc/{pid}/cwd")
     return None
+
+
+def describe_state(state: SandboxState) -> str:
+    """The pod's sandbox in words (its annotation)."""
+    if state.mode == NONE:
+        return "none: runs as the agent's user"
+    if state.user_namespace:
+        return f"{state.mode}: the agent's uid {state.uid} in a user namespace"
+    return f"{state.mode}: uid {state.uid} gid {state.gid}"

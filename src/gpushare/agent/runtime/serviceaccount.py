@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpushare.agent.runtime import sandbox as sb
-from gpushare.apiserver.serviceaccounts import (
+from gpushare.api.serviceaccounts import (
     API_AUDIENCE,
     KUBELET_TOKEN_EXPIRATION,
     ROOT_CA_CONFIGMAP,

@@ -559,8 +559,8 @@ class PodSupervisor:
 
     def _hook_call(self, slot: _Slot, grace: float) -> Callable[[], str | None]:
         hook = pre_stop(slot.spec) or {}
-        return lambda: run_hook(hook, slot.spec, pod_address(self.pod), self._probe_exec(slot),
-                                grace)
+        address = pod_address(self.pod)
+        return lambda: run_hook(hook, slot.spec, address, self._probe_exec(slot), grace)
 
     def grace_s(self) -> float:
         """The pod's own termination grace period."""
@@ -620,9 +620,6 @@ class PodSupervisor:
         if status != self._last_report:
             self._last_report = status
             self._sink.report(status)
-
-    def current_status(self) -> dict[str, Any] | None:
-        return self._last_report
 
     # --- surviving an agent restart ------------------------------------------------------
 

@@ -28,9 +28,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from gpushare.agent.gpu.gpu_share import GpuShare
 from gpushare.agent.node.inventory import GpuInventory
 from gpushare.agent.runtime.cgroups import CgroupSet
+from gpushare.api.timefmt import rfc3339
 from gpushare.kube.client import ApiError, KubeClient, Stopper
 from gpushare.kube.metrics_push import MetricsPusher
-from gpushare.kube.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,6 @@ class AgentTelemetry:
         self.sampler = ProcessSampler()
         self.pusher = MetricsPusher(kube, metrics.registry, "agent", stopper,
                                     instance=metrics.node, interval=interval)
-        self.usage_pushes = 0
         self._usage_disabled = False
         self._last_at: float | None = None
 
@@ -294,7 +293,6 @@ class AgentTelemetry:
             try:
                 self.kube.request("PUT", f"/metrics/resource/{self.metrics.node}", body=report,
                                   query=[("interval", f"{self.interval:g}")], timeout=10.0)
-                self.usage_pushes += 1
             except ApiError as error:
                 if error.status != 404:
                     raise

@@ -55,7 +55,7 @@ def allocate(session: Session) -> None:
     # none for the rest of the action: later jobs of that shape are not searched again.
     failed: dict[tuple[Any, ...], tuple[str, int, str]] = {}
     for job, step in order.with_steps():
-        check = session.check_capacity(job, step)
+        check = session.proportion.check_capacity(job, step)
         if not check.ok:
             session.set_reason(job, f"{check.reason}: {check.message}")
             continue

@@ -19,7 +19,7 @@ from gpushare.scheduler.actions.common.eviction import (
 from gpushare.scheduler.actions.common.options import VictimOptions
 from gpushare.scheduler.actions.common.outcome import Outcome
 from gpushare.scheduler.actions.common.solver import Search, SearchRules
-from gpushare.scheduler.nodeplacement import placement_strategy
+from gpushare.scheduler.placement_registry import placement_strategy
 from gpushare.scheduler.session import Session
 
 ACTION = "consolidation"

@@ -15,7 +15,6 @@ from gpushare.scheduler.actions.common.eviction import (
     elastic_memo,
     elastic_victims_keep_gang,
     in_preemption_delay,
-    non_preemptible_within_quota,
     pending_candidates,
     run_action,
     running_seconds,
@@ -70,7 +69,7 @@ def preempt(session: Session) -> None:
     def may_try(job: Job, step: list[Pod]) -> bool:
         if in_preemption_delay(session, job):
             return False
-        return non_preemptible_within_quota(session, job, step)
+        return session.proportion.non_preemptible_within_quota(job, step)
 
     jobs = pending_candidates(session)
     if behaviour.skip_hopeless_jobs:

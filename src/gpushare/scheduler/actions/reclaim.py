@@ -6,12 +6,16 @@
 * Victims are preemptible jobs of other queues with pods on nodes, past their reclaim
   min-runtime (an elastic job inside it may lose only its surplus pods), in queues that
   some reclaim strategy allows to lose resources.
-* A found scenario must keep to the reclaim rules (:mod:`.reclaim_rules`): every victim
-  is taken from a queue above its allocatable share, or (reclaimer within its quota)
-  above its quota; and the reclaimer overtakes no sibling it takes from. Victims that
-  land again elsewhere do not count as reclaimed (``allowConsolidatingReclaim``); outside
-  ``compat: kai`` the pods disrupted (evicted or moved) are bounded relative to the
-  request (``maxDisruptionRatio``).
+* A found scenario must keep to the reclaim rules: every victim is taken from a queue
+  above its allocatable share, or (reclaimer within its quota) above its quota; and the
+  reclaimer overtakes no sibling it takes from. Victims that land again elsewhere do not
+  count as reclaimed (``allowConsolidatingReclaim``); outside ``compat: kai`` the pods
+  disrupted (evicted or moved) are bounded relative to the request
+  (``maxDisruptionRatio``).
+
+The rules themselves are the proportion plugin's (``session.proportion.reclaim_rules``,
+:mod:`~gpushare.scheduler.plugins.proportion.reclaim_rules`): this action orchestrates
+(reclaimers in fair order, victims per branch, the search) and asks them.
 """
 
 from __future__ import annotations
@@ -37,16 +41,9 @@ from gpushare.scheduler.actions.common.solver import Search, SearchRules
 from gpushare.scheduler.actions.common.steps import VictimSteps
 from gpushare.scheduler.actions.common.victim_queue import pod_quantities
 from gpushare.scheduler.plugins import minruntime
-from gpushare.scheduler.plugins.proportion import steady as steady_rules
-from gpushare.scheduler.plugins.proportion.reclaimable import (
-    Reclaimer,
-    can_reclaim,
-    reclaimable,
-    victim_queue_allowed,
-    within_quota_if_non_preemptible,
-)
+from gpushare.scheduler.plugins.proportion.reclaim_rules import disruption_within
+from gpushare.scheduler.plugins.proportion.reclaimable import Reclaimer
 from gpushare.scheduler.plugins.proportion.resource_share import Shares, path_to
-from gpushare.scheduler.plugins.proportion.steady import SteadyShares
 from gpushare.scheduler.session import Session
 
 ACTION = "reclaim"
@@ -105,9 +102,11 @@ class _Reclaim:
         self.options = VictimOptions.of(session.config)
         self.elastic = elastic_memo(session)
         self.min_runtimes = _MinRuntimes(session)
-        # The second path for queues below their weighted share (see .steady); off
-        # under KAI.
-        self.steady = SteadyShares.of(session) if self.options.steady_fair_share_reclaim else None
+        # The proportion plugin's reclaim rules; their second path, for queues below
+        # their weighted share (steady), is off under KAI.
+        self.rules = session.proportion.reclaim_rules(
+            self.options.steady_fair_share_reclaim, self.options.saturation_multiplier
+        )
         self.lists = victim_lists(session)
         # Per victim job, at its pod-set version: the GPUs of the first step it would
         # give up (read by the steady path).
@@ -121,7 +120,7 @@ class _Reclaim:
             protected_core=self.protected_core if in_search else None,
             max_simulations=self.options.max_simulations,
             stay_before_asking=True,
-            preemptor_first=None if self.steady is None else self.steady_first,
+            preemptor_first=None if self.rules.steady is None else self.steady_first,
             admissible=self.admissible,
         ))
 
@@ -135,18 +134,7 @@ class _Reclaim:
         if in_preemption_delay(self.session, job):
             return False
         shares = self.search.current_shares()
-        return any(self.paths(shares, job, reclaimer_of(self.session, job, step)))
-
-    def paths(self, shares: Shares, job: Job, reclaimer: Reclaimer) -> tuple[bool, bool]:
-        """Whether the fair-share rules and the steady path may be used at all."""
-        fair = can_reclaim(shares, reclaimer)
-        steady = self.steady
-        on_steady = (
-            steady is not None
-            and steady_rules.may_reclaim(steady, shares, job.queue, reclaimer.request)
-            and within_quota_if_non_preemptible(shares, reclaimer)
-        )
-        return fair, on_steady
+        return self.rules.may_reclaim(shares, reclaimer_of(self.session, job, step))
 
     def candidates(self, job: Job, partial: list[Pod]) -> LeafFilters:
         return _StepFilters(self, job, partial).filters()
@@ -171,7 +159,7 @@ class _Reclaim:
         (otherwise they would take it straight back)."""
         step = self.session.gang(job).next_step() or []
         shares = self.search.figures.snapshot
-        return self.paths(shares, job, reclaimer_of(self.session, job, step))[1]
+        return self.rules.served_first(shares, reclaimer_of(self.session, job, step))
 
     def validator(self, outcome: Outcome) -> bool:
         session, options = self.session, self.options
@@ -181,7 +169,7 @@ class _Reclaim:
         units = victim_units(
             outcome, session.state.jobs, count_moved=not session.config.allow_consolidating_reclaim
         )
-        if not self._units_reclaimable(shares, job, reclaimer, units):
+        if not self.rules.allows(shares, reclaimer, units):
             return False
         if not self.behaviour.min_runtime_in_search and not _elastic_min_runtime_ok(
             session, job, outcome
@@ -191,22 +179,11 @@ class _Reclaim:
             outcome, reclaimer, options.max_disruption_ratio
         )
 
-    def _units_reclaimable(self, shares: Shares, job: Job, reclaimer: Reclaimer,
-                           units: dict[str, list[Quantities]]) -> bool:
-        """Whether the fair-share rules, or else the steady path, allow taking ``units``."""
-        multiplier = self.options.saturation_multiplier
-        fair, on_steady = self.paths(shares, job, reclaimer)
-        if fair and reclaimable(shares, reclaimer, units, multiplier):
-            return True
-        return bool(on_steady and self.steady is not None and steady_rules.reclaimable(
-            self.steady, shares, job.queue, reclaimer.request, units, multiplier
-        ))
-
-    def unit_admissible(self, job: Job, reclaimer: Reclaimer, victim_queue: str,
+    def unit_admissible(self, reclaimer: Reclaimer, victim_queue: str,
                         unit: Quantities) -> bool:
         """The rules' verdict on taking one victim unit alone from ``victim_queue``."""
         shares = self.search.figures.snapshot
-        return self._units_reclaimable(shares, job, reclaimer, {victim_queue: [unit]})
+        return self.rules.allows(shares, reclaimer, {victim_queue: [unit]})
 
     def admissible(self, job: Job, partial: list[Pod], victim: Job, pods: list[Pod]) -> bool:
         """The rules' verdict on taking this one victim step alone (as a core unit)."""
@@ -215,7 +192,7 @@ class _Reclaim:
             for r, q in pod_quantities(pod).items():
                 unit[r] += q
         reclaimer = reclaimer_of(self.session, job, partial)
-        return self.unit_admissible(job, reclaimer, victim.queue, unit)
+        return self.unit_admissible(reclaimer, victim.queue, unit)
 
 
 class _StepFilters:
@@ -228,7 +205,7 @@ class _StepFilters:
         self.job = job
         self.shares = action.search.figures.snapshot
         self.reclaimer = reclaimer_of(action.session, job, partial)
-        self.fair, self.on_steady = action.paths(self.shares, job, self.reclaimer)
+        self.paths = action.rules.paths(self.shares, self.reclaimer)
         # Jobs holding no GPU are not read: the least step to judge is the least GPU one.
         self.gpu_only = not action.search.reads(job, partial)[1]
         self.mine = {q.name for q in path_to(self.shares, job.queue)}
@@ -246,14 +223,9 @@ class _StepFilters:
         surplus the steady path allows."""
         branch = self._branches.get(theirs)
         if branch is None:
-            action = self.action
-            allowed = self.fair and victim_queue_allowed(self.shares, self.reclaimer,
-                                                         queue_name)
-            surplus = Fraction(0)
-            if not allowed and self.on_steady and action.steady is not None:
-                surplus = steady_rules.branch_surplus(action.steady, self.shares,
-                                                      self.job.queue, queue_name)
-            branch = self._branches[theirs] = (allowed, surplus)
+            branch = self._branches[theirs] = self.action.rules.branch(
+                self.shares, self.reclaimer, self.paths, queue_name
+            )
         return branch
 
     def closed(self, queue_name: str) -> bool:
@@ -323,7 +295,7 @@ class _StepFilters:
         if verdict is None:
             unit = res_natural(Res(*least))
             verdict = self._verdicts[key] = self.action.unit_admissible(
-                self.job, self.reclaimer, victim_queue, unit
+                self.reclaimer, victim_queue, unit
             )
         return verdict
 
@@ -366,27 +338,13 @@ def _elastic_min_runtime_ok(session: Session, job: Job, outcome: Outcome) -> boo
 
 
 def _disruption_ok(outcome: Outcome, reclaimer: Reclaimer, ratio: Fraction) -> bool:
-    """Consolidating reclaim (victims moved, not only evicted) may disrupt at most
-    ``ratio`` times what the reclaimer asks for: GPUs for a reclaimer that asks for GPUs,
-    otherwise each resource it asks for.
-
-    A reclaim that only evicts is bounded by the fair-share rules already; moving pods
-    is what lets an over-served queue restart many times what it needs. The bound reads
-    the scarce resource only: GPU pods differ widely in the CPU and memory that come with
-    a GPU, and that must not decide whether a GPU reclaim may go ahead.
-    """
+    """A consolidating reclaim (victims moved, not only evicted) keeps to the rules'
+    disruption bound (:func:`~.reclaim_rules.disruption_within`) with every victim pod,
+    evicted or moved, counted."""
     if not outcome.moved:
         return True
-    asked_gpu = reclaimer.request.get("gpu", Fraction(0))
-    bounded = ["gpu"] if asked_gpu > 0 else [
-        r for r in RESOURCES if reclaimer.request.get(r, Fraction(0)) > 0
-    ]
-    for r in bounded:
-        disrupted = sum(
-            (outcome.victim_quantities[pod.key].get(r, Fraction(0))
-             for pod in outcome.victim_order),
-            Fraction(0),
-        )
-        if disrupted > ratio * reclaimer.request.get(r, Fraction(0)):
-            return False
-    return True
+    disrupted: Quantities = {r: Fraction(0) for r in RESOURCES}
+    for pod in outcome.victim_order:
+        for r, q in outcome.victim_quantities[pod.key].items():
+            disrupted[r] = disrupted.get(r, Fraction(0)) + q
+    return disruption_within(reclaimer, disrupted, ratio)

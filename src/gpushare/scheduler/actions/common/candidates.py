@@ -212,7 +212,7 @@ class VictimLists:
         # Kept on the state for later cycles: each entry is checked against the usage
         # record and settled version it was made for, and refreshed job by job.
         kept = session.state.kept
-        self._leaves = kept.victim_leaves
+        self._leaves = kept.of(VictimLeaves)
         self._holders = kept.gpu_holders
         self._tree: dict[str | None, list[str]] | None = None
         # The least CPU, memory and pod room on any ready node (lowered as placements are
@@ -301,12 +301,19 @@ class VictimLists:
         return found
 
 
+class VictimLeaves(dict[str, LeafVictims]):
+    """Per leaf queue its victim list, kept on the state for later cycles
+    (``state.kept.of(VictimLeaves)``); each entry is checked against the usage it was made
+    for before it is used again."""
+
+
 def victim_lists(session: Session) -> VictimLists:
     """The session's lists, made on first use (jobs are neither added nor removed during
     a cycle)."""
-    lists = session.victim_lists
+    lists = session.made.get(VictimLists)
     if lists is None:
-        lists = session.victim_lists = VictimLists(session)
+        lists = session.made[VictimLists] = VictimLists(session)
+    assert isinstance(lists, VictimLists)
     return lists
 
 

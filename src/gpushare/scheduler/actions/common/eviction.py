@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 from gpushare.model import ACTIVE_ALLOCATED, Job, Pod
-from gpushare.model.quantities import RESOURCES
 from gpushare.scheduler.actions.allocate import eligible_jobs
 from gpushare.scheduler.actions.common.candidates import victim_lists
 from gpushare.scheduler.actions.common.options import VictimOptions
@@ -57,22 +56,6 @@ def elastic_memo(session: Session) -> Callable[[Job], bool]:
         return value
 
     return elastic
-
-
-def non_preemptible_within_quota(session: Session, job: Job, pods: list[Pod]) -> bool:
-    """A non-preemptible job never takes more than its queues' quota."""
-    if job.preemptible:
-        return True
-    request = session.step_request(pods, session.max_gpu_memory)
-    for name in session.state.ancestors(job.queue):
-        quota = session.deserved(name)
-        alloc_np = session.allocated_np(name)
-        for i in range(len(RESOURCES)):
-            if quota[i] == -1 or request[i] == 0:
-                continue
-            if alloc_np[i] + request[i] > quota[i]:
-                return False
-    return True
 
 
 def step_shape(session: Session, job: Job, step: list[Pod]) -> tuple[Any, ...]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from gpushare.model.quantities import RESOURCES, as_quantities
+from gpushare.model.quantities import as_quantities
 from gpushare.scheduler.plugins.proportion.resource_share import QueueShare
 from gpushare.scheduler.session import Session
 
@@ -65,14 +65,15 @@ class QueueFigures:
         if hit is not None:
             return hit
         queue = s.state.queues[name]
-        fair, alloc, alloc_np = s.fair(name), s.allocated(name), s.allocated_np(name)
+        shares = s.proportion
+        fair, alloc, alloc_np = shares.fair(name), shares.allocated(name), shares.allocated_np(name)
         share = QueueShare(
             name=name,
             parent=queue.parent if queue.parent in s.state.queues else None,
             priority=queue.priority,
             created_at=queue.created_at,
-            deserved={r: queue.resources[r].quota for r in RESOURCES},
-            limit={r: queue.resources[r].limit for r in RESOURCES},
+            deserved=as_quantities(shares.quota[name]),
+            limit=as_quantities(shares.limit[name]),
             fair_share=as_quantities(fair),
             allocated=as_quantities(alloc),
             allocated_np=as_quantities(alloc_np),

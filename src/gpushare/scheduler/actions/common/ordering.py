@@ -18,8 +18,8 @@ from typing import Any
 
 from gpushare.model import RESOURCES
 from gpushare.model.quantities import Quantities, add, sub
+from gpushare.model.queue import UNLIMITED
 from gpushare.scheduler.plugins.proportion.resource_share import (
-    UNLIMITED,
     ZERO,
     QueueShare,
     compare,

@@ -119,7 +119,7 @@ class Simulation:
             handled.add(nxt.key)
             step = steps[nxt.key]
             if nxt.key == job.key:
-                if not session.check_capacity(job, step).ok:
+                if not session.proportion.check_capacity(job, step).ok:
                     break
                 # KAI pipelines every pod of the step; gpushare binds the step when all of
                 # it fits on free capacity (place_step pipelines it all otherwise).
@@ -165,7 +165,7 @@ class Simulation:
         jobs = session.state.jobs
         elsewhere: dict[str, list[Pod]] = {}
         for key, step in rest.items():
-            if not step or not session.check_capacity(jobs[key], step).ok:
+            if not step or not session.proportion.check_capacity(jobs[key], step).ok:
                 continue  # it cannot come back at all (as in _place_again)
             cp = stmt.checkpoint()
             if all(self._back_home(pod, before[pod.key]) for pod in step):
@@ -188,7 +188,7 @@ class Simulation:
         (``victims_stay_home``); before that, it is placed like any pod, so that it can
         make way for the asking job (consolidation)."""
         session = self.session
-        if not step or not session.check_capacity(job, step).ok:
+        if not step or not session.proportion.check_capacity(job, step).ok:
             return False
         cp = stmt.checkpoint()
         home_first = home_first and session.behaviour.victims_stay_home

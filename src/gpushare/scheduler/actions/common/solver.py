@@ -214,7 +214,7 @@ class Search:
         on any node: no relevance test then."""
         session = self.session
         relevant = (session.behaviour.victim_relevance
-                    and session.check_capacity(job, partial).ok)
+                    and session.proportion.check_capacity(job, partial).ok)
         with_other = not relevant or victim_lists(session).non_gpu_room_short(
             sum(p.cpu_millis for p in partial), sum(p.memory_bytes for p in partial),
             len(partial),

@@ -13,8 +13,8 @@ from fractions import Fraction
 
 from gpushare.model import RESOURCES
 from gpushare.model.quantities import Quantities, add, sub
+from gpushare.model.queue import UNLIMITED
 from gpushare.scheduler.plugins.proportion.resource_share import (
-    UNLIMITED,
     ZERO,
     QueueShare,
     Shares,

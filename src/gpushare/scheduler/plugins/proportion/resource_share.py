@@ -12,8 +12,8 @@ from fractions import Fraction
 
 from gpushare.model import RESOURCES
 from gpushare.model.quantities import Quantities, zeros
+from gpushare.model.queue import UNLIMITED
 
-UNLIMITED = Fraction(-1)
 ZERO = Fraction(0)
 
 

@@ -27,15 +27,16 @@ reclaims cannot cycle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from gpushare.model.quantities import GPU, RESOURCES, Quantities, as_quantities
+from gpushare.model.quantities import GPU, RESOURCES, Quantities, Vec, as_quantities
+from gpushare.model.queue import UNLIMITED
+from gpushare.scheduler.config import Config
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
-from gpushare.scheduler.plugins.proportion.resource_share import UNLIMITED, Shares, leveled
-from gpushare.scheduler.session import Session
-from gpushare.scheduler.state import DivisionMemo
+from gpushare.scheduler.plugins.proportion.resource_share import Shares, leveled
+from gpushare.scheduler.state import ClusterState, DivisionMemo
 
 ZERO = Fraction(0)
 
@@ -48,23 +49,25 @@ class SteadyShares:
     keep: dict[str, Fraction | None]
 
     @staticmethod
-    def of(session: Session) -> SteadyShares:
-        state = session.state
-        capacity = as_quantities(session.capacity)
+    def of(state: ClusterState, config: Config, cluster: Vec, quota: Mapping[str, Vec],
+           limit: Mapping[str, Vec], requested: Callable[[str], Vec]) -> SteadyShares:
+        """The steady shares of the queues in ``state`` on a cluster of ``cluster``
+        resources, each leaf asking for ``requested(name)`` (or, with an over-quota weight
+        and a finite GPU quota, for every GPU)."""
+        capacity = as_quantities(cluster)
         inputs: list[ShareInput] = []
         for name, queue in sorted(state.queues.items()):
             request: dict[str, Fraction] = {}
             if queue.is_leaf():
-                real = session.requested.get(name, session.allocated(name))
+                real = requested(name)
                 request = as_quantities(real)
-                gpu = queue.resources[GPU]
-                if gpu.over_quota_weight > 0 and gpu.quota != UNLIMITED:
+                if queue.gpu.over_quota_weight > 0 and quota[name][0] != UNLIMITED:
                     request[GPU] = capacity[GPU]
             inputs.append(ShareInput(
                 name=name, parent=queue.parent, priority=queue.priority,
                 created_at=queue.created_at,
-                quota={r: queue.resources[r].quota for r in RESOURCES},
-                limit={r: queue.resources[r].limit for r in RESOURCES},
+                quota=as_quantities(quota[name]),
+                limit=as_quantities(limit[name]),
                 weight={r: queue.resources[r].over_quota_weight for r in RESOURCES},
                 request=request,
                 usage={r: Fraction(str(v)) for r, v in queue.usage.items()},
@@ -73,21 +76,21 @@ class SteadyShares:
         # weighted queue asking for the whole cluster, most of them never change).
         memo_out: DivisionMemo = {}
         shares = divide(
-            capacity, inputs, session.config.k_value, session.config.fairshare_mode,
+            capacity, inputs, config.k_value, config.fairshare_mode,
             memo=state.kept.steady_share_memo,
             memo_out=memo_out,
         )
         state.kept.steady_share_memo = memo_out
         steady = {name: s[GPU] for name, s in shares.items()}
         keep: dict[str, Fraction | None] = {}
-        for name, queue in state.queues.items():
-            gpu = queue.resources[GPU]
-            if gpu.quota == UNLIMITED:
+        for name in state.queues:
+            gpu_quota, gpu_limit = quota[name][0], limit[name][0]
+            if gpu_quota == UNLIMITED:
                 keep[name] = None
                 continue
-            value = max(gpu.quota, steady.get(name, ZERO))
-            if gpu.limit != UNLIMITED:
-                value = min(value, gpu.limit)
+            value = max(gpu_quota, steady.get(name, ZERO))
+            if gpu_limit != UNLIMITED:
+                value = min(value, gpu_limit)
             keep[name] = value
         return SteadyShares(steady, keep)
 

@@ -1,0 +1,1 @@
+"""The shape of objects: schemas, validation, CEL rules, patches, managed fields, conversions."""

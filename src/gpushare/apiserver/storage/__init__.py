@@ -1,0 +1,2 @@
+"""Where objects live: the SQLite store, watches, resource versions, selectors, encryption at
+rest."""
