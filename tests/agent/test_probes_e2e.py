@@ -1,10 +1,15 @@
 """Probes with a real `gpushare agent` process and the endpoints controller: a failing
 readiness probe takes the pod out of its Service's EndpointSlice, a failing liveness probe
-restarts the container, a gRPC health check, `Unhealthy` events in the kubelet's words."""
+restarts the container, a gRPC health check, `Unhealthy` events in the kubelet's words. The
+agent gives each pod a network namespace of its own here (root, nftables): its probes
+reach the pod at its podIP, and only a hostNetwork pod on the node's loopback."""
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +19,8 @@ import pytest
 from test_agent_e2e import NS, wait_for
 from test_pod_limits_e2e import LimitsCluster
 
-from gpushare.agent.runtime.probes import probes_of
-from gpushare.controllers.endpoints import EndpointsController
+from gpushare.agent.runtime.probes import pod_address, probes_of
+from gpushare.controllers.workloads.endpoints import EndpointsController
 from gpushare.kube.client import ENDPOINTSLICES, EVENTS, PODS, SERVICES, Stopper
 from gpushare.kube.informers import InformerFactory
 
@@ -29,7 +34,7 @@ servicer = health.HealthServicer()
 servicer.set("", health_pb2.HealthCheckResponse.SERVING)
 servicer.set("sick", health_pb2.HealthCheckResponse.NOT_SERVING)
 health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-server.add_insecure_port("127.0.0.1:" + sys.argv[1])
+server.add_insecure_port("0.0.0.0:" + sys.argv[1])
 server.start()
 print("serving", flush=True)
 time.sleep(300)
@@ -55,7 +60,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LimitsCluster]
 
 
 def _pod(name: str, command: list[str], probes: dict[str, Any], labels: dict[str, str],
-         restart: str = "Always", ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+         restart: str = "Always", ports: list[dict[str, Any]] | None = None,
+         **spec: Any) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "main", "image": "busybox", "command": command,
                                  **probes}
     if ports:
@@ -63,7 +69,8 @@ def _pod(name: str, command: list[str], probes: dict[str, Any], labels: dict[str
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NS, "labels": labels},
             "spec": {"nodeName": "probes-node", "restartPolicy": restart,
-                     "terminationGracePeriodSeconds": 1, "containers": [container]}}
+                     "terminationGracePeriodSeconds": 1, "containers": [container],
+                     **spec}}
 
 
 def _ready(cluster: LimitsCluster, name: str) -> bool:
@@ -115,8 +122,10 @@ def test_a_failing_liveness_probe_restarts_the_container(cluster: LimitsCluster)
     wait_for(lambda: (p := cluster.pod("sick")) and any(
         c["restartCount"] >= 1 for c in p["status"].get("containerStatuses") or []), 40)
     unhealthy = _events(cluster, "sick", "Unhealthy")
-    assert any(m.startswith('Liveness probe failed: Get "http://127.0.0.1:1/healthz": '
-                            "dial tcp 127.0.0.1:1: ") for m in unhealthy)
+    ip = cluster.pod("sick")["status"]["podIP"]
+    assert ip != "127.0.0.1"
+    assert any(m.startswith(f'Liveness probe failed: Get "http://{ip}:1/healthz": '
+                            f"dial tcp {ip}:1: ") for m in unhealthy), unhealthy
     assert "Container main failed liveness probe, will be restarted" in _events(
         cluster, "sick", "Killing")
 
@@ -138,6 +147,69 @@ def test_grpc_and_tcp_probes(cluster: LimitsCluster, tmp_path: Path) -> None:
     wait_for(lambda: 'Readiness probe failed: service unhealthy (responded with "NOT_SERVING")'
              in _events(cluster, "rpc-sick", "Unhealthy"), 40)
     assert not _ready(cluster, "rpc-sick")
+
+
+HTTP_SERVER = """
+import http.server, sys
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.end_headers()
+        self.wfile.write(b"ok")
+http.server.ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), Health).serve_forever()
+"""
+
+
+def _free_on_loopback() -> int:
+    """A port nothing of the node listens on at its loopback address (so a probe that went
+    there instead of to the pod would fail), below the ephemeral range (no client socket of
+    the node takes it meanwhile)."""
+    for port in range(21000 + os.getpid() % 4000, 32000):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port on the loopback address")
+
+
+def test_an_http_readiness_probe_reaches_the_server_at_the_pods_own_ip(
+        cluster: LimitsCluster) -> None:
+    port = _free_on_loopback()
+    probe = {"readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"},
+                                "periodSeconds": 1}}
+    cluster.kube.create(PODS_COLLECTION, _pod(
+        "web-own-ip", [sys.executable, "-c", HTTP_SERVER, str(port)], probe, {},
+        ports=[{"name": "http", "containerPort": port}]))
+    wait_for(lambda: _ready(cluster, "web-own-ip"), 40)
+    status = cluster.pod("web-own-ip")["status"]
+    pod_cidr = (cluster.kube.get(f"/api/v1/nodes/{cluster.node}") or {})["spec"]["podCIDR"]
+    assert ipaddress.ip_address(status["podIP"]) in ipaddress.ip_network(pod_cidr)
+    # the server listens in the pod's own network namespace, not on the node's
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+    # any failure before the server was up was a dial of the pod's address
+    for message in _events(cluster, "web-own-ip", "Unhealthy"):
+        assert f"http://{status['podIP']}:{port}/healthz" in message, message
+
+
+def test_a_host_network_pods_probe_goes_to_the_nodes_loopback(cluster: LimitsCluster) -> None:
+    port = _free_on_loopback()
+    probe = {"readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 1}}
+    cluster.kube.create(PODS_COLLECTION, _pod(
+        "on-host", [sys.executable, "-c", HTTP_SERVER.replace('"0.0.0.0"', '"127.0.0.1"'),
+                    str(port)], probe, {}, hostNetwork=True))
+    wait_for(lambda: _ready(cluster, "on-host"), 40)
+    with socket.socket() as s:  # on the node's own loopback this time
+        assert s.connect_ex(("127.0.0.1", port)) == 0, cluster.pod("on-host")["status"]
+
+
+def test_pod_address_is_the_pod_ip_unless_the_pod_is_on_the_nodes_network() -> None:
+    pod: dict[str, Any] = {"spec": {}}
+    assert pod_address(pod, "10.244.7.9") == "10.244.7.9"
+    assert pod_address(pod, None) == "127.0.0.1"  # the node cannot isolate: shared network
+    assert pod_address({"spec": {"hostNetwork": True}}, "10.244.7.9") == "127.0.0.1"
 
 
 def test_probe_fields_are_checked() -> None:

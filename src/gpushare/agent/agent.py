@@ -558,6 +558,7 @@ class Agent:
                 state,
                 limits,
                 volumes,
+                pod_ip,
             )
             self._pods[uid] = _Running(supervisor, share, namespace, name, state)
             supervisor.start()

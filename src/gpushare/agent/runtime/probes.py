@@ -11,8 +11,9 @@
   its place in its Services' EndpointSlices); it starts out not ready.
 * Each failure is an ``Unhealthy`` event (``Readiness probe failed: ...``).
 
-Where a probe connects is one function, `pod_address`: pods share the node's network
-namespace today, so it is the loopback address; a pod network replaces it with the pod's.
+Where a probe connects is one function, `pod_address`: the pod's own address when it has a
+network namespace of its own (the node reaches it over the bridge, as a kubelet reaches a
+pod's IP), the loopback address only for a pod on the node's network.
 """
 
 from __future__ import annotations
@@ -42,9 +43,17 @@ class ProbeSpecError(ValueError):
     """A probe cannot be run as written; the message names the field."""
 
 
-def pod_address(pod: Mapping[str, Any]) -> str:
-    """Where probes (and anything else of the node's) reach the pod's ports."""
-    return "127.0.0.1"
+LOOPBACK = "127.0.0.1"
+
+
+def pod_address(pod: Mapping[str, Any], pod_ip: str | None) -> str:
+    """Where probes and ``httpGet`` hooks (anything of the node's) reach the pod's ports:
+    `pod_ip`, the pod's address in its own network namespace; the loopback address for a
+    pod on the node's network (``hostNetwork``, or a node whose pods share its network:
+    `pod_ip` None)."""
+    if (pod.get("spec") or {}).get("hostNetwork") or not pod_ip:
+        return LOOPBACK
+    return pod_ip
 
 
 @dataclass(frozen=True, slots=True)

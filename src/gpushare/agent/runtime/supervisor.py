@@ -94,8 +94,10 @@ class PodSupervisor:
         sandbox: SandboxState | None = None,
         limits: PodLimits | None = None,
         volumes: PodVolumes | None = None,
+        pod_ip: str | None = None,
     ) -> None:
         self.pod = pod
+        self.pod_ip = pod_ip  # its address in its own network namespace; None: the node's
         self.limits = limits  # the pod's cgroups; None: the node enforces none
         self.volumes = volumes  # set up before the first container starts
         self._volumes_ready = volumes is None or not volumes.wanted
@@ -449,7 +451,7 @@ class PodSupervisor:
             if not probes:
                 return False
             slot.prober = ContainerProber(slot.record.name, probes,
-                                          lambda: pod_address(self.pod),
+                                          lambda: pod_address(self.pod, self.pod_ip),
                                           self._probe_exec(slot), self._event)
             slot.prober.start()
         record, prober = slot.record, slot.prober
@@ -559,7 +561,7 @@ class PodSupervisor:
 
     def _hook_call(self, slot: _Slot, grace: float) -> Callable[[], str | None]:
         hook = pre_stop(slot.spec) or {}
-        address = pod_address(self.pod)
+        address = pod_address(self.pod, self.pod_ip)
         return lambda: run_hook(hook, slot.spec, address, self._probe_exec(slot), grace)
 
     def grace_s(self) -> float:
