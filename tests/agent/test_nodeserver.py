@@ -62,7 +62,8 @@ def node(tmp_path: Path):
     # no token reaches this server, so the caller check never asks an API
     server = NodeServer(handlers, tls, CallerCheck(None, "n").check)  # type: ignore[arg-type]
     server.start()
-    wait_for(lambda: log_path(directory, "c", 0).exists())
+    # the run's process, not only its log file (made just before it starts)
+    wait_for(lambda: log_path(directory, "c", 0).exists() and sup.container_groups())
     try:
         yield server, pki, tls, directory
     finally:

@@ -10,17 +10,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import socket
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from gpushare.agent.endpoint.nodeserver import NodeHandlers, NodeServer
+from gpushare.agent.endpoint.podexec import exec_in_pod
 from gpushare.agent.endpoint.streams import ExecTarget
 from gpushare.agent.gpu.enforcement import Enforcement
 from gpushare.agent.gpu.gpu_share import (
@@ -35,7 +34,7 @@ from gpushare.agent.node.inventory import GpuInventory, HostResources
 from gpushare.agent.node.nodeauth import CallerCheck
 from gpushare.agent.node.nodecert import NodeTls, ensure_serving_certificate
 from gpushare.agent.pods import ledger
-from gpushare.agent.pods.podspec import ContainerPlan, decode_secret
+from gpushare.agent.pods.apivalues import ApiValues
 from gpushare.agent.pods.statuswriter import StatusSink, StatusWriter
 from gpushare.agent.runtime import sandbox as sb
 from gpushare.agent.runtime.gpuguard import GpuGuard
@@ -45,7 +44,14 @@ from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
 from gpushare.agent.runtime.network.addressing import NetworkError
 from gpushare.agent.runtime.network.podnet import open_network
 from gpushare.agent.runtime.planning import make_planner
+from gpushare.agent.runtime.podresources import (
+    PodResources,
+    Refused,
+    ResourceConfig,
+    remove_pod_directory,
+)
 from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
+from gpushare.agent.runtime.stdio import ContainerStdin
 from gpushare.agent.runtime.supervisor import (
     PodSupervisor,
     SupervisorConfig,
@@ -58,10 +64,8 @@ from gpushare.api.contracts import GPU_USAGE_ANNOTATION
 from gpushare.api.objects import field_dict
 from gpushare.api.timefmt import rfc3339, rfc3339_micro
 from gpushare.kube.client import (
-    CONFIGMAPS,
     NODES,
     PODS,
-    SECRETS,
     ApiError,
     KubeClient,
     Stopper,
@@ -94,7 +98,7 @@ class AgentConfig:
     compute_policy: str = "evict"
     compute_tolerance_percent: int = 10
     compute_passes: int = 5  # monitor passes in a row over the share before it acts
-    shutdown_grace_s: float = 5.0  # SIGTERM → SIGKILL when the agent stops its pods
+    shutdown_grace_s: float = 30.0  # the most a pod's grace period gets when the node stops
     supervisor: SupervisorConfig = field(default_factory=SupervisorConfig)
     version: str = "0.1.0"
     #: Seconds between measurements sent to the control plane (/metrics, kubectl top);
@@ -109,6 +113,8 @@ class AgentConfig:
     sandbox: str = "auto"
     #: Directories no pod may see besides the data directory (the kubeconfig's).
     sandbox_hidden: tuple[Path, ...] = ()
+    #: Cgroup limits, volumes, local storage (runtime/podresources.py).
+    resources: ResourceConfig = field(default_factory=ResourceConfig)
     #: Host paths pods may read though the sandbox hides their place (--sandbox-read-only).
     sandbox_read_only: tuple[Path, ...] = ()
     #: The pods' network: auto (isolated when the node can), isolated, or host.
@@ -119,24 +125,6 @@ class AgentConfig:
 
 # How long forgetting a pod waits for its processes to end (SIGKILL, then the reaping).
 FORGET_WAIT_S = 10.0
-
-
-class _ApiValues:
-    def __init__(self, kube: KubeClient) -> None:
-        self._kube = kube
-
-    def config_map(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        body = self._kube.get(CONFIGMAPS.item(name, namespace))
-        return None if body is None else dict(body.get("data") or {})
-
-    def secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        body = self._kube.get(SECRETS.item(name, namespace))
-        if body is None:
-            return None
-        values = decode_secret(body.get("data") or {}) or {}
-        # a real API server folds stringData into data on write; accept it unfolded too
-        values.update({k: str(v) for k, v in (body.get("stringData") or {}).items()})
-        return values
 
 
 @dataclass(slots=True)
@@ -176,7 +164,7 @@ class Agent:
         self._skipped: set[str] = set()  # uids of pods skipped as malformed (event sent)
         self.writer = StatusWriter(kube, config.node_name, self._writes_stop)
         self._writes = self.writer.writes
-        self._values = _ApiValues(kube)
+        self._values = ApiValues(kube)
         self._threads: list[threading.Thread] = []
         self._ready_since = time.time()
         self.metrics = AgentMetrics(config.node_name, inventory, enforcement.annotation)
@@ -210,6 +198,9 @@ class Agent:
                              config.sandbox_read_only),
             config.data_dir, pods_root(config.data_dir))
         self.tokens = ServiceAccountTokens(kube, self.event)
+        self.resources = PodResources(  # on the pods whose processes have not ended
+            kube, config.node_name, config.data_dir, config.resources,
+            lambda: [(k, p) for k, p in self.pods().items() if p.holds_gpu], self.heartbeat)
         self.network = open_network(kube, config.pod_network, config.pod_cidr,
                                     config.data_dir)
         pods_root(config.data_dir).mkdir(parents=True, exist_ok=True)
@@ -250,7 +241,7 @@ class Agent:
         tls = self._serving_certificate()
         server = NodeServer(
             NodeHandlers(self._locate, self._container_running, self._exec_target,
-                         self.pod_netns), tls,
+                         self._stdin, self.pod_netns), tls,
             CallerCheck(self.kube, self.config.node_name).check, self.config.address,
             self.config.port)
         server.start()
@@ -270,6 +261,7 @@ class Agent:
             (self.writer.run, "status writer"),
             (self._monitor_loop, "gpu monitor"),
             (self._certificate_loop, "certificate renewal"),
+            (lambda: self.resources.run(self._stop), "storage and volumes"),
         ):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -301,7 +293,7 @@ class Agent:
             for entry in running:
                 entry.supervisor.shutdown(self.config.shutdown_grace_s)
             for entry in running:
-                entry.supervisor.wait(self.config.shutdown_grace_s + 10)
+                entry.supervisor.wait(self.config.shutdown_grace_s + 15)
         self._writes_stop.set()  # the writer sends what is queued, then ends
         deadline = time.monotonic() + 5
         while not self._writes.empty() and time.monotonic() < deadline:
@@ -329,7 +321,7 @@ class Agent:
     # --- the Node -------------------------------------------------------------------
 
     def _node_object(self) -> dict[str, Any]:
-        return nodes.node_object(
+        body = nodes.node_object(
             self.config.node_name,
             self.inventory,
             self.host,
@@ -340,6 +332,8 @@ class Agent:
             self.config.version,
             self._sandbox_summary(),
         )
+        body["status"]["conditions"] += self.resources.conditions(time.time(), self._ready_since)
+        return body
 
     def _sandbox_summary(self) -> tuple[str, str]:
         return self.sandbox.mode, self.sandbox.describe()
@@ -383,6 +377,7 @@ class Agent:
                             nodes.ready_condition(now, self._ready_since),
                             nodes.sandbox_condition(*self._sandbox_summary(), now,
                                                     self._ready_since),
+                            *self.resources.conditions(now, self._ready_since),
                             self._network_condition(),
                         ],
                         "daemonEndpoints": {"kubeletEndpoint": {"Port": self.node_port}},
@@ -425,10 +420,12 @@ class Agent:
         }
         self.network.cleanup(uid for uid in live.values() if uid)
         root = pods_root(self.config.data_dir)
+        gone: list[Path] = []
         for ns_dir in root.iterdir() if root.is_dir() else []:
             for directory in ns_dir.iterdir():
                 uid = _recorded_uid(directory)
                 if live.get((ns_dir.name, directory.name)) != uid or uid is None:
+                    gone.append(directory)
                     killed = kill_leftovers(directory, self.gpu.end_gpu_work)
                     if killed:
                         log.info(
@@ -437,12 +434,14 @@ class Agent:
                             ns_dir.name,
                             directory.name,
                         )
-                    shutil.rmtree(directory, ignore_errors=True)
+                    self.resources.clean([directory], ())
+                    remove_pod_directory(directory)
                 elif killed := kill_unrecorded(directory, self.gpu.end_gpu_work):
                     # started by an agent that died before recording them: the pod's
                     # supervisor starts its containers again, once
                     log.info("killed unrecorded process groups %s of %s/%s", killed,
                              ns_dir.name, directory.name)
+        self.resources.clean((), (str(u) for u in live.values() if u))
 
     def _on_pod_event(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         """A change of a pod bound here, from the informer (its first list gives every pod
@@ -517,7 +516,7 @@ class Agent:
             recorded = _recorded_uid(directory)
             if recorded is not None and recorded != uid:
                 kill_leftovers(directory, self.gpu.end_gpu_work)
-                shutil.rmtree(directory, ignore_errors=True)
+                remove_pod_directory(directory)
             if phase in FINAL_PHASES and recorded != uid:
                 # finished before this agent saw it (or ran elsewhere): never run it again
                 if deleting:
@@ -539,6 +538,11 @@ class Agent:
             if (refused_network := self.network.refusal(pod)) is not None:
                 self._fail_unstartable(pod, *refused_network)
                 return
+            try:
+                limits = self.resources.admit(pod, directory)
+            except Refused as refused_pod:
+                self._fail_unstartable(pod, refused_pod.reason, str(refused_pod))
+                return
             directory.mkdir(parents=True, exist_ok=True)
             state = self._sandbox_for(pod, directory, share, recorded == uid)
             try:
@@ -546,6 +550,8 @@ class Agent:
             except NetworkError as exc:
                 self._fail_unstartable(pod, "FailedCreatePodSandBox", str(exc))
                 return
+            volumes = self.resources.volumes_for(pod, directory, self._values,
+                                                 self.tokens.request, state)
             supervisor = PodSupervisor(
                 pod,
                 directory,
@@ -561,6 +567,9 @@ class Agent:
                 StatusSink(self._writes, namespace, name, uid, pod_ip),
                 self.config.supervisor,
                 state,
+                limits,
+                volumes,
+                pod_ip,
                 before_signal=self.gpu.end_gpu_work,
             )
             self._pods[uid] = _Running(supervisor, share, namespace, name, state)
@@ -592,7 +601,8 @@ class Agent:
                 sb.save_state(state)
         if not adopted:
             self._writes.put(("annotations", meta.get("namespace", "default"),
-                              meta.get("name", ""), "", {nodes.ANN_SANDBOX: _describe(state)}))
+                              meta.get("name", ""), "",
+                              {nodes.ANN_SANDBOX: sb.describe_state(state)}))
         return state
 
     def pod_netns(self, namespace: str, name: str) -> str | None:
@@ -632,11 +642,12 @@ class Agent:
 
         def reap() -> None:
             entry.supervisor.wait(60)
+            self.resources.release(entry.supervisor)
             with self._lock:
                 if self._pods.get(uid or "") is entry:
                     del self._pods[uid or ""]
             self.network.release(uid or "")
-            shutil.rmtree(entry.supervisor.directory, ignore_errors=True)
+            remove_pod_directory(entry.supervisor.directory)
 
         threading.Thread(target=reap, daemon=True).start()
 
@@ -706,7 +717,9 @@ class Agent:
         out = []
         for e in entries:
             key = f"{e.namespace}/{e.name}"
-            groups = [ContainerGroup(key, name, pgid)
+            limits = e.supervisor.limits
+            groups = [ContainerGroup(key, name, pgid,
+                                     limits.container_cgroup(name) if limits else None)
                       for name, pgid in e.supervisor.container_groups()]
             if groups:  # only pods with processes now hold anything
                 out.append(PodView(e.namespace, e.name, e.share, groups))
@@ -739,48 +752,33 @@ class Agent:
         return directory if (directory / META_DIR).is_dir() else None
 
     def _container_running(self, namespace: str, name: str, container: str) -> bool:
+        entry = self._entry(namespace, name)
+        return entry is not None and entry.supervisor.container_running(container)
+
+    def _entry(self, namespace: str, name: str) -> _Running | None:
         with self._lock:
-            for entry in self._pods.values():
-                if entry.namespace == namespace and entry.name == name:
-                    return entry.supervisor.container_running(container)
-        return False
+            return next((e for e in self._pods.values()
+                         if e.namespace == namespace and e.name == name), None)
+
+    def _stdin(self, namespace: str, name: str, container: str) -> ContainerStdin | None:
+        entry = self._entry(namespace, name)
+        return entry.supervisor.stdin_for(container) if entry is not None else None
 
     def _exec_target(self, namespace: str, name: str, container: str,
                      command: list[str]) -> ExecTarget:
-        with self._lock:
-            entry = next((e for e in self._pods.values()
-                          if e.namespace == namespace and e.name == name), None)
+        entry = self._entry(namespace, name)
         if entry is None:
             raise LookupError(f'pods "{name}" not found on this node')
         plan = entry.supervisor.exec_plan(container)
         if plan is None:
             raise LookupError(f'container "{container}" in pod "{name}" is not running')
         pgid = dict(entry.supervisor.container_groups()).get(container)
-        return exec_in_pod(entry.supervisor.directory, plan, command, entry.sandbox, pgid)
+        return exec_in_pod(entry.supervisor.directory, plan, command, entry.sandbox, pgid,
+                           entry.supervisor.cgroup_procs(container))
 
     def pods(self) -> dict[str, PodSupervisor]:
         with self._lock:
             return {f"{e.namespace}/{e.name}": e.supervisor for e in self._pods.values()}
-
-
-def exec_in_pod(pod_directory: Path, plan: ContainerPlan, command: list[str],
-                sandbox: sb.SandboxState | None = None, pgid: int | None = None) -> ExecTarget:
-    """How `kubectl exec` runs `command` in a running container: the container's
-    environment and working directory, inside its sandbox (the namespaces of its run
-    `pgid`, as the pod's user). The one place that decides it."""
-    cwd = pod_directory / plan.working_dir
-    if sandbox is None or sandbox.mode == sb.NONE or pgid is None:
-        return ExecTarget(argv=list(command), env=dict(plan.env), cwd=cwd)
-    argv, env, where = sb.enter_argv(sandbox, pgid, command, env=plan.env, cwd=str(cwd))
-    return ExecTarget(argv=argv, env=env, cwd=Path(where))
-
-
-def _describe(state: sb.SandboxState) -> str:
-    if state.mode == sb.NONE:
-        return "none: runs as the agent's user"
-    if state.user_namespace:
-        return f"{state.mode}: the agent's uid {state.uid} in a user namespace"
-    return f"{state.mode}: uid {state.uid} gid {state.gid}"
 
 
 def _recorded_uid(directory: Path) -> str | None:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from gpushare.agent.gpu.enforcement import Enforcement
     from gpushare.agent.gpu.nvml import PynvmlBackend
     from gpushare.agent.node.inventory import GpuInventory
+    from gpushare.agent.runtime.logshim import LogLimits
 
 
 def register(app: typer.Typer) -> None:
@@ -46,6 +47,26 @@ PodCidr = Annotated[str, typer.Option(
 HealthPort = Annotated[int | None, typer.Option(
     help="serve /healthz, /livez and /readyz on this port (plain HTTP, for probes): ready "
     "once the Node is registered")]
+Cgroups = Annotated[str, typer.Option(
+    help="auto|required|none: memory, CPU and pids limits of pods in cgroups (auto: when the "
+    "host allows; without them tenants' pods and pods with limits are refused)")]
+CgroupParent = Annotated[str | None, typer.Option(
+    help="cgroup for the pods' cgroups, relative to the agent's own or absolute (default: "
+    "gpushare-<digest> under the agent's own)")]
+PodPidsLimit = Annotated[int, typer.Option(
+    help="most processes per pod (the kubelet's podPidsLimit; 0: no limit)")]
+LogMaxSize = Annotated[str, typer.Option(
+    help="rotate a container's log at this size (containerLogMaxSize)")]
+LogMaxFiles = Annotated[int, typer.Option(
+    help="log files kept per container run (containerLogMaxFiles)")]
+StorageCheck = Annotated[float, typer.Option(
+    help="seconds between measurements of the pods' local storage (ephemeral-storage limits, "
+    "emptyDir sizeLimit, disk pressure)")]
+DiskMinFree = Annotated[str, typer.Option(
+    help="disk pressure when the data directory's file system has less than this free (the "
+    "kubelet's nodefs.available)")]
+VolumeRefresh = Annotated[float, typer.Option(
+    help="seconds between re-reads of the configMaps, Secrets and tokens mounted as volumes")]
 MpsStop = Annotated[str, typer.Option(
     help="signal|terminate-client: how a pod on a shared (MPS) GPU is stopped. signal: "
     "SIGTERM, then SIGKILL after its grace period. terminate-client: MPS terminate_client of "
@@ -82,6 +103,14 @@ def agent(
     ] = None,
     health_port: HealthPort = None,
     sandbox: Sandbox = "auto",
+    cgroups: Cgroups = "auto",
+    cgroup_parent: CgroupParent = None,
+    pod_pids_limit: PodPidsLimit = 1024,
+    container_log_max_size: LogMaxSize = "10Mi",
+    container_log_max_files: LogMaxFiles = 5,
+    storage_check: StorageCheck = 10.0,
+    disk_min_free: DiskMinFree = "10%",
+    volume_refresh: VolumeRefresh = 15.0,
     sandbox_read_only: SandboxReadOnly = None,
     pod_network: PodNetwork = "auto",
     pod_cidr: PodCidr = "auto",
@@ -91,7 +120,9 @@ def agent(
     from gpushare import __version__
     from gpushare.agent.agent import Agent, AgentConfig, default_hostname
     from gpushare.agent.node.inventory import host_resources
+    from gpushare.agent.runtime.cgroups import CgroupError
     from gpushare.agent.runtime.network.addressing import NetworkError
+    from gpushare.agent.runtime.podresources import ResourceConfig
     from gpushare.agent.runtime.sandbox import SandboxError
     from gpushare.agent.runtime.supervisor import SupervisorConfig
     from gpushare.kube.client import KubeClient
@@ -102,17 +133,24 @@ def agent(
     data_dir = data_dir.resolve()
     inventory, nvml = _inventory(name, gpus)
     chosen = _enforcement(enforcement, inventory, nvml is not None, data_dir, stop_mode)
+    log_limits = _log_limits(container_log_max_size, container_log_max_files)
+    min_free = _min_free(disk_min_free)
     config = AgentConfig(
         node_name=name,
         data_dir=data_dir,
         address=address,
         port=port,
         heartbeat_s=heartbeat,
-        supervisor=SupervisorConfig(host_ip=address, backoff_base_s=restart_backoff),
+        supervisor=SupervisorConfig(host_ip=address, backoff_base_s=restart_backoff,
+                                    log_limits=log_limits),
         version=__version__,
         telemetry_s=metrics_interval,
         sandbox=sandbox,
         sandbox_hidden=(kubeconfig.resolve().parent,),
+        resources=ResourceConfig(cgroups=cgroups, cgroup_parent=cgroup_parent,
+                                 pod_pids_limit=pod_pids_limit or None,
+                                 storage_check_s=storage_check, disk_min_free=min_free,
+                                 volume_refresh_s=volume_refresh),
         sandbox_read_only=tuple(sandbox_read_only or ()),
         pod_network=pod_network,
         pod_cidr=pod_cidr,
@@ -124,7 +162,7 @@ def agent(
         raise typer.Exit(2) from None
     try:
         runner = Agent(kube, config, inventory, host_resources(), chosen, nvml)
-    except (SandboxError, NetworkError) as exc:
+    except (SandboxError, CgroupError, NetworkError) as exc:
         typer.echo(f"error: {exc}", err=True)
         if chosen.mps is not None:
             chosen.mps.stop_all()
@@ -140,6 +178,28 @@ def _stop_mode(value: str) -> str:
     except MpsStopError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+
+
+def _log_limits(max_size: str, max_files: int) -> LogLimits:
+    from gpushare.agent.runtime.logshim import LogLimits
+    from gpushare.api import quantity
+    from gpushare.api.quantity import QuantityError
+
+    try:
+        return LogLimits(quantity.to_int(max_size), max_files)
+    except (ValueError, QuantityError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--container-log-max-size/-files") from None
+
+
+def _min_free(value: str) -> float:
+    try:
+        min_free = float(value.rstrip("%")) / 100
+        if not 0 <= min_free <= 1 or not value.endswith("%"):
+            raise ValueError
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a percentage such as 10%",
+                                 param_hint="--disk-min-free") from None
+    return min_free
 
 
 def _inventory(name: str, gpus: str | None) -> tuple[GpuInventory, PynvmlBackend | None]:
@@ -219,7 +279,8 @@ def _run(runner: Agent, host: str, metrics_port: int | None, health_port: int | 
     typer.echo(
         f"node {name}: {inventory.count} GPU(s){' (declared)' if inventory.declared else ''}, "
         f"enforcement {chosen.annotation}, node endpoint on https port {runner.node_port}, "
-        f"sandbox {runner.sandbox.mode}; pod network: {runner.network.describe()}"
+        f"sandbox {runner.sandbox.mode}, limits: {runner.resources.limits.reason}; "
+        f"pod network: {runner.network.describe()}"
     )
     while not done.wait(1.0):
         pass

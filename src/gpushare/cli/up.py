@@ -299,7 +299,7 @@ def _wait_until_up(
                 obj = {}
             conditions = (obj.get("status") or {}).get("conditions") or []
             if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-                _say_pod_network(node, conditions)
+                _say_isolation(node, conditions)
                 return None
             stop.wait(0.2)
         return None
@@ -307,15 +307,21 @@ def _wait_until_up(
         client.close()
 
 
-def _say_pod_network(node: str, conditions: list[dict[str, object]]) -> None:
-    """Print the node's pod network, loudly when pods share the node's network."""
+ISOLATION_CONDITIONS = ("PodSandbox", "PodLimits")  # the agent's; False: less isolation
+
+
+def _say_isolation(node: str, conditions: list[dict[str, object]]) -> None:
+    """Print the node's pod network, loudly when pods share the node's network, and warn of
+    each isolation the agent says it cannot give pods (no sandbox, no cgroup limits)."""
     for condition in conditions:
-        if condition.get("type") != "PodNetworkIsolated":
-            continue
-        if condition.get("status") == "True":
+        kind, status = condition.get("type"), condition.get("status")
+        if kind == "PodNetworkIsolated" and status == "True":
             typer.echo(f"node {node}: pod network {condition.get('message')}")
-        else:
+        elif kind == "PodNetworkIsolated":
             typer.echo(f"warning: node {node}: pods are not isolated: "
+                       f"{condition.get('message')}", err=True)
+        elif kind in ISOLATION_CONDITIONS and status == "False":
+            typer.echo(f"warning: node {node}: {kind} is False ({condition.get('reason')}): "
                        f"{condition.get('message')}", err=True)
 
 
@@ -509,6 +515,9 @@ def _child(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
     )
 
 
+AGENT_STOP_S = 50.0  # the agent's shutdown grace cap (30 s) plus its reaping
+
+
 def _stop_child(proc: subprocess.Popen[bytes], name: str, timeout: float = 10.0) -> None:
     if proc.poll() is not None:
         return
@@ -646,7 +655,8 @@ def up(
     finally:
         typer.echo("stopping ...")
         for name, proc in reversed(list(children.items())):
-            _stop_child(proc, name)
+            # the agent gives each pod its own grace period (at most 30 s) and its hooks
+            _stop_child(proc, name, AGENT_STOP_S if name == "agent" else 10.0)
         with contextlib.suppress(Exception):
             server.stop()
         typer.echo("stopped.")

@@ -59,6 +59,7 @@ from gpushare.agent.runtime.logstore import (
     select_log,
 )
 from gpushare.agent.runtime.sandbox import SandboxError, SandboxNotEntered
+from gpushare.agent.runtime.stdio import ContainerStdin
 
 log = logging.getLogger("gpushare.agent")
 
@@ -71,6 +72,7 @@ RunningCheck = Callable[[str, str, str], bool]
 # (namespace, pod, container, command) -> how to run it in the pod; LookupError: no such
 # running container (the message says so)
 ExecLocator = Callable[[str, str, str, list[str]], ExecTarget]
+StdinLocator = Callable[[str, str, str], ContainerStdin | None]  # (ns, pod, container)
 # (peer certificate, Authorization header, verb) -> may the caller in
 CallerCheck = Callable[[dict[str, Any] | None, str, str], Verdict]
 _HEAD_LIMIT = 64 * 1024
@@ -147,6 +149,7 @@ class NodeHandlers:
     locate: PodLocator
     running: RunningCheck
     exec_target: ExecLocator
+    stdin: StdinLocator | None = None  # a running container's open input (attach -i)
     #: The pod's network namespace (port-forward connects to localhost inside it); None:
     #: the node's network.
     pod_netns: Callable[[str, str], str | None] | None = None
@@ -432,7 +435,10 @@ class NodeServer:
         if target is not None:
             await run_exec(channels, target, command, opts)
         else:
-            await run_attach(channels, self._attach_source(namespace, pod, container), opts)
+            stdin = (self._handlers.stdin(namespace, pod, container)
+                     if opts.stdin and self._handlers.stdin is not None else None)
+            await run_attach(channels, self._attach_source(namespace, pod, container), opts,
+                             stdin)
 
     def _attach_source(self, namespace: str, pod: str, container: str
                        ) -> Callable[[Callable[[], bool]], Iterator[bytes]]:

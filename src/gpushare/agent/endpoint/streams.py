@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gpushare.agent.endpoint.wsconn import WsConn
+from gpushare.agent.runtime.stdio import ContainerStdin
 
 STDIN, STDOUT, STDERR, ERROR, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 V5, V4 = "v5.channel.k8s.io", "v4.channel.k8s.io"
@@ -326,20 +327,21 @@ async def run_exec(ws: Channels, target: ExecTarget, command: list[str],
 
 
 async def run_attach(ws: Channels, follow: Callable[[Callable[[], bool]], Iterator[bytes]],
-                     opts: StreamOptions) -> None:
+                     opts: StreamOptions, stdin: ContainerStdin | None = None) -> None:
     """Stream the running container's output (its log as it grows) until the run ends or
-    the client leaves; `follow(should_stop)` gives the new output. A container's stdin is
-    not connected, so input is refused."""
-    if opts.stdin:
+    the client leaves; `follow(should_stop)` gives the new output. With ``-i`` the
+    client's input goes to the container's `stdin` (refused when it has none)."""
+    if opts.stdin and stdin is None:
         await ws.write(ERROR, failure(
-            "this node does not connect a container's stdin; attach without -i",
-            "BadRequest", 400))
+            "the container has no open stdin (it needs stdin: true, and a stdinOnce input "
+            "is closed after its first client); attach without -i", "BadRequest", 400))
         return
     await ws.announce(opts)
     loop = asyncio.get_running_loop()
     leaving = threading.Event()
     chunks = follow(leaving.is_set)
-    client = asyncio.ensure_future(_drain_client(ws))
+    client = asyncio.ensure_future(
+        _feed_stdin(ws, stdin) if opts.stdin and stdin is not None else _drain_client(ws))
     try:
         while True:
             nxt: asyncio.Future[bytes | None] = loop.run_in_executor(None, next, chunks, None)
@@ -356,8 +358,24 @@ async def run_attach(ws: Channels, follow: Callable[[Callable[[], bool]], Iterat
     finally:
         leaving.set()
         client.cancel()
+        if opts.stdin and stdin is not None:
+            stdin.detached()
 
 
 async def _drain_client(ws: Channels) -> None:
     async for _ in ws.events():
         pass
+
+
+async def _feed_stdin(ws: Channels, stdin: ContainerStdin) -> None:
+    """The attached client's input, resizes and close signal, to the container."""
+    loop = asyncio.get_running_loop()
+    async for channel, data in ws.events():
+        if channel == STDIN and data:
+            await loop.run_in_executor(None, stdin.write, data)
+        elif channel == RESIZE:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                size = json.loads(data)
+                stdin.resize(int(size.get("Height", 0)), int(size.get("Width", 0)))
+        elif channel == CLOSE and data[:1] == bytes([STDIN]):
+            stdin.end_of_input()

@@ -27,10 +27,18 @@ class ContainerRecord:
     waiting_message: str | None = None
     done: bool = False  # will not run again
     last: dict[str, Any] = field(default_factory=dict)  # lastState.terminated of the run before
+    probe_ready: bool | None = None  # the readiness probe's verdict (None: no probes)
+    probe_started: bool | None = None  # the startup probe's (None: no probes)
 
     @property
     def running(self) -> bool:
         return self.running_since is not None
+
+    @property
+    def ready(self) -> bool:
+        """Running, started (startup probe) and ready (readiness probe)."""
+        return (self.running and self.probe_ready is not False
+                and self.probe_started is not False)
 
     @property
     def succeeded(self) -> bool:
@@ -65,11 +73,11 @@ class ContainerRecord:
         out: dict[str, Any] = {
             "name": self.name,
             "state": self.state(),
-            "ready": self.running and not self.init,
+            "ready": self.ready and not self.init,
             "restartCount": self.restart_count,
             "image": image,
             "imageID": "",
-            "started": self.running,
+            "started": self.running and self.probe_started is not False,
         }
         if self.init:
             out["ready"] = self.succeeded
@@ -108,6 +116,22 @@ def phase_of(
     return "Pending"
 
 
+def qos_class(pod: dict[str, Any]) -> str:
+    """Guaranteed (every container's CPU and memory requests equal their limits, a request
+    left out being its limit), BestEffort (no requests or limits at all), else Burstable."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    guaranteed, anything = bool(containers), False
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+        anything |= any(k in d for d in (limits, requests) for k in ("cpu", "memory"))
+        for name in ("cpu", "memory"):
+            if name not in limits or str(requests.get(name, limits[name])) != str(limits[name]):
+                guaranteed = False
+    return "Guaranteed" if guaranteed else "Burstable" if anything else "BestEffort"
+
+
 def build_status(
     pod: dict[str, Any],
     view: PodView,
@@ -122,7 +146,7 @@ def build_status(
         {c.get("name"): c.get("image", "") for c in (pod.get("spec") or {}).get("containers") or []}
     )
     scheduled = rfc3339(view.scheduled_at)
-    ready = view.phase == "Running" and bool(main) and all(r.running for r in main)
+    ready = view.phase == "Running" and bool(main) and all(r.ready for r in main)
     containers_ready = ready
     if view.phase == "Succeeded":
         ready = containers_ready = False
@@ -151,7 +175,7 @@ def build_status(
         "podIP": view.host_ip,
         "podIPs": [{"ip": view.host_ip}],
         "containerStatuses": [r.status(images.get(r.name, "")) for r in main],
-        "qosClass": "BestEffort",
+        "qosClass": qos_class(pod),
     }
     if view.started_at is not None:
         status["startTime"] = rfc3339(view.started_at)

@@ -1,10 +1,11 @@
 """Per-container log files in the pod directory, and reading them the way `kubectl logs` asks.
 
-A container's stdout and stderr go straight into one file per run
-(`.gpushare/logs/<container>/<restart>.log`), so the process does not depend on the agent
-to keep writing. Line timestamps come from a side index (`<restart>.ts`: "offset epoch_ns"
-lines) that the supervisor appends whenever it sees the file grow; a line gets the time the
-file was first seen to hold it (within the supervisor's poll interval).
+A container's stdout and stderr are a pipe read by the run's log writer
+(`runtime.logshim`), which writes one file per run (`.gpushare/logs/<container>/<restart>.log`)
+and rotates it at the kubelet's size, keeping the older parts as `<restart>.log.1`... Line
+timestamps come from a side index (`<restart>.ts`: "offset epoch_ns" lines) that the writer
+appends as it writes; reads serve the current file, as a kubelet's do, and a follow goes on
+in the new file when the writer rotates.
 """
 
 from __future__ import annotations
@@ -181,16 +182,24 @@ def follow_log(
         yield head
     if budget is not None:
         budget -= len(head)
+    inode = _inode(path)
+    carry = b""  # the start of a line the writer left in the file it rotated away
     while budget is None or budget > 0:
         running = still_running()
+        now_inode = _inode(path)
+        if now_inode is not None and inode is not None and now_inode != inode:
+            # rotated: finish the old file (now `<name>.1`), go on at the new one's start
+            old = path.with_name(path.name + ".1")
+            if _inode(old) == inode:
+                carry += _read_range(old, offset, None)
+            inode, offset = now_inode, 0
         size = path.stat().st_size if path.exists() else offset
-        if size > offset:
-            with path.open("rb") as f:
-                f.seek(offset)
-                data = f.read(size - offset)
-            lines, used = _split_lines(data, offset)
+        if size > offset or carry:
+            data = carry + _read_range(path, offset, size)
+            base = offset - len(carry)
+            lines, used = _split_lines(data, base)
             if not running and used < len(data):
-                lines.append((data[used:], offset + len(data)))
+                lines.append((data[used:], base + len(data)))
                 used = len(data)
             if lines:
                 index = _load_index(path) if request.timestamps else []
@@ -199,12 +208,32 @@ def follow_log(
                     chunk = chunk[:budget]
                     budget -= len(chunk)
                 yield chunk
-            offset += used
+            held = data[used:]  # an incomplete last line: read again next time
+            if len(held) > size - offset:
+                carry, offset = held, size
+            else:
+                carry, offset = b"", size - len(held)
         elif not running:
             return
         if should_stop is not None and should_stop():
             return
         time.sleep(poll_seconds)
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
+
+
+def _read_range(path: Path, start: int, end: int | None) -> bytes:
+    try:
+        with path.open("rb") as f:
+            f.seek(start)
+            return f.read() if end is None else f.read(max(end - start, 0))
+    except OSError:
+        return b""
 
 
 def ensure_log_file(path: Path) -> None:

@@ -37,10 +37,11 @@ directory is bound read-only at ``/var/run/secrets/kubernetes.io/serviceaccount`
 ``setuid`` it is copied to ``<pod>/.serviceaccount`` (read-only for the pod's gid) and
 ``GPUSHARE_SERVICEACCOUNT_DIR`` names it.
 
-For exec (the node server, through ``agent.exec_in_pod``): ``enter_argv(state, pgid, argv,
-env, cwd)`` returns ``(argv, env, cwd)`` to hand to ``subprocess``: with ``bwrap`` it
-``nsenter``s the mount/PID/IPC/UTS namespaces of the container's run (process group
-`pgid`), with ``setuid`` it only drops privileges; both as the pod's user, with the
+For exec (the node server, through ``endpoint.podexec.exec_in_pod``): ``enter_argv(state,
+pgid, argv, env, cwd)`` returns ``(argv, env, cwd)`` to hand to ``subprocess``: with
+``bwrap`` it ``nsenter``s the mount/PID/IPC/UTS (and network) namespaces of the container's
+run (process group `pgid`), with ``setuid`` it enters the pod's network namespace and drops
+privileges; both as the pod's user, with the
 container's environment. The agent keeps each running pod's ``SandboxState`` beside its
 supervisor (and in ``.gpushare/sandbox.json``: `load_state`).
 """
@@ -635,3 +636,12 @@ def _process_cwd(pid: int) -> str | None:
     with contextlib.suppress(OSError):
         return os.readlink(f"/proc/{pid}/cwd")
     return None
+
+
+def describe_state(state: SandboxState) -> str:
+    """The pod's sandbox in words (its annotation)."""
+    if state.mode == NONE:
+        return "none: runs as the agent's user"
+    if state.user_namespace:
+        return f"{state.mode}: the agent's uid {state.uid} in a user namespace"
+    return f"{state.mode}: uid {state.uid} gid {state.gid}"

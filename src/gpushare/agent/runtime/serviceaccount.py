@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpushare.agent.runtime import sandbox as sb
@@ -53,9 +53,9 @@ class ServiceAccountTokens:
         false, or when the pod mounts its own at the standard path)."""
         return _token_source(pod) is not None
 
-    def write(self, pod: dict[str, Any], state: sb.SandboxState) -> bool:
-        """Request the token and write the files; False (with a Warning Event) on failure."""
-        source = _token_source(pod) or {}
+    def request(self, pod: Mapping[str, Any], audience: str, seconds: int) -> str:
+        """A token of the pod's ServiceAccount bound to the pod, for `audience` (the API
+        server's when empty) and `seconds` (TokenRequest)."""
         meta = pod.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         account = str((pod.get("spec") or {}).get("serviceAccountName") or "default")
@@ -63,18 +63,28 @@ class ServiceAccountTokens:
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
             "spec": {
-                "audiences": [str(source.get("audience") or API_AUDIENCE)],
-                "expirationSeconds": int(source.get("expirationSeconds")
-                                         or KUBELET_TOKEN_EXPIRATION),
+                "audiences": [audience or API_AUDIENCE],
+                "expirationSeconds": seconds,
                 "boundObjectRef": {"kind": "Pod", "apiVersion": "v1",
                                    "name": meta.get("name"), "uid": meta.get("uid")},
             },
         }
+        answer = self._kube.create(SERVICE_ACCOUNTS.item(account, namespace, "token"), body)
+        token = str((answer.get("status") or {}).get("token") or "")
+        if not token:
+            raise ApiError(500, "the TokenRequest answer carries no token")
+        return token
+
+    def write(self, pod: dict[str, Any], state: sb.SandboxState) -> bool:
+        """Request the token and write the files; False (with a Warning Event) on failure."""
+        source = _token_source(pod) or {}
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        account = str((pod.get("spec") or {}).get("serviceAccountName") or "default")
         try:
-            answer = self._kube.create(SERVICE_ACCOUNTS.item(account, namespace, "token"), body)
-            token = str((answer.get("status") or {}).get("token") or "")
-            if not token:
-                raise ApiError(500, "the TokenRequest answer carries no token")
+            token = self.request(pod, str(source.get("audience") or ""),
+                                 int(source.get("expirationSeconds")
+                                     or KUBELET_TOKEN_EXPIRATION))
             ca = self._root_ca(namespace)
         except Exception as exc:
             message = (f'MountVolume.SetUp failed for the ServiceAccount token of "{account}": '

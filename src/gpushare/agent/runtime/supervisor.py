@@ -15,15 +15,30 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from gpushare.agent.pods.podspec import ContainerPlan, PodSpecError
 from gpushare.agent.pods.podstatus import ContainerRecord, PodView, build_status, phase_of
+from gpushare.agent.pods.volumes import PodVolumes, VolumeError
 from gpushare.agent.runtime import process as proc
-from gpushare.agent.runtime.logstore import META_DIR, TimestampIndex, ensure_log_file, log_path
+from gpushare.agent.runtime import sandbox as sb
+from gpushare.agent.runtime.cgroups import CgroupError
+from gpushare.agent.runtime.hooks import MIN_TERM_GRACE_S, pre_stop, run_hook, run_pre_stops
+from gpushare.agent.runtime.logshim import LogLimits
+from gpushare.agent.runtime.logstore import META_DIR, ensure_log_file, log_path
+from gpushare.agent.runtime.podlimits import PodLimits
+from gpushare.agent.runtime.probes import (
+    ContainerProber,
+    ExecRunner,
+    join_cgroups,
+    pod_address,
+    probes_of,
+    run_in_group,
+)
 from gpushare.agent.runtime.sandbox import SandboxState
+from gpushare.agent.runtime.stdio import ContainerStdin, StdioSpec, open_stdio
 
 log = logging.getLogger("gpushare.agent")
 
@@ -52,6 +67,7 @@ class SupervisorConfig:
     backoff_max_s: float = 300.0
     poll_s: float = 0.1
     default_grace_s: float = 30.0
+    log_limits: LogLimits = field(default_factory=LogLimits)  # containerLogMaxSize/MaxFiles
 
 
 @dataclass(slots=True)
@@ -61,10 +77,13 @@ class _Slot:
     process: proc.ContainerProcess | None = None
     run: int = 0  # run number (log file) of the current or last run
     next_start: float = 0.0  # monotonic time
-    index: TimestampIndex | None = None
     launching: bool = False  # the log file may exist before the process does
     streak: int = 0  # quick exits in a row: the back-off exponent
     plan: ContainerPlan | None = None  # what the current run was started with
+    prober: ContainerProber | None = None  # the current run's probes
+    kill_at: float | None = None  # a failed probe's SIGTERM was sent: SIGKILL from then on
+    stdin: ContainerStdin | None = None  # the run's input (stdin: true), kept by the agent
+    node_stopped: bool = False  # its last run was ended by the node's shutdown
 
 
 class PodSupervisor:
@@ -76,10 +95,20 @@ class PodSupervisor:
         sink: PodStatusSink,
         config: SupervisorConfig,
         sandbox: SandboxState | None = None,
+        limits: PodLimits | None = None,
+        volumes: PodVolumes | None = None,
+        pod_ip: str | None = None,
         before_signal: BeforeSignal | None = None,
     ) -> None:
         self.pod = pod
         self._before_signal = before_signal
+        self.pod_ip = pod_ip  # its address in its own network namespace; None: the node's
+        self.limits = limits  # the pod's cgroups; None: the node enforces none
+        self.volumes = volumes  # set up before the first container starts
+        self._volumes_ready = volumes is None or not volumes.wanted
+        self._mount_retry = 0.0
+        self._mount_error: str | None = None
+        self._mount_event_at = 0.0
         self.sandbox = sandbox  # None: the processes run as the agent's user, unconfined
         self.directory = directory
         self.uid = str((pod.get("metadata") or {}).get("uid", ""))
@@ -144,8 +173,11 @@ class PodSupervisor:
             if self._stop_grace is None or grace < self._stop_grace:
                 self._stop_grace = grace
 
-    def kill(self, reason: str, message: str) -> None:
-        """The watchdog found the pod over its share: SIGKILL now and fail the pod."""
+    def kill(self, reason: str, message: str, event: bool = False) -> None:
+        """The watchdog found the pod over its share, or the node evicts it: SIGKILL now and
+        fail the pod (with `event`, a Warning event of that reason and message too)."""
+        if event:
+            self._event(reason, message, warning=True)
         with self._lock:
             if self._kill is None:
                 self._kill = (reason, message)
@@ -157,11 +189,12 @@ class PodSupervisor:
             if self._gpu_fault is None:
                 self._gpu_fault = (reason, message)
 
-    def shutdown(self, grace_s: float) -> None:
-        """The agent is stopping: end the processes like a node going down, but leave the pod
-        (no deletion); a restarted agent applies the restart policy to the ended runs."""
+    def shutdown(self, cap_s: float) -> None:
+        """The agent is stopping: end the processes like a node going down (the pod's own
+        grace period, at most `cap_s`), but leave the pod (no deletion); a restarted agent
+        starts the stopped runs again, without counting the stop as a crash."""
         with self._lock:
-            self._shutdown_grace = grace_s
+            self._shutdown_grace = min(self.grace_s(), cap_s)
 
     def detach(self) -> None:
         """Stop supervising without touching the processes (as if the agent had died)."""
@@ -200,6 +233,19 @@ class PodSupervisor:
         """(container name, process group) of each container running now."""
         return [(s.record.name, s.process.pgid) for s in self._init + self._main
                 if s.process is not None]
+
+    def cgroup_procs(self, container: str) -> tuple[str, ...]:
+        """The ``cgroup.procs`` an exec into the container joins (none without limits)."""
+        if self.limits is None:
+            return ()
+        return self.limits.container_cgroup(container).procs_files()
+
+    def stdin_for(self, container: str) -> ContainerStdin | None:
+        """The running container's input, when it has one (``stdin: true``) still open."""
+        for slot in self._init + self._main:
+            if slot.record.name == container and slot.process is not None:
+                return slot.stdin if slot.stdin is not None and not slot.stdin.closed else None
+        return None
 
     def container_running(self, container: str) -> bool:
         """Whether the container's current run is going (a log follow ends with the run)."""
@@ -290,9 +336,8 @@ class PodSupervisor:
     def _step(self) -> bool:
         now = time.monotonic()
         changed = False
-        for slot in self._init + self._main:
-            if slot.index is not None:
-                slot.index.observe()
+        if not self._volumes_ready and not self._setup_volumes(now):
+            return False
         # init containers one after the other, each must succeed
         for slot in self._init:
             if slot.record.succeeded:
@@ -313,8 +358,15 @@ class PodSupervisor:
             return self._launch(slot, init)
         code = slot.process.poll()
         if code is None:
-            return False
-        self._finish_run(slot, code)
+            return self._watch_probes(slot, now, init)
+        if self.limits is not None and self.limits.oom_killed(slot.record.name):
+            limit = self.limits.limits_of(slot.record.name).memory_bytes
+            self._event("OOMKilling", f"Memory cgroup out of memory: killed a process of "
+                        f"container {slot.record.name} (memory limit {limit} bytes)",
+                        warning=True)
+            self._finish_run(slot, code, reason="OOMKilled")
+        else:
+            self._finish_run(slot, code)
         return True
 
     def _finish_run(
@@ -328,8 +380,13 @@ class PodSupervisor:
     ) -> None:
         """Record how a run ended; schedule the restart its policy asks for unless `final`."""
         record = slot.record
-        if slot.index is not None:
-            slot.index.observe()
+        if slot.stdin is not None:
+            slot.stdin.close()
+            slot.stdin = None
+        if slot.prober is not None:
+            slot.prober.stop()
+        slot.prober, slot.kill_at = None, None
+        record.probe_ready = record.probe_started = None
         record.exit_code = code
         record.reason = reason or ("Completed" if code == 0 else "Error")
         record.message = message
@@ -379,6 +436,7 @@ class PodSupervisor:
             slot.next_start = time.monotonic() + max(1.0, self._config.backoff_base_s)
             return True
         slot.plan = plan
+        slot.node_stopped = False
         if record.exit_code is not None:  # this is a restart
             record.last = record.terminated()
             record.restart_count += 1
@@ -387,10 +445,12 @@ class PodSupervisor:
         slot.launching = True
         ensure_log_file(log)
         exit_file = self.meta / "exit" / f"{record.name}.{run}"
+        stdio = open_stdio(StdioSpec.of(slot.spec))
+        slot.stdin = stdio.handle
         try:
             slot.process = proc.start(
                 plan.argv, plan.env, self.directory / plan.working_dir, log, exit_file,
-                self.sandbox,
+                self.sandbox, self._cgroup_procs(record.name), self._config.log_limits, stdio,
             )
         except proc.StartError as exc:
             slot.launching = False
@@ -403,7 +463,6 @@ class PodSupervisor:
             return True
         slot.launching = False
         slot.run = run
-        slot.index = TimestampIndex(log)
         record.running_since = time.time()
         record.waiting_reason = None
         record.waiting_message = None
@@ -411,6 +470,77 @@ class PodSupervisor:
             self._started_at = record.running_since
         self._event("Started", f"Started container {record.name}")
         return True
+
+    def _watch_probes(self, slot: _Slot, now: float, init: bool) -> bool:
+        """Start the run's probes (once), follow their verdicts, and end the run whose
+        liveness or startup probe gave up (SIGTERM, SIGKILL after the grace period)."""
+        if init or slot.process is None:
+            return False
+        if slot.prober is None:
+            index = self._main.index(slot)
+            probes = probes_of(slot.spec, f"spec.containers[{index}]")
+            if not probes:
+                return False
+            slot.prober = ContainerProber(slot.record.name, probes,
+                                          lambda: pod_address(self.pod, self.pod_ip),
+                                          self._probe_exec(slot), self._event)
+            slot.prober.start()
+        record, prober = slot.record, slot.prober
+        before = (record.probe_ready, record.probe_started)
+        record.probe_ready, record.probe_started = prober.ready, prober.started
+        if prober.failed and slot.kill_at is None:
+            grace = float((self.pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+                          or self._config.default_grace_s)
+            self._event("Killing", f"Container {record.name} failed {prober.failed} probe, "
+                        "will be restarted")
+            slot.process.signal_group(signal.SIGTERM)
+            slot.kill_at = now + grace
+        elif slot.kill_at is not None and now >= slot.kill_at:
+            slot.process.signal_group(signal.SIGKILL)
+        return before != (record.probe_ready, record.probe_started)
+
+    def _probe_exec(self, slot: _Slot) -> ExecRunner:
+        """How an exec probe runs: in the container's sandbox and cgroups, as its user."""
+        def run(argv: list[str], timeout: float) -> tuple[int, bytes]:
+            process = slot.process
+            if process is None:
+                return 1, b"the container is not running"
+            plan = slot.plan or self._planner(slot.spec, False)
+            cwd = str(self.directory / plan.working_dir)
+            command, env, where = list(argv), dict(plan.env), cwd
+            if self.sandbox is not None and self.sandbox.mode != sb.NONE:
+                command, env, where = sb.enter_argv(self.sandbox, process.pgid, argv,
+                                                    plan.env, cwd)
+            command = join_cgroups(self.cgroup_procs(slot.record.name), command)
+            return run_in_group(command, env, where, timeout)
+        return run
+
+    def _setup_volumes(self, now: float) -> bool:
+        """Mount the pod's volumes (retried every few seconds, a FailedMount event when the
+        reason changes or a minute has passed): no container starts without them."""
+        if now < self._mount_retry or self.volumes is None:
+            return False
+        try:
+            self.volumes.setup()
+        except (VolumeError, PodSpecError) as exc:
+            message = str(exc)
+            if message != self._mount_error or now - self._mount_event_at > 60:
+                self._event("FailedMount", message, warning=True)
+                self._mount_event_at = now
+            self._mount_error = message
+            self._mount_retry = now + 2.0
+            return False
+        self._volumes_ready = True
+        return True
+
+    def _cgroup_procs(self, container: str) -> tuple[str, ...]:
+        """The container's cgroups (made now) for its run to join before its command."""
+        if self.limits is None:
+            return ()
+        try:
+            return self.limits.enter(container)
+        except CgroupError as exc:
+            raise proc.StartError(f"cgroup: {exc}") from exc
 
     def _all_slots(self) -> list[_Slot]:
         return self._init + self._main
@@ -431,11 +561,19 @@ class PodSupervisor:
             log.exception("pod %s: ending its GPU work before the signals failed", self.name)
 
     def _terminate(self, running: list[_Slot], grace: float) -> None:
-        """The GPU hook (`_release_gpu`), then SIGTERM, wait up to `grace`, SIGKILL, reap."""
+        """preStop hooks, the GPU hook (`_release_gpu`), then SIGTERM, wait up to `grace`
+        (all of it, the hooks' time included), SIGKILL, reap."""
+        deadline = time.monotonic() + grace
+        hooks = [(s.record.name, self._hook_call(s, grace)) for s in running
+                 if pre_stop(s.spec) is not None]
+        if hooks:
+            run_pre_stops(hooks, deadline, lambda name, why: self._event(
+                "FailedPreStopHook", f"PreStopHook failed for container {name}: {why}",
+                warning=True))
+            deadline = max(deadline, time.monotonic() + MIN_TERM_GRACE_S)
         self._release_gpu(running)
         for slot in running:
             slot.process.signal_group(signal.SIGTERM)  # type: ignore[union-attr]
-        deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(
             s.process is not None and s.process.group_alive() for s in running
         ):
@@ -459,6 +597,8 @@ class PodSupervisor:
                 self._finish_run_final(slot, code)
             else:
                 self._finish_run(slot, code, quiet=True)
+                slot.node_stopped = True  # the next agent starts it again without back-off
+                slot.record.waiting_reason = "ContainerCreating"
         if final:
             for slot in self._all_slots():
                 slot.record.done = True
@@ -466,6 +606,16 @@ class PodSupervisor:
             self._released.set()
         self._save()
         self._publish()
+
+    def _hook_call(self, slot: _Slot, grace: float) -> Callable[[], str | None]:
+        hook = pre_stop(slot.spec) or {}
+        address = pod_address(self.pod, self.pod_ip)
+        return lambda: run_hook(hook, slot.spec, address, self._probe_exec(slot), grace)
+
+    def grace_s(self) -> float:
+        """The pod's own termination grace period."""
+        raw = (self.pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        return self._config.default_grace_s if raw is None else float(raw)
 
     def _reap(self, slot: _Slot) -> None:
         process = slot.process
@@ -559,6 +709,7 @@ class PodSupervisor:
                     "finishedAt": s.record.finished_at,
                     "done": s.record.done,
                     "last": s.record.last,
+                    "stoppedByNode": s.node_stopped,
                     "process": s.process.state() if s.process is not None else None,
                 }
                 for s in self._all_slots()
@@ -602,7 +753,11 @@ class PodSupervisor:
             if entry.get("process"):
                 slot.process = proc.adopt(entry["process"])
                 record.running_since = entry.get("runningSince") or time.time()
-                slot.index = TimestampIndex(log_path(self.directory, record.name, slot.run))
+            elif record.exit_code is not None and not record.done and entry.get(
+                    "stoppedByNode"):
+                # the node's shutdown ended it: not a crash, start it again now
+                slot.next_start = time.monotonic()
+                record.waiting_reason = "ContainerCreating"
             elif record.exit_code is not None and not record.done:
                 # it had ended and was waiting for its back-off: restart after one more
                 slot.next_start = time.monotonic() + self._config.backoff_base_s

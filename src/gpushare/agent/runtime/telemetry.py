@@ -1,8 +1,10 @@
 """What the agent measures of its node and its pods, for ``/metrics`` and ``kubectl top``.
 
-* `ProcessSampler` (pure over psutil): per container, the CPU rate over the last window and
-  the resident memory of its process group's processes (the group leader and its
-  descendants), and the node's CPU and memory in use.
+* `ProcessSampler`: per container, the CPU rate over the last window and the memory in use:
+  from the container's cgroup where it has one (CPU time of all its processes; the working
+  set, usage less inactive file cache, as a kubelet reports it), else from its process
+  group's processes (the leader and its descendants; resident memory); and the node's CPU
+  and memory in use.
 * `AgentMetrics`: the agent's Prometheus registry — GPU slots held per GPU, portion booked,
   GPU memory used as NVML reports it, enforcement backend, watchdog kills, pods running, and
   the pods' CPU / memory / GPU memory.
@@ -25,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gpushare.agent.gpu.gpu_share import GpuShare
 from gpushare.agent.node.inventory import GpuInventory
+from gpushare.agent.runtime.cgroups import CgroupSet
 from gpushare.api.timefmt import rfc3339
 from gpushare.kube.client import ApiError, KubeClient, Stopper
 from gpushare.kube.metrics_push import MetricsPusher
@@ -39,6 +42,7 @@ class ContainerGroup:
     pod: str  # namespace/name
     container: str
     pgid: int
+    cgroup: CgroupSet | None = None  # the container's cgroup, where the node makes them
 
 
 @dataclass(slots=True)
@@ -58,6 +62,7 @@ class ProcessSampler:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._seen: dict[tuple[int, float], _ProcSeen] = {}
+        self._cgroup_seen: dict[str, float] = {}  # CPU seconds by cgroup directory
         self._at: float | None = None
 
     @staticmethod
@@ -75,8 +80,15 @@ class ProcessSampler:
         now = self._clock()
         window = None if self._at is None else max(now - self._at, 1e-6)
         seen: dict[tuple[int, float], _ProcSeen] = {}
+        cgroup_seen: dict[str, float] = {}
         out: dict[tuple[str, str], ContainerUsage] = {}
         for group in groups:
+            measured = self._from_cgroup(group, window, cgroup_seen)
+            if measured is not None:
+                usage = out.setdefault((group.pod, group.container), ContainerUsage(0.0, 0))
+                usage.cpu_cores += measured.cpu_cores
+                usage.memory_bytes += measured.memory_bytes
+                continue
             cpu_delta = 0.0
             rss = 0
             for proc in self._processes(group.pgid):
@@ -98,8 +110,24 @@ class ProcessSampler:
             usage.cpu_cores += cpu_delta / window if window else 0.0
             usage.memory_bytes += rss
         self._seen = seen
+        self._cgroup_seen = cgroup_seen
         self._at = now
         return out
+
+    def _from_cgroup(self, group: ContainerGroup, window: float | None,
+                     seen: dict[str, float]) -> ContainerUsage | None:
+        """The container's usage from its cgroup; None when it has none to read."""
+        if group.cgroup is None:
+            return None
+        cpu = group.cgroup.cpu_seconds()
+        memory = group.cgroup.memory_working_set()
+        if cpu is None or memory is None:
+            return None
+        key = group.cgroup.to_json()
+        seen[key] = cpu
+        before = self._cgroup_seen.get(key)
+        rate = 0.0 if before is None or not window else max(cpu - before, 0.0) / window
+        return ContainerUsage(rate, memory)
 
 
 def node_usage() -> tuple[float, int]:
