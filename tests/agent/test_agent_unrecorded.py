@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 
 from gpushare.agent.runtime import process as proc
+from gpushare.agent.runtime.leftovers import kill_leftovers, kill_unrecorded, started_groups
 from gpushare.agent.runtime.logstore import META_DIR
-from gpushare.agent.runtime.supervisor import kill_leftovers, kill_unrecorded, started_groups
 
 
 def _start(pod_dir: Path, name: str) -> proc.ContainerProcess:

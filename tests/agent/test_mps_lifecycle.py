@@ -38,9 +38,10 @@ from gpushare.agent.gpu.nvml import ProcessUtilization
 from gpushare.agent.node.inventory import declared_gpus
 from gpushare.agent.pods.podspec import plan_container
 from gpushare.agent.runtime.gpufaults import GPU_FAULT, NEIGHBOUR_FAULT, MpsFaultHandler
+from gpushare.agent.runtime.leftovers import kill_leftovers
 from gpushare.agent.runtime.logstore import log_path
 from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
-from gpushare.agent.runtime.supervisor import PodSupervisor, SupervisorConfig, kill_leftovers
+from gpushare.agent.runtime.supervisor import PodSupervisor, SupervisorConfig
 from waiting import wait_for
 
 HERE = Path(__file__).resolve().parent / "fake_mps"

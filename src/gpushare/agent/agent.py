@@ -39,11 +39,13 @@ from gpushare.agent.pods.statuswriter import StatusSink, StatusWriter
 from gpushare.agent.runtime import sandbox as sb
 from gpushare.agent.runtime.gpuguard import GpuGuard
 from gpushare.agent.runtime.gpuusage import UsageReport
+from gpushare.agent.runtime.leftovers import kill_leftovers, kill_unrecorded
 from gpushare.agent.runtime.logstore import META_DIR, pod_dir, pods_root
 from gpushare.agent.runtime.monitor import GpuMonitor, WatchedPod
 from gpushare.agent.runtime.network.addressing import NetworkError
 from gpushare.agent.runtime.network.podnet import open_network
 from gpushare.agent.runtime.planning import make_planner
+from gpushare.agent.runtime.podlimits import PodLimits
 from gpushare.agent.runtime.podresources import (
     PodResources,
     Refused,
@@ -52,12 +54,7 @@ from gpushare.agent.runtime.podresources import (
 )
 from gpushare.agent.runtime.serviceaccount import ServiceAccountTokens
 from gpushare.agent.runtime.stdio import ContainerStdin
-from gpushare.agent.runtime.supervisor import (
-    PodSupervisor,
-    SupervisorConfig,
-    kill_leftovers,
-    kill_unrecorded,
-)
+from gpushare.agent.runtime.supervisor import PodSupervisor, SupervisorConfig
 from gpushare.agent.runtime.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
 from gpushare.api import shapes
 from gpushare.api.contracts import GPU_USAGE_ANNOTATION
@@ -494,6 +491,30 @@ class Agent:
             self._skipped.add(uid)
             self.event(pod, "FailedCreatePodSandBox", f"the pod cannot be run by this agent: {why}")
 
+    def _admit(self, pod: dict[str, Any], directory: Path
+               ) -> tuple[GpuShare | None, PodLimits | None] | None:
+        """The node's admission (the kubelet's): its GPU share fits beside the running
+        pods', its network and limits can be given. None: refused (the pod Failed, why)."""
+        try:
+            share = share_from_annotations(field_dict(pod, "metadata").get("annotations"),
+                                           self.inventory)
+        except GpuAssignmentError as exc:
+            self._fail_unstartable(pod, "UnexpectedAdmissionError", str(exc))
+            return None
+        refused = ledger.overcommit(
+            (e.share for e in self._pods.values() if e.supervisor.holds_gpu), share)
+        if refused is not None:
+            self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
+            return None
+        if (refused_network := self.network.refusal(pod)) is not None:
+            self._fail_unstartable(pod, *refused_network)
+            return None
+        try:
+            return share, self.resources.admit(pod, directory)
+        except Refused as refused_pod:
+            self._fail_unstartable(pod, refused_pod.reason, str(refused_pod))
+            return None
+
     def _sync(self, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
@@ -525,24 +546,10 @@ class Agent:
             if deleting and recorded != uid:
                 self._writes.put(("delete", namespace, name, uid, None))
                 return
-            try:
-                share = share_from_annotations(meta.get("annotations"), self.inventory)
-            except GpuAssignmentError as exc:
-                self._fail_unstartable(pod, "UnexpectedAdmissionError", str(exc))
+            admitted = self._admit(pod, directory)
+            if admitted is None:
                 return
-            refused = ledger.overcommit(
-                (e.share for e in self._pods.values() if e.supervisor.holds_gpu), share)
-            if refused is not None:
-                self._fail_unstartable(pod, ledger.OVERCOMMITTED, refused)
-                return
-            if (refused_network := self.network.refusal(pod)) is not None:
-                self._fail_unstartable(pod, *refused_network)
-                return
-            try:
-                limits = self.resources.admit(pod, directory)
-            except Refused as refused_pod:
-                self._fail_unstartable(pod, refused_pod.reason, str(refused_pod))
-                return
+            share, limits = admitted
             directory.mkdir(parents=True, exist_ok=True)
             state = self._sandbox_for(pod, directory, share, recorded == uid)
             try:

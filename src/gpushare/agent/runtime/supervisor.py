@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import signal
 import threading
 import time
@@ -26,6 +25,7 @@ from gpushare.agent.runtime import process as proc
 from gpushare.agent.runtime import sandbox as sb
 from gpushare.agent.runtime.cgroups import CgroupError
 from gpushare.agent.runtime.hooks import MIN_TERM_GRACE_S, pre_stop, run_hook, run_pre_stops
+from gpushare.agent.runtime.leftovers import BeforeSignal
 from gpushare.agent.runtime.logshim import LogLimits
 from gpushare.agent.runtime.logstore import META_DIR, ensure_log_file, log_path
 from gpushare.agent.runtime.podlimits import PodLimits
@@ -45,9 +45,6 @@ log = logging.getLogger("gpushare.agent")
 RESET_BACKOFF_AFTER_S = 600.0  # as the kubelet: ten minutes of running resets the back-off
 
 Planner = Callable[[dict[str, Any], bool], ContainerPlan]  # (container, init) -> plan
-# Called with a pod's process groups before any signal reaches them (gpu `end_gpu_work`:
-# nothing by default, MPS `terminate_client` with `--mps-stop terminate-client`).
-BeforeSignal = Callable[[list[int]], object]
 
 
 class PodStatusSink(Protocol):
@@ -762,69 +759,3 @@ class PodSupervisor:
                 # it had ended and was waiting for its back-off: restart after one more
                 slot.next_start = time.monotonic() + self._config.backoff_base_s
                 record.waiting_reason = "CrashLoopBackOff"
-
-
-def _recorded_groups(directory: Path) -> list[proc.ContainerProcess]:
-    try:
-        state = json.loads((directory / META_DIR / "state.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return [proc.adopt(entry["process"]) for entry in (state.get("containers") or {}).values()
-            if (entry or {}).get("process")]
-
-
-def started_groups(directory: Path) -> set[int]:
-    """Process groups of the container wrappers started for this pod directory, read from
-    the process table (the wrapper's first argument is its exit file, in the directory).
-
-    An agent killed between starting a process and recording it in the state file leaves
-    a process that no state file names: this finds it."""
-    marker = proc._WRAPPER.encode()
-    prefix = (str(directory / META_DIR) + "/").encode()
-    found: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-            if marker not in args:
-                continue
-            at = args.index(marker) + 1
-            if at < len(args) and args[at].startswith(prefix):
-                found.add(os.getpgid(int(entry)))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def kill_leftovers(directory: Path, before_signal: BeforeSignal | None = None) -> list[int]:
-    """SIGKILL the process groups of a pod directory whose pod no longer exists: those
-    its state file records and any other started for it, after `before_signal`."""
-    alive = [p.pgid for p in _recorded_groups(directory)
-             if p.poll() is None or p.group_alive()]
-    groups = [*alive, *sorted(started_groups(directory) - set(alive))]
-    if before_signal is not None and groups:
-        try:
-            before_signal(groups)
-        except Exception:
-            log.exception("%s: ending the GPU work of leftover processes failed", directory)
-    for pgid in groups:
-        proc.kill_group(pgid)
-    return groups
-
-
-def kill_unrecorded(directory: Path, before_signal: BeforeSignal | None = None) -> list[int]:
-    """SIGKILL the process groups started for a pod that its state file does not record
-    (so that no restarted agent adopts one and starts another beside it), their GPU work
-    ended first."""
-    recorded = {p.pgid for p in _recorded_groups(directory)}
-    killed = sorted(started_groups(directory) - recorded)
-    if before_signal is not None and killed:
-        try:
-            before_signal(killed)
-        except Exception:
-            log.exception("%s: ending the GPU work of unrecorded processes failed", directory)
-    for pgid in killed:
-        proc.kill_group(pgid)
-    return killed
