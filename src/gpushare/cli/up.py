@@ -550,47 +550,11 @@ def up(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the control plane, the controllers and a node agent; Ctrl-C stops them all."""
-    from gpushare.model.gpu_products import GpuSpecError, parse_gpu_spec
-
     _setup_logging(verbose)
-    if gpus:
-        try:
-            parse_gpu_spec(gpus)
-        except GpuSpecError as error:
-            typer.echo(f"error: {error}", err=True)
-            raise typer.Exit(2) from None
-    controller_args: list[str] = []
-    if scheduler_config is not None:
-        from gpushare.controllers.scheduling.scheduler_config import (
-            SchedulerConfigError,
-            load_scheduler_config,
-        )
-
-        try:
-            load_scheduler_config(scheduler_config)  # fail here, before starting anything
-        except SchedulerConfigError as error:
-            typer.echo(f"error: --scheduler-config {error}", err=True)
-            raise typer.Exit(2) from None
-        controller_args = ["--scheduler-config", str(scheduler_config.resolve())]
-    try:
-        from gpushare.cli.compose import api_server
-    except ImportError as error:
-        typer.echo(f"error: the API server is not available: {error}", err=True)
-        raise typer.Exit(1) from None
-
+    controller_args = _checked_options(gpus, scheduler_config)
     data_dir.mkdir(parents=True, exist_ok=True)
     stop = _stop_on_signals()
-    try:
-        server = api_server(str(data_dir), "127.0.0.1", port or _free_port(),
-                           anonymous_metrics=anonymous_metrics)
-    except OSError as error:
-        typer.echo(f"error: --port {port}: {error.strerror or error}; choose another port"
-                   " (0: any free one)", err=True)
-        raise typer.Exit(1) from None
-    except RuntimeError as error:  # another server holds the data directory
-        typer.echo(f"error: --data-dir {data_dir}: {error}", err=True)
-        raise typer.Exit(1) from None
-    server.start()
+    server = _start_api_server(data_dir, port, anonymous_metrics)
     kubeconfig = data_dir / "admin.kubeconfig"
     server.write_kubeconfig(str(kubeconfig))
     _ensure_default_queue(str(kubeconfig))
@@ -604,20 +568,19 @@ def up(
         "controllers": ["controllers", "--kubeconfig", str(identities["controllers"]),
                         "--tenant-kubeconfig", str(identities["tenancy"]), *controller_args],
     }
-    if not no_agent:
+    if agent_node is not None:
         agent_gpus = _gpus_for_agent(gpus)
         # The agent runs as its node (system:node:<node>, group system:nodes, with the role
         # of agent/rbac.yaml), not as the admin.
         commands["agent"] = [
             "agent", "--kubeconfig", str(identities["agent"]),
-            "--node-name", str(agent_node),
+            "--node-name", agent_node,
             "--data-dir", str(data_dir / "agent"),
             *(["--gpus", agent_gpus] if agent_gpus else []),
             "--pod-cidr", pod_cidr,
         ]
     children: dict[str, subprocess.Popen[bytes]] = {}
     exit_code = 0
-    restarts: dict[str, list[float]] = {name: [] for name in commands}
     try:
         for name, args in commands.items():
             children[name] = _child(args, logs / f"{name}.log")
@@ -635,23 +598,7 @@ def up(
                 f"metrics {server.url}/metrics\n"
                 f"logs under {logs.resolve()}; Ctrl-C stops everything."
             )
-            while not stop.wait(1.0):
-                for name, proc in list(children.items()):
-                    if proc.poll() is None:
-                        continue
-                    now = time.monotonic()
-                    recent = [t for t in restarts[name] if now - t < RESTART_WINDOW_SECONDS]
-                    if len(recent) >= MAX_RESTARTS:
-                        _report_failure(name, proc, logs / f"{name}.log",
-                                        f"exited {len(recent) + 1} times within"
-                                        f" {RESTART_WINDOW_SECONDS:.0f}s; stopping everything")
-                        exit_code = 1
-                        stop.set()
-                        break
-                    log.warning("%s exited with %s; restarting it (see %s)", name,
-                                proc.returncode, logs / f"{name}.log")
-                    restarts[name] = [*recent, now]
-                    children[name] = _child(commands[name], logs / f"{name}.log")
+            exit_code = _keep_running(children, commands, logs, stop)
     finally:
         typer.echo("stopping ...")
         for name, proc in reversed(list(children.items())):
@@ -662,6 +609,75 @@ def up(
         typer.echo("stopped.")
     if exit_code:
         raise typer.Exit(exit_code)
+
+
+def _checked_options(gpus: str | None, scheduler_config: Path | None) -> list[str]:
+    """Refuse bad options before anything starts; the controllers' extra arguments."""
+    from gpushare.model.gpu_products import GpuSpecError, parse_gpu_spec
+
+    if gpus:
+        try:
+            parse_gpu_spec(gpus)
+        except GpuSpecError as error:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(2) from None
+    if scheduler_config is None:
+        return []
+    from gpushare.controllers.scheduling.scheduler_config import (
+        SchedulerConfigError,
+        load_scheduler_config,
+    )
+
+    try:
+        load_scheduler_config(scheduler_config)
+    except SchedulerConfigError as error:
+        typer.echo(f"error: --scheduler-config {error}", err=True)
+        raise typer.Exit(2) from None
+    return ["--scheduler-config", str(scheduler_config.resolve())]
+
+
+def _start_api_server(data_dir: Path, port: int, anonymous_metrics: bool) -> ApiServer:
+    """The embedded API server, started on 127.0.0.1:`port` (0: any free port)."""
+    try:
+        from gpushare.cli.compose import api_server
+    except ImportError as error:
+        typer.echo(f"error: the API server is not available: {error}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        server = api_server(str(data_dir), "127.0.0.1", port or _free_port(),
+                            anonymous_metrics=anonymous_metrics)
+    except OSError as error:
+        typer.echo(f"error: --port {port}: {error.strerror or error}; choose another port"
+                   " (0: any free one)", err=True)
+        raise typer.Exit(1) from None
+    except RuntimeError as error:  # another server holds the data directory
+        typer.echo(f"error: --data-dir {data_dir}: {error}", err=True)
+        raise typer.Exit(1) from None
+    server.start()
+    return server
+
+
+def _keep_running(children: dict[str, subprocess.Popen[bytes]],
+                  commands: dict[str, list[str]], logs: Path, stop: threading.Event) -> int:
+    """Restart a child that exits, until Ctrl-C/SIGTERM (0) or one exits too often (1)."""
+    restarts: dict[str, list[float]] = {name: [] for name in commands}
+    while not stop.wait(1.0):
+        for name, proc in list(children.items()):
+            if proc.poll() is None:
+                continue
+            now = time.monotonic()
+            recent = [t for t in restarts[name] if now - t < RESTART_WINDOW_SECONDS]
+            if len(recent) >= MAX_RESTARTS:
+                _report_failure(name, proc, logs / f"{name}.log",
+                                f"exited {len(recent) + 1} times within"
+                                f" {RESTART_WINDOW_SECONDS:.0f}s; stopping everything")
+                stop.set()
+                return 1
+            log.warning("%s exited with %s; restarting it (see %s)", name,
+                        proc.returncode, logs / f"{name}.log")
+            restarts[name] = [*recent, now]
+            children[name] = _child(commands[name], logs / f"{name}.log")
+    return 0
 
 
 def register(app: typer.Typer) -> None:
