@@ -208,10 +208,23 @@ _QUEUE_READING_FIT = {
               "gpu": GpuRequest(memory_mib=60, devices=1), "cpu": 0, "age": 0}],
     "compat": "kai", "placement": "fgd"}
 
+# A gpu-memory pod in the default mode under fgd: its portion is another on each node's
+# GPU, so the index's order (by one portion) put the small-GPU node first where a full scan
+# scores the big one higher.
+_MEMORY_PORTION_PER_NODE = {
+    "nodes": [(2, False), (1, True)], "quotas": [0, 0, 0], "limits": [-1, -1, -1],
+    "jobs": [{"queue": 0, "pods": pods, "elastic": False, "priority": 50, "gpu": gpu,
+              "cpu": 0, "age": 0}
+             for pods, gpu in [(1, GpuRequest(whole=0)), (1, GpuRequest(whole=0)),
+                               (2, GpuRequest(portion=250)),
+                               (3, GpuRequest(memory_mib=60, devices=1))]],
+    "compat": None, "placement": "fgd"}
+
 
 @SETTINGS
 @given(clusters)
 @example(_QUEUE_READING_FIT)
+@example(_MEMORY_PORTION_PER_NODE)
 def test_node_index_picks_what_a_full_scan_picks(spec) -> None:
     from gpushare.scheduler.placement import best_fit, ordered_fits
     from gpushare.scheduler.session import Session

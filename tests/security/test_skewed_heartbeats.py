@@ -96,6 +96,10 @@ def test_a_dead_node_with_a_clock_ahead_is_found_out(kube: KubeClient) -> None:
     # the agent dies; its last stamps lie 40 s in the future
     wait_for(lambda: _tainted(kube, "ahead"), SKEW_S / 2,
              "the dead node tainted before its stamps' future ran out")
-    ready = [c for c in kube.get(NODES.item("ahead"))["status"]["conditions"]
-             if c["type"] == "Ready"]
-    assert ready[0]["status"] == "Unknown" and ready[0]["reason"] == "NodeStatusUnknown"
+
+    def ready_unknown() -> bool:  # the condition is a write of its own, beside the taint's
+        ready = [c for c in kube.get(NODES.item("ahead"))["status"]["conditions"]
+                 if c["type"] == "Ready"]
+        return ready[0]["status"] == "Unknown" and ready[0]["reason"] == "NodeStatusUnknown"
+
+    wait_for(ready_unknown, 10, "the dead node's Ready condition Unknown")

@@ -219,7 +219,9 @@ def best_fit(
     if nodes is None and _chooses_nodes(session, pod) and not _fit_reads_queue(session, pod):
         choice = best_choice(session, pod, pipeline_only, fit_on_node)
         return None if choice is None else _fit_of(choice)
-    if nodes is not None or (g.is_shared and g.devices > 1):
+    if nodes is not None or (g.is_shared and g.devices > 1) or g.is_memory:
+        # A gpu-memory request's portion differs with each node's GPU memory, which the
+        # index's per-portion order cannot follow: every node is scored for it.
         fits = ordered_fits(session, pod, nodes, pipeline_only)
         return fits[0] if fits else None
     index = NodeIndex.of(session.state, gpu_placement, cpu_placement)
@@ -247,9 +249,6 @@ def best_fit(
         portion = g.portion_on(session.state.nodes[next(iter(usage))].gpu_memory_mib) if (
             g.portion == 0 and usage
         ) else g.portion
-        if g.is_memory:
-            # Portions differ with each node's GPU memory: look at every shared node.
-            portion = 1
         if placement_strategy(gpu_placement).shared_gpus_first:
             now, later = first(
                 n for n in index.shared_candidates(portion)
