@@ -7,6 +7,7 @@ from gpushare.model.quantities import MIB, MILLI, Res, Vec
 from gpushare.scheduler.actions.registry import get_action
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.decisions import Bind, CycleResult, Evict, Pipeline, QueueReport
+from gpushare.scheduler.reserved import release_settled
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import ClusterState
 
@@ -84,6 +85,8 @@ def collect(session: Session) -> CycleResult:
             allocated_non_preemptible=_res_natural(qu.allocated_np),
             requested=_natural(shares.requested.get(name, shares.allocated(name))),
         )
+    release_settled(state)
+    result.reservations = dict(sorted(state.reservations.items()))
     result.searches = {name: dict(figures) for name, figures in session.searches.items()}
     # Staleness is reported for jobs that are stale now or were when the cycle began.
     for key in sorted(session.stale_at_open | {
