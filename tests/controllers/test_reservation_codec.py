@@ -53,3 +53,20 @@ def test_queue_reservation_after() -> None:
     assert queue_from_api(_queue({"reservationAfter": "-1s"})).reservation_after == -1.0
     with pytest.raises(TranslateError, match=r"queue team: spec\.reservationAfter"):
         queue_from_api(_queue({"reservationAfter": "later"}))
+
+
+def test_gpushare_status_lists_the_reservations() -> None:
+    from rich.console import Console
+
+    from gpushare.cli.status import render, status_report
+
+    held = Reservation("ns/gang", ("n1", "n2"), 1_767_225_600.0)
+    pgs = [_pg({"gpushare.io/reservation": encode(held)}), _pg({}),
+           _pg({"gpushare.io/reservation": "{broken"})]
+    report = status_report([], [], [], [], pgs)
+    assert report["reservations"] == [{"podgroup": "ns/gang", "queue": "team",
+                                       "nodes": ["n1", "n2"], "since": "2026-01-01T00:00:00Z"}]
+    console = Console(record=True, width=120)
+    render(report, console)
+    text = console.export_text()
+    assert "ns/gang" in text and "n1, n2" in text
