@@ -157,3 +157,20 @@ def test_the_config_block_is_checked_naming_the_field() -> None:
         parse_config({"reservation": {"afterSeconds": -5}})
     with pytest.raises(ScenarioError, match=r"config\.reservation"):
         parse_config({"reservation": {"after": 5}})
+
+
+def test_an_elastic_gang_lets_go_once_its_gang_is_formed() -> None:
+    # Three 4-GPU pods, two of them the gang: once two run, the third is a spare pod and
+    # holds no nodes, though it still waits.
+    state = cluster(nodes=2, gpus=4)
+    state.upsert_queue(queue("q", gpu_quota=12))
+    add_job(state, "busy", "q", whole=1, priority=100, status=RUNNING, node="node0")
+    add_job(state, "gang", "q", pods=3, min_member=2, whole=4, created_at=NOW - 3600)
+    assert run_cycle(state, RESERVE, NOW).reservations["default/gang"].nodes == (
+        "node0", "node1")
+    state.remove_pod("default/busy-0")
+    result = run_cycle(state, RESERVE, NOW + 60)
+    assert sorted(b.pod for b in result.binds) == ["default/gang-0", "default/gang-1"]
+    assert state.has_pending_pods("default/gang")
+    assert result.reservations == {} and state.reservations == {}
+    assert run_cycle(state, RESERVE, NOW + 120).reservations == {}

@@ -85,7 +85,7 @@ def collect(session: Session) -> CycleResult:
             allocated_non_preemptible=_res_natural(qu.allocated_np),
             requested=_natural(shares.requested.get(name, shares.allocated(name))),
         )
-    release_settled(state)
+    release_settled(state, lambda key: session.gang(state.jobs[key]).satisfied())
     result.reservations = dict(sorted(state.reservations.items()))
     result.searches = {name: dict(figures) for name, figures in session.searches.items()}
     # Staleness is reported for jobs that are stale now or were when the cycle began.

@@ -10,7 +10,7 @@ runtime the nodes' due time is unknown and nothing backfills there.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from gpushare.model.pod import Pod, PodStatus
@@ -76,8 +76,9 @@ class ReservedNodes:
         return self.now + job.expected_runtime <= hold.due
 
 
-def release_settled(state: ClusterState) -> None:
-    """Drop the reservations of jobs that are gone or have nothing left to place."""
+def release_settled(state: ClusterState, formed: Callable[[str], bool]) -> None:
+    """Drop the reservations of jobs that are gone, have nothing left to place, or whose
+    gang is formed (``formed(job key)``: what is still pending are its spare pods)."""
     for key in sorted(state.reservations):
-        if key not in state.jobs or not state.has_pending_pods(key):
+        if key not in state.jobs or not state.has_pending_pods(key) or formed(key):
             del state.reservations[key]

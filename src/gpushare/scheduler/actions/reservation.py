@@ -6,8 +6,9 @@ gang step does not fit now, gets the nodes it would land on reserved
 (``state.reservations``): nothing else is placed there, except backfill jobs that end
 before the nodes are due (:mod:`..reserved`). The nodes are chosen to disturb least:
 those expected to be free soonest, then those holding the fewest GPUs, filled first-fit
-by node totals. A reservation stays until its job is placed or gone, its threshold is
-switched off, or one of its nodes goes away (then it is made again).
+by node totals. A reservation stays until its job's gang is formed (spare pods of an
+elastic job reserve nothing) or the job is gone, its threshold is switched off, or one of
+its nodes goes away (then it is made again).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def update_reservations(session: Session) -> None:
     for key in sorted(state.reservations):
         job = state.jobs.get(key)
         nodes = state.reservations[key].nodes
-        if (job is None or not state.has_pending_pods(key)
+        if (job is None or not state.has_pending_pods(key) or session.gang(job).satisfied()
                 or reservation_after(session, job) is None
                 or any(n not in state.nodes or not state.nodes[n].ready for n in nodes)):
             del state.reservations[key]
@@ -72,7 +73,10 @@ def _blocked_step(session: Session, job: Job) -> list[Pod] | None:
     queue = session.state.queues.get(job.queue)
     if queue is None or queue.children:
         return None
-    step = session.gang(job).next_step()
+    gang = session.gang(job)
+    if gang.satisfied():
+        return None  # its gang is formed: spare pods reserve nothing
+    step = gang.next_step()
     if not step or not session.proportion.check_capacity(job, step).ok:
         return None
     stmt = session.state.statement()
