@@ -174,3 +174,12 @@ def test_an_elastic_gang_lets_go_once_its_gang_is_formed() -> None:
     assert state.has_pending_pods("default/gang")
     assert result.reservations == {} and state.reservations == {}
     assert run_cycle(state, RESERVE, NOW + 120).reservations == {}
+
+
+def test_the_gangs_pending_reason_names_its_reserved_nodes() -> None:
+    state = _starving()
+    result = run_cycle(state, RESERVE, NOW)
+    assert result.pending_reasons["default/gang"].endswith(
+        "Node(s) node0, node1 are reserved for this job until it starts.")
+    assert "reserved" not in run_cycle(_starving(), Config(actions=("allocate",)), NOW
+                                       ).pending_reasons["default/gang"]

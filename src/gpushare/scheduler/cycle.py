@@ -72,8 +72,14 @@ def collect(session: Session) -> CycleResult:
                 result.evictions.append(Evict(key, pod.evict_reason, pod.evict_action))
         elif pod.status is PodStatus.RELEASING:
             result.evictions.append(Evict(key, pod.evict_reason, pod.evict_action))
+    release_settled(state, lambda key: session.gang(state.jobs[key]).satisfied())
+    result.reservations = dict(sorted(state.reservations.items()))
     for job_key, reason in sorted(session.pending_reasons.items()):
         if job_key in state.jobs and state.has_pending_pods(job_key):
+            held = result.reservations.get(job_key)
+            if held is not None:
+                reason += (f" Node(s) {', '.join(held.nodes)} are reserved for this job "
+                           "until it starts.")
             result.pending_reasons[job_key] = reason
     shares = session.proportion
     for name in sorted(state.queues):
@@ -85,8 +91,6 @@ def collect(session: Session) -> CycleResult:
             allocated_non_preemptible=_res_natural(qu.allocated_np),
             requested=_natural(shares.requested.get(name, shares.allocated(name))),
         )
-    release_settled(state, lambda key: session.gang(state.jobs[key]).satisfied())
-    result.reservations = dict(sorted(state.reservations.items()))
     result.searches = {name: dict(figures) for name, figures in session.searches.items()}
     # Staleness is reported for jobs that are stale now or were when the cycle began.
     for key in sorted(session.stale_at_open | {
