@@ -163,13 +163,15 @@ def next_cycle(state: ClusterState, c: int, pending: int) -> None:
 
 
 def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...],
-          free: float, budget: int | None = None, placement: str = "binpack") -> list[float]:
+          free: float, budget: int | None = None, placement: str = "binpack",
+          reserve_after: float | None = None) -> list[float]:
     """Run the cycles, print one line of figures, return each cycle's duration (s)."""
     t0 = time.perf_counter()
     state = build(nodes, queues, pending, free)
     build_s = time.perf_counter() - t0
     extra = {} if budget is None else {"victimSearchBudget": budget}
-    config = Config(actions=actions, gpu_placement=placement, extra=extra)
+    config = Config(actions=actions, gpu_placement=placement, extra=extra,
+                    reservation_after=reserve_after)
     times, cpu, placed = [], [], []
     division = []
     heap = HeapKeeper()
@@ -208,6 +210,10 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
           f"median={statistics.median(later):.3f}s (all {', '.join(f'{x:.3f}' for x in cpu)}) "
           f"placements per cpu-s={sum(placed) / sum(cpu):.0f} peak rss={peak_rss_mib():.0f}MiB "
           f"load={os.getloadavg()[0]:.2f} calibration={calibration():.3f}s")
+    if reserve_after is not None:
+        held = {n for r in state.reservations.values() for n in r.nodes}
+        print(f"  reservations after the last cycle: {len(state.reservations)} job(s) "
+              f"holding {len(held)} node(s)")
     budget_text = "default" if budget is None else budget or "none"
     print(f"  victim searches per cycle (succeeded/searched, budget {budget_text}): "
           + " | ".join(searched))
@@ -230,6 +236,9 @@ def main() -> None:
                         "0: no bound; default: the scheduler's default)")
     parser.add_argument("--placement", default="binpack",
                         help="GPU placement strategy (binpack, spread, fgd, fragmentation)")
+    parser.add_argument("--reserve-after", type=float, default=None,
+                        help="reserve nodes for jobs waiting this many seconds (the "
+                        "config's reservation.afterSeconds; default: no reservations)")
     parser.add_argument("--plot", type=Path, default=None,
                         help="also draw each size's cycle durations into this .png or .svg")
     args = parser.parse_args()
@@ -241,7 +250,7 @@ def main() -> None:
     for n in args.nodes:
         times = bench(n, args.queues, args.pending or n // 2, args.cycles,
                       tuple(args.actions.split(",")), args.free, args.search_budget,
-                      args.placement)
+                      args.placement, args.reserve_after)
         series[f"{n} nodes"] = [(c + 1, t) for c, t in enumerate(times)]
     print(f"load average after: {os.getloadavg()} calibration loop: {calibration():.3f}s cpu")
     if args.plot is not None:

@@ -105,3 +105,18 @@ def test_stable_cycles_apply_settling():
     assert [m.split(":")[0] for m in result.mismatches] == [
         "after stable cycle 1", "after stable cycle 2"
     ]
+
+
+def test_reservation_keys_are_read_and_bad_values_name_their_path():
+    sc = load(**{"jobs/0/expectedRuntimeSeconds": 600, "queues/0/reservationAfterSeconds": 60,
+                 "config": {"reservation": {"afterSeconds": 300}},
+                 "expect/reservations": {"j": None}})
+    assert sc.jobs[0].expected_runtime == 600.0 and sc.queues[0].reservation_after == 60.0
+    assert sc.config.reservation_after == 300.0 and sc.expect.reservations == {"j": None}
+    assert run(sc).passed
+    with pytest.raises(ScenarioError, match=r"jobs\[0\]\.expectedRuntimeSeconds"):
+        load(**{"jobs/0/expectedRuntimeSeconds": -5})
+    with pytest.raises(ScenarioError, match=r"expect\.reservations\.j"):
+        load(**{"expect/reservations": {"j": "node0"}})
+    got = run(load(**{"expect/reservations": {"j": ["node0"]}}))
+    assert got.mismatches == ["after cycle 1: reservation of j: None, expected ['node0']"]

@@ -48,6 +48,12 @@ STATIC_NODE_ANNOTATION = "gpushare.io/static-node"
 NO_AGENT_TAINT = "gpushare.io/no-agent"
 # Written by the agent on its Node and on the pods it runs.
 GPU_USAGE_ANNOTATION = "gpushare.io/gpu-usage"
+# On a PodGroup: the longest its pods run (a duration, e.g. 20m), given by its owner; such
+# a job may start on nodes reserved for a waiting gang if it ends before they are due.
+EXPECTED_RUNTIME_ANNOTATION = "gpushare.io/expected-runtime"
+# On a PodGroup, written by the scheduler: the nodes reserved for it (JSON: nodes, since),
+# read back after a restart.
+RESERVATION_ANNOTATION = "gpushare.io/reservation"
 # The common name of the API server's client certificate: what a node agent lets in (with a
 # token TokenReview and SubjectAccessReview allow `nodes/proxy` for).
 NODE_CLIENT_NAME = "gpushare:apiserver-node-client"

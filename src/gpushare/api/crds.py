@@ -51,6 +51,13 @@ def queue_crd() -> dict[str, Any]:
             "reclaimMinRuntime": {"type": "string", "description": "Minimum runtime before a "
                                                                    "workload of this queue may "
                                                                    "be reclaimed."},
+            "reservationAfter": {"type": "string", "description": "How long a gang of this "
+                                                                  "queue waits unplaced before "
+                                                                  "the nodes it needs are "
+                                                                  "reserved for it, e.g. 30m; "
+                                                                  "a negative duration never "
+                                                                  "reserves (default: the "
+                                                                  "scheduler config's)."},
             "resources": {
                 "type": "object",
                 "description": "Quota, limit and over-quota weight per resource.",

@@ -22,6 +22,7 @@ from gpushare.api.contracts import SCHEDULER_NAMES as SCHEDULERS
 from gpushare.api.gpu import bound_gpus
 from gpushare.api.objects import Obj
 from gpushare.api.quantity import parse_quantity
+from gpushare.api.timefmt import rfc3339
 from gpushare.cli.kubeconfig import HELP as KUBECONFIG_HELP
 from gpushare.model.queue import root_quota_overcommit
 
@@ -150,11 +151,30 @@ def _warnings(rows: list[Obj], nodes: list[Obj]) -> list[str]:
     return [message] if message else []
 
 
+def _reservations(podgroups: list[Obj]) -> list[Obj]:
+    """Nodes the scheduler holds for gangs that waited too long (read off the PodGroups)."""
+    from gpushare.controllers.scheduling.reservations import reservation_of
+    from gpushare.controllers.scheduling.translate import TranslateError
+
+    rows = []
+    for pg in podgroups:
+        try:
+            held = reservation_of(pg)
+        except TranslateError:
+            continue  # the scheduler reports an unreadable one on the PodGroup itself
+        if held is not None:
+            rows.append({"podgroup": held.job,
+                         "queue": str((pg.get("spec") or {}).get("queue") or DEFAULT_QUEUE),
+                         "nodes": list(held.nodes), "since": rfc3339(held.since)})
+    return sorted(rows, key=lambda r: (r["queue"], r["podgroup"]))
+
+
 def status_report(queues: list[Obj], nodes: list[Obj], pods: list[Obj],
-                  events: list[Obj]) -> dict[str, Any]:
+                  events: list[Obj], podgroups: list[Obj] | None = None) -> dict[str, Any]:
     rows = _queues(queues)
     return {"queues": rows, "gpus": _gpu_rows(nodes, pods),
-            "pending": _pending(pods, events), "warnings": _warnings(rows, nodes)}
+            "pending": _pending(pods, events), "warnings": _warnings(rows, nodes),
+            "reservations": _reservations(podgroups or [])}
 
 
 def _fmt(value: float | None) -> str:
@@ -214,6 +234,14 @@ def render(report: dict[str, Any], console: Any = None) -> None:
         console.print(pending)
     else:
         console.print("Pending: nothing is waiting.")
+    if report.get("reservations"):
+        reserved = Table(title="Reserved nodes (for gangs that waited too long)",
+                         title_justify="left")
+        for column in ("podgroup", "queue", "nodes", "since"):
+            reserved.add_column(column, overflow="fold")
+        for r in report["reservations"]:
+            reserved.add_row(r["podgroup"], r["queue"], ", ".join(r["nodes"]), r["since"])
+        console.print(reserved)
 
 
 def status(
@@ -222,7 +250,15 @@ def status(
 ) -> None:
     """Queues, GPUs and what is pending, on one screen."""
     from gpushare.cli.kubeconfig import kubeconfig_path
-    from gpushare.kube.client import EVENTS, NODES, PODS, QUEUES, ApiError, KubeClient
+    from gpushare.kube.client import (
+        EVENTS,
+        NODES,
+        PODGROUPS,
+        PODS,
+        QUEUES,
+        ApiError,
+        KubeClient,
+    )
 
     client = KubeClient.from_kubeconfig(kubeconfig_path(kubeconfig), pool_size=4)
     try:
@@ -234,9 +270,15 @@ def status(
             except ApiError as error:
                 typer.echo(f"error: listing {name}: {error}", err=True)
                 raise typer.Exit(1) from None
+        try:  # only for the reservations: a user who may not list PodGroups sees the rest
+            lists["podgroups"] = client.list(PODGROUPS.collection()).get("items") or []
+        except ApiError as error:
+            typer.echo(f"note: reservations not shown: listing podgroups: {error}", err=True)
+            lists["podgroups"] = []
     finally:
         client.close()
-    report = status_report(lists["queues"], lists["nodes"], lists["pods"], lists["events"])
+    report = status_report(lists["queues"], lists["nodes"], lists["pods"], lists["events"],
+                           lists["podgroups"])
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return

@@ -37,6 +37,9 @@ class Job:
     staleness_grace: float | None = None  # seconds; None: the config's; negative: never
     stale_since: float | None = None  # when it was first seen below its gang size
     last_eviction_at: float | None = None
+    #: Seconds it declares it runs at most (None: not declared); only such a job may be
+    #: started on nodes reserved for another job, and only if it ends before they are due.
+    expected_runtime: float | None = None
     subgroups: dict[str, SubGroup] = field(default_factory=dict)  # in tie-break order
     pods: list[str] = field(default_factory=list)  # pod keys, in the order given
 

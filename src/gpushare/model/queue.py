@@ -38,6 +38,9 @@ class Queue:
     reclaim_min_runtime: float = 0.0
     created_at: float = 0.0  # seconds on the caller's clock; smaller is older
     usage: dict[str, float] = field(default_factory=dict)  # normalised past usage per resource
+    #: Seconds a gang of this queue waits before nodes are reserved for it (None: the
+    #: scheduler config's ``reservation``; negative: never).
+    reservation_after: float | None = None
     # Filled by the cluster state: names of child queues, in name order.
     children: list[str] = field(default_factory=list)
 

@@ -35,6 +35,9 @@ class Config:
     #: Per node pool ``(pool, gpu placement, cpu placement)``: a pod whose node selector
     #: names the pool (``NODE_POOL_LABEL``) is placed by that pool's rules.
     pool_placement: tuple[tuple[str, str, str], ...] = ()
+    #: Seconds a job waits unplaced before nodes are reserved for it (``reservation:
+    #: {afterSeconds}``); None: no reservations unless a queue sets its own threshold.
+    reservation_after: float | None = None
 
     def placement_for(self, pod: Pod) -> tuple[str, str]:
         """The (GPU, CPU) placement strategies that place this pod."""

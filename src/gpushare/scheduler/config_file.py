@@ -31,7 +31,7 @@ from gpushare.scheduler.placement_registry import placement_strategy_names
 
 CONFIG_KEYS = frozenset({
     "placement", "stalenessGracePeriodSeconds", "maxConsolidationPreemptees",
-    "allowConsolidatingReclaim", "kValue", "compat", "nodePools",
+    "allowConsolidatingReclaim", "kValue", "compat", "nodePools", "reservation",
 }) | VICTIM_CONFIG_KEYS
 ACTION_NAMES = action_names()
 
@@ -71,7 +71,20 @@ def parse_config(raw: Any, actions: tuple[str, ...] = DEFAULT_ACTIONS) -> Config
         compat=compat,
         extra=_victim_config(c),
         pool_placement=_pool_placement(c.get("nodePools"), (gpu_placement, cpu_placement)),
+        reservation_after=_reservation_after(c.get("reservation")),
     )
+
+
+def _reservation_after(raw: Any) -> float | None:
+    """``reservation: {afterSeconds}``: how long a job waits before nodes are reserved
+    for it (None: the block is absent, no reservations)."""
+    if raw is None:
+        return None
+    r = check_keys(raw, "config.reservation", frozenset({"afterSeconds"}))
+    after = get(r, "afterSeconds", "config.reservation", as_number, default=None, minimum=0)
+    if after is None:
+        raise ScenarioError("config.reservation.afterSeconds", "required")
+    return float(after)
 
 
 def _placement(raw: Any, path: str, default: tuple[str, str]) -> tuple[str, str]:

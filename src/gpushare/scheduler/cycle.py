@@ -7,6 +7,7 @@ from gpushare.model.quantities import MIB, MILLI, Res, Vec
 from gpushare.scheduler.actions.registry import get_action
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.decisions import Bind, CycleResult, Evict, Pipeline, QueueReport
+from gpushare.scheduler.reserved import release_settled
 from gpushare.scheduler.session import Session
 from gpushare.scheduler.state import ClusterState
 
@@ -71,8 +72,14 @@ def collect(session: Session) -> CycleResult:
                 result.evictions.append(Evict(key, pod.evict_reason, pod.evict_action))
         elif pod.status is PodStatus.RELEASING:
             result.evictions.append(Evict(key, pod.evict_reason, pod.evict_action))
+    release_settled(state, lambda key: session.gang(state.jobs[key]).satisfied())
+    result.reservations = dict(sorted(state.reservations.items()))
     for job_key, reason in sorted(session.pending_reasons.items()):
         if job_key in state.jobs and state.has_pending_pods(job_key):
+            held = result.reservations.get(job_key)
+            if held is not None:
+                reason += (f" Node(s) {', '.join(held.nodes)} are reserved for this job "
+                           "until it starts.")
             result.pending_reasons[job_key] = reason
     shares = session.proportion
     for name in sorted(state.queues):

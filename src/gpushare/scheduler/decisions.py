@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpushare.model.reservation import Reservation
+
 
 @dataclass(frozen=True, slots=True)
 class Bind:
@@ -54,3 +56,5 @@ class CycleResult:
     #: budget's currency), victim steps read, simulations, jobs that succeeded, and
     #: whether its search budget ran out (1) or not (0).
     searches: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: The reservations in force after the cycle, by job key (the next cycle's input).
+    reservations: dict[str, Reservation] = field(default_factory=dict)

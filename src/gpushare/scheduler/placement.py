@@ -60,6 +60,9 @@ def fit_on_node(
     node = usage.node
     if not node.ready or not _selector_ok(pod, usage):
         return None
+    reserved = session.reserved
+    if reserved.by_node and not reserved.allows(session.state, pod, node.name):
+        return None
     if usage.pods_free_future() < 1:
         return None
     if pod.gpu.is_memory and not session.proportion.node_quota_allows(pod, node.gpu_memory_mib):
@@ -216,7 +219,10 @@ def best_fit(
     whole cluster is the choice (same order, far fewer nodes looked at)."""
     g = pod.gpu
     gpu_placement, cpu_placement = session.config.placement_for(pod)
-    if nodes is None and _chooses_nodes(session, pod) and not _fit_reads_queue(session, pod):
+    if (nodes is None and _chooses_nodes(session, pod) and not _fit_reads_queue(session, pod)
+            and not session.reserved.by_node):
+        # (The fragmentation index keeps fits by node version, the same for every job:
+        # with nodes reserved, fits differ by job, so they are scored afresh.)
         choice = best_choice(session, pod, pipeline_only, fit_on_node)
         return None if choice is None else _fit_of(choice)
     if nodes is not None or (g.is_shared and g.devices > 1) or g.is_memory:
@@ -409,6 +415,8 @@ def unschedulable_reason(session: Session, pod: Pod) -> str:
         usage = state.usage[name]
         if not _selector_ok(pod, usage):
             why = _selector_reason(pod, usage.node)
+        elif not session.reserved.allows(state, pod, name):
+            why = "reserved for a waiting gang"
         elif usage.pods_free_future() < 1:
             why = "too many pods"
         elif pod.cpu_millis > usage.cpu_free_future():

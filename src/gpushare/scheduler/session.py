@@ -21,6 +21,7 @@ from gpushare.scheduler.behaviour import Behaviour
 from gpushare.scheduler.config import Config
 from gpushare.scheduler.gang import GangView
 from gpushare.scheduler.plugins.proportion.plugin import Proportion, step_request
+from gpushare.scheduler.reserved import ReservedNodes
 from gpushare.scheduler.state import ClusterState
 
 
@@ -59,6 +60,9 @@ class Session:
         #: declares (the eviction actions' ``VictimLists``, say): the session knows none
         #: of their types.
         self.made: dict[type, object] = {}
+        #: The reserved nodes placement must respect (``reserved.py``); empty unless
+        #: ``state.reservations`` holds some.
+        self.reserved = ReservedNodes.of(state, now)
 
     # -------------------------------------------------------------- capacity
     def _capacity(self) -> Vec:

@@ -20,6 +20,7 @@ from gpushare.model.node import Node
 from gpushare.model.pod import ACTIVE_ALLOCATED, ON_NODE, Pod, PodStatus
 from gpushare.model.quantities import MILLI, ZERO, Res
 from gpushare.model.queue import Queue
+from gpushare.model.reservation import Reservation
 from gpushare.scheduler.bind_backoff import BindBackoff
 
 if TYPE_CHECKING:
@@ -196,6 +197,10 @@ class ClusterState:
         #: Pods whose binds keep failing, left out for a growing number of cycles (the
         #: shell reports the failures).
         self.bind_backoff = BindBackoff()
+        #: Nodes reserved for jobs that waited too long, by job key: the cycle's input
+        #: (the caller restores them, e.g. from the PodGroups) and output
+        #: (``CycleResult.reservations``); the allocate action keeps them up to date.
+        self.reservations: dict[str, Reservation] = {}
         #: Jobs the stale-gang pass must look at: added or changed, or with a pod changed,
         #: since it last looked (the pass keeps the ones it finds stale).
         self.stale_watch: set[str] = set()

@@ -295,4 +295,20 @@ def compare(sc: Scenario, state: ClusterState, snap: Snapshot) -> list[str]:
             if not _close(total, float(want.gpus)):
                 out.append(f"job {name}: gpus is {total:g}, expected {float(want.gpus):g}")
     out += _compare_queues(sc, snap)
+    out += _compare_reservations(sc, state)
+    return out
+
+
+def _compare_reservations(sc: Scenario, state: ClusterState) -> list[str]:
+    out: list[str] = []
+    keys = {job.name: job.key for job in sc.jobs}
+    for name, want in sorted(sc.expect.reservations.items()):
+        key = keys.get(name)
+        if key is None:
+            out.append(f"reservation of {name}: no such job in the scenario")
+            continue
+        held = state.reservations.get(key)
+        got = None if held is None else list(held.nodes)
+        if got != want:
+            out.append(f"reservation of {name}: {got}, expected {want}")
     return out

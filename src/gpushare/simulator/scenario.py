@@ -44,12 +44,13 @@ NODE_KEYS = frozenset({
 QUEUE_KEYS = frozenset({
     "name", "parent", "priority", "resources", "preemptMinRuntimeSeconds",
     "reclaimMinRuntimeSeconds", "createdSecondsAgo", "usage", "request", "allocated",
+    "reservationAfterSeconds",
 })
 RESOURCE_KEYS = frozenset({"quota", "limit", "overQuotaWeight"})
 JOB_KEYS = frozenset({
     "name", "namespace", "queue", "priority", "preemptibility", "minMember", "minSubGroup",
     "createdSecondsAgo", "resources", "preemptionDelaySeconds", "stalenessGracePeriodSeconds",
-    "staleSeconds", "subgroups", "tasks", "preemptionPolicy",
+    "staleSeconds", "subgroups", "tasks", "preemptionPolicy", "expectedRuntimeSeconds",
 })
 POD_RESOURCE_KEYS = frozenset({"gpus", "gpuMemoryMiB", "gpuDevices", "cpuMillis", "memoryMiB"})
 SUBGROUP_KEYS = frozenset({"name", "parent", "minMember", "minSubGroup"})
@@ -57,7 +58,7 @@ TASK_KEYS = frozenset({
     "name", "state", "node", "gpuGroups", "subgroup", "runningSeconds", "priority",
     "resources", "nodeSelector", "taskOrder",
 })
-EXPECT_KEYS = frozenset({"tasks", "jobs", "queues"})
+EXPECT_KEYS = frozenset({"tasks", "jobs", "queues", "reservations"})
 EXPECT_POD_KEYS = frozenset({"status", "node", "gpus"})
 EXPECT_QUEUE_KEYS = frozenset({"fairShare"})
 STATES = tuple(s.value for s in PodStatus)
@@ -76,6 +77,8 @@ class Expectations:
     tasks: dict[str, PodExpectation] = field(default_factory=dict)
     jobs: dict[str, PodExpectation] = field(default_factory=dict)
     queues: dict[str, dict[str, Fraction]] = field(default_factory=dict)  # fairShare, MiB memory
+    #: Job name -> the nodes reserved for it, in name order (None: no reservation).
+    reservations: dict[str, list[str] | None] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -235,6 +238,7 @@ def _queue(raw: Any, path: str, kind: str) -> tuple[Queue, dict[str, Fraction] |
         ),
         created_at=NOW - float(get(q, "createdSecondsAgo", path, as_number, default=Fraction(0))),
         usage=usage,
+        reservation_after=_opt_seconds(q, "reservationAfterSeconds", path, minimum=-1),
     )
     return queue, request
 
@@ -331,8 +335,14 @@ def _job_of(j: dict[str, Any], path: str,
             as_number(j["staleSeconds"], join(path, "staleSeconds"), 0)
         ),
         subgroups=subgroups,
+        expected_runtime=_opt_seconds(j, "expectedRuntimeSeconds", path, minimum=0),
     )
     return job, base, tasks
+
+
+def _opt_seconds(m: dict[str, Any], key: str, path: str, minimum: int) -> float | None:
+    value = get(m, key, path, as_number, default=None, minimum=minimum)
+    return None if value is None else float(value)
 
 
 def _subgroups(j: dict[str, Any], path: str) -> dict[str, SubGroup]:
@@ -450,4 +460,10 @@ def _expect(raw: Any, path: str) -> Expectations:
         fpath = join(join(qpath, name), "fairShare")
         fair = check_keys(q.get("fairShare"), fpath, frozenset(RESOURCES))
         out.queues[name] = {r: as_number(v, join(fpath, r)) for r, v in fair.items()}
+    rpath = join(path, "reservations")
+    held = check_keys(e.get("reservations"), rpath, frozenset(e.get("reservations") or {}))
+    for name, nodes in held.items():
+        out.reservations[name] = None if nodes is None else [
+            as_str(n, join(join(rpath, name), i)) for i, n in enumerate(
+                as_list(nodes, join(rpath, name)))]
     return out

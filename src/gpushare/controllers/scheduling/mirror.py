@@ -24,9 +24,11 @@ from gpushare.api.contracts import DEFAULT_QUEUE, PODGROUP_ANNOTATION, SCHEDULER
 from gpushare.api.objects import Obj
 from gpushare.api.taints import Taint, blocking_taints
 from gpushare.api.timefmt import timestamp
+from gpushare.controllers.scheduling.reservations import reservation_of
 from gpushare.controllers.scheduling.translate import (
     TranslateError,
     cpu_memory_requests,
+    expected_runtime,
     job_from_podgroup,
     node_from_api,
     pod_from_api,
@@ -305,6 +307,16 @@ class Mirror:
         job.stale_since = memory.stale_since
         job.last_eviction_at = memory.last_eviction_at
         existing = self.state.jobs.get(key)
+        try:
+            job.expected_runtime = expected_runtime(pg)
+            held = reservation_of(pg)
+        except TranslateError as error:
+            self.invalid[f"podgroup/{key}"] = str(error)
+            self._orphan_job(job, existing)
+            return
+        if held is not None and existing is None and key not in self.state.reservations:
+            # First sight of the job (a restarted scheduler): its reservation comes back.
+            self.state.reservations[key] = held
         if job.queue not in self.raw_queues or job.queue not in self.state.queues:
             self.invalid[f"podgroup/{key}"] = f"queue {job.queue!r} does not exist"
             self._orphan_job(job, existing)

@@ -7,6 +7,7 @@
       placement: {gpu: spread, cpu: binpack}
       nodePools: {inference: {placement: {gpu: fgd}}}   # per node pool (kai.scheduler/node-pool)
       stalenessGracePeriodSeconds: 120
+      reservation: {afterSeconds: 1800}   # reserve nodes for a gang waiting this long
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from gpushare.api.timefmt import parse_rfc3339
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.scheduling.heap import HeapKeeper
 from gpushare.controllers.scheduling.mirror import ORPHAN_QUEUE, Mirror
+from gpushare.controllers.scheduling.reservations import ReservationWriter
 from gpushare.controllers.scheduling.scheduler_metrics import PodGroupRef, SchedulerMetrics
 from gpushare.controllers.scheduling.scheduling_status import (
     mark_unschedulable,
@@ -231,6 +232,7 @@ class SchedulerLoop:
         self._in_flight_lock = threading.Lock()
         self._phases: dict[str, str] = {}  # PodGroup key -> phase written (or to write)
         self._phase_queue = WorkQueue()
+        self.reservations = ReservationWriter(client, events, self._pool.submit)
         self._informers = [
             (informers.get(PRIORITY_CLASSES), "priorityclass"),
             (informers.get(NODES), "node"),
@@ -337,6 +339,9 @@ class SchedulerLoop:
         self._warn_overcommit()
         started = time.perf_counter()
         config = self.config if full else self.event_config
+        for held in self.mirror.state.reservations.values():
+            if held.job not in self.reservations.written:
+                self.reservations.recovered(held)  # read back from its PodGroup
         timed = timed_cycle(self.mirror.state, config, now)
         result = timed.result
         elapsed = time.perf_counter() - started
@@ -478,6 +483,7 @@ class SchedulerLoop:
             if job_key:
                 mirror.dirty_jobs.add(job_key)
         self._report_pending(result)
+        self.reservations.publish(result.reservations, mirror.raw_podgroups)
         self._publish_queues(result)
         self._publish_phases()
 

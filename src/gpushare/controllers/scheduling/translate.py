@@ -11,7 +11,12 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
-from gpushare.api.contracts import DEFAULT_QUEUE, GPU_MEMORY_LABEL, GPU_RESOURCE
+from gpushare.api.contracts import (
+    DEFAULT_QUEUE,
+    EXPECTED_RUNTIME_ANNOTATION,
+    GPU_MEMORY_LABEL,
+    GPU_RESOURCE,
+)
 from gpushare.api.gpu import GpuRequestError, bound_gpus, gpu_request
 from gpushare.api.objects import Obj, metadata
 from gpushare.api.quantity import QuantityError, to_int, to_milli
@@ -141,7 +146,20 @@ def queue_from_api(queue: Obj) -> Queue:
         preempt_min_runtime=parse_duration(spec.get("preemptMinRuntime")),
         reclaim_min_runtime=parse_duration(spec.get("reclaimMinRuntime")),
         created_at=timestamp(meta.get("creationTimestamp")),
+        reservation_after=_reservation_after(spec, name),
     )
+
+
+def _reservation_after(spec: Obj, queue: str) -> float | None:
+    """``spec.reservationAfter``: how long a gang of the queue waits before nodes are
+    reserved for it (absent: the scheduler config's; negative: never)."""
+    text = spec.get("reservationAfter")
+    if text is None or text == "":
+        return None
+    try:
+        return parse_duration(str(text))
+    except TranslateError as error:
+        raise TranslateError(f"queue {queue}: spec.reservationAfter: {error}") from None
 
 
 def _amount(
@@ -217,6 +235,24 @@ def job_from_podgroup(pg: Obj, priorities: dict[str, int],
         staleness_grace=_safe_duration(staleness_text) if staleness_text else None,
         may_preempt=priority_name not in never_preempt,
     )
+
+
+def expected_runtime(pg: Obj) -> float | None:
+    """The PodGroup's declared maximum runtime (``gpushare.io/expected-runtime``), in
+    seconds; None when it declares none."""
+    meta = metadata(pg)
+    text = (meta.get("annotations") or {}).get(EXPECTED_RUNTIME_ANNOTATION)
+    if text is None:
+        return None
+    where = (f"podgroup {meta.get('namespace')}/{meta.get('name')}: annotation "
+             f"{EXPECTED_RUNTIME_ANNOTATION}")
+    try:
+        seconds = parse_duration(str(text))
+    except TranslateError as error:
+        raise TranslateError(f"{where}: {error}") from None
+    if seconds <= 0:
+        raise TranslateError(f"{where}: must be a positive duration, got {text!r}")
+    return seconds
 
 
 def _safe_duration(text: str | None) -> float:

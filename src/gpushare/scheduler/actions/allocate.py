@@ -8,6 +8,7 @@ from typing import Any
 
 from gpushare.model.job import Job
 from gpushare.model.pod import Pod
+from gpushare.scheduler.actions.reservation import reservations_in_use, update_reservations
 from gpushare.scheduler.ordering import JobQueue
 from gpushare.scheduler.placement import place_step
 from gpushare.scheduler.session import Session
@@ -61,6 +62,8 @@ def step_shape(step: list[Pod]) -> tuple[Any, ...]:
 
 
 def allocate(session: Session) -> None:
+    if reservations_in_use(session):
+        update_reservations(session)
     jobs = eligible_jobs(session)
     order = JobQueue(session, jobs)
     # Allocation only ever takes capacity, so a step shape that found no room once finds
