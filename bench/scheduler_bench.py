@@ -20,6 +20,7 @@ two trees (``PYTHONPATH=/tmp/base/src python bench/scheduler_bench.py ...``).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import random
 import resource
@@ -163,14 +164,18 @@ def next_cycle(state: ClusterState, c: int, pending: int) -> None:
 
 
 def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...],
-          free: float, budget: int | None = None, placement: str = "binpack") -> list[float]:
-    """Run the cycles, print one line of figures, return each cycle's duration (s)."""
+          free: float, budget: int | None = None, placement: str = "binpack",
+          options: dict[str, object] | None = None) -> list[float]:
+    """Run the cycles, print one line of figures, return each cycle's duration (s).
+
+    ``options`` are further ``Config`` fields (an opt-in feature under measure)."""
     t0 = time.perf_counter()
     state = build(nodes, queues, pending, free)
     build_s = time.perf_counter() - t0
     extra = {} if budget is None else {"victimSearchBudget": budget}
-    config = Config(actions=actions, gpu_placement=placement, extra=extra)
+    config = Config(actions=actions, gpu_placement=placement, extra=extra, **(options or {}))
     times, cpu, placed = [], [], []
+    decisions = hashlib.sha256()
     division = []
     heap = HeapKeeper()
     searched: list[str] = []
@@ -186,6 +191,7 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
         cpu.append(time.process_time() - c0)
         heap.between_cycles()  # as the scheduler loop does after each cycle
         placed.append(len(result.binds) + len(result.pipelines))
+        decisions.update(repr((result.binds, result.pipelines, result.evictions)).encode())
         searched.append(" ".join(
             f"{name}:{f['succeeded']}/{f['jobs']}jobs,{f['steps']}steps,{f['work']}work"
             + ("(budget out)" if f["budget_ran_out"] else "")
@@ -209,6 +215,7 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
           f"placements per cpu-s={sum(placed) / sum(cpu):.0f} peak rss={peak_rss_mib():.0f}MiB "
           f"load={os.getloadavg()[0]:.2f} calibration={calibration():.3f}s")
     budget_text = "default" if budget is None else budget or "none"
+    print(f"  decisions hash: {decisions.hexdigest()[:16]}")
     print(f"  victim searches per cycle (succeeded/searched, budget {budget_text}): "
           + " | ".join(searched))
     return times
@@ -230,6 +237,10 @@ def main() -> None:
                         "0: no bound; default: the scheduler's default)")
     parser.add_argument("--placement", default="binpack",
                         help="GPU placement strategy (binpack, spread, fgd, fragmentation)")
+    parser.add_argument("--job-aging", default=None, metavar="STEP:MAXBOOST",
+                        help="configure jobAging (seconds per step, priority points at most);"
+                        " the bench's jobs were created up to (job count) seconds before"
+                        " its clock")
     parser.add_argument("--plot", type=Path, default=None,
                         help="also draw each size's cycle durations into this .png or .svg")
     args = parser.parse_args()
@@ -237,11 +248,15 @@ def main() -> None:
         check_path(args.plot)
     print(f"load average before: {os.getloadavg()} calibration loop: {calibration():.3f}s "
           "cpu")
+    options: dict[str, object] = {}
+    if args.job_aging:
+        step, boost = args.job_aging.split(":")
+        options["job_aging"] = (float(step), int(boost))
     series: dict[str, list[tuple[float, float]]] = {}
     for n in args.nodes:
         times = bench(n, args.queues, args.pending or n // 2, args.cycles,
                       tuple(args.actions.split(",")), args.free, args.search_budget,
-                      args.placement)
+                      args.placement, options)
         series[f"{n} nodes"] = [(c + 1, t) for c, t in enumerate(times)]
     print(f"load average after: {os.getloadavg()} calibration loop: {calibration():.3f}s cpu")
     if args.plot is not None:

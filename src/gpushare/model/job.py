@@ -37,12 +37,18 @@ class Job:
     staleness_grace: float | None = None  # seconds; None: the config's; negative: never
     stale_since: float | None = None  # when it was first seen below its gang size
     last_eviction_at: float | None = None
+    #: When it last became pending (its pods evicted, say); None: ``created_at``. Job
+    #: aging counts the wait from here.
+    pending_since: float | None = None
     subgroups: dict[str, SubGroup] = field(default_factory=dict)  # in tie-break order
     pods: list[str] = field(default_factory=list)  # pod keys, in the order given
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def waiting_since(self) -> float:
+        return self.created_at if self.pending_since is None else self.pending_since
 
     def top_subgroups(self) -> list[str]:
         return [s.name for s in self.subgroups.values() if s.parent is None]

@@ -35,6 +35,10 @@ class Config:
     #: Per node pool ``(pool, gpu placement, cpu placement)``: a pod whose node selector
     #: names the pool (``NODE_POOL_LABEL``) is placed by that pool's rules.
     pool_placement: tuple[tuple[str, str, str], ...] = ()
+    #: Per-job aging ``(step seconds, max boost)``: inside a queue a pending job orders as
+    #: if its priority were higher by one point per whole step it has waited, at most
+    #: ``max boost`` points (``jobAging``); None: off. Not allowed under ``compat: kai``.
+    job_aging: tuple[float, int] | None = None
 
     def placement_for(self, pod: Pod) -> tuple[str, str]:
         """The (GPU, CPU) placement strategies that place this pod."""

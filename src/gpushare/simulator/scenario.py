@@ -48,8 +48,8 @@ QUEUE_KEYS = frozenset({
 RESOURCE_KEYS = frozenset({"quota", "limit", "overQuotaWeight"})
 JOB_KEYS = frozenset({
     "name", "namespace", "queue", "priority", "preemptibility", "minMember", "minSubGroup",
-    "createdSecondsAgo", "resources", "preemptionDelaySeconds", "stalenessGracePeriodSeconds",
-    "staleSeconds", "subgroups", "tasks", "preemptionPolicy",
+    "createdSecondsAgo", "pendingSecondsAgo", "resources", "preemptionDelaySeconds",
+    "stalenessGracePeriodSeconds", "staleSeconds", "subgroups", "tasks", "preemptionPolicy",
 })
 POD_RESOURCE_KEYS = frozenset({"gpus", "gpuMemoryMiB", "gpuDevices", "cpuMillis", "memoryMiB"})
 SUBGROUP_KEYS = frozenset({"name", "parent", "minMember", "minSubGroup"})
@@ -331,6 +331,9 @@ def _job_of(j: dict[str, Any], path: str,
             as_number(j["staleSeconds"], join(path, "staleSeconds"), 0)
         ),
         subgroups=subgroups,
+        pending_since=None if "pendingSecondsAgo" not in j else NOW - float(
+            as_number(j["pendingSecondsAgo"], join(path, "pendingSecondsAgo"), 0)
+        ),
     )
     return job, base, tasks
 

@@ -304,6 +304,7 @@ class Mirror:
         memory = self.job_memory.setdefault(key, JobMemory())
         job.stale_since = memory.stale_since
         job.last_eviction_at = memory.last_eviction_at
+        job.pending_since = memory.last_eviction_at  # pending again since; None: created
         existing = self.state.jobs.get(key)
         if job.queue not in self.raw_queues or job.queue not in self.state.queues:
             self.invalid[f"podgroup/{key}"] = f"queue {job.queue!r} does not exist"
