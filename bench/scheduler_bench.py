@@ -20,6 +20,7 @@ two trees (``PYTHONPATH=/tmp/base/src python bench/scheduler_bench.py ...``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import random
@@ -165,12 +166,16 @@ def next_cycle(state: ClusterState, c: int, pending: int) -> None:
 
 def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...],
           free: float, budget: int | None = None, placement: str = "binpack",
-          options: dict[str, object] | None = None) -> list[float]:
+          options: dict[str, object] | None = None, semi: int = 0) -> list[float]:
     """Run the cycles, print one line of figures, return each cycle's duration (s).
 
-    ``options`` are further ``Config`` fields (an opt-in feature under measure)."""
+    ``options`` are further ``Config`` fields (an opt-in feature under measure); with
+    ``semi`` every semi-th job (in name order) is made semi-preemptible."""
     t0 = time.perf_counter()
     state = build(nodes, queues, pending, free)
+    if semi:
+        for key in sorted(state.jobs)[::semi]:
+            state.upsert_job(dataclasses.replace(state.jobs[key], semi_preemptible=True))
     build_s = time.perf_counter() - t0
     extra = {} if budget is None else {"victimSearchBudget": budget}
     config = Config(actions=actions, gpu_placement=placement, extra=extra, **(options or {}))
@@ -241,6 +246,8 @@ def main() -> None:
                         help="configure jobAging (seconds per step, priority points at most);"
                         " the bench's jobs were created up to (job count) seconds before"
                         " its clock")
+    parser.add_argument("--semi-every", type=int, default=0, metavar="N",
+                        help="make every N-th job semi-preemptible (0: none)")
     parser.add_argument("--plot", type=Path, default=None,
                         help="also draw each size's cycle durations into this .png or .svg")
     args = parser.parse_args()
@@ -256,7 +263,7 @@ def main() -> None:
     for n in args.nodes:
         times = bench(n, args.queues, args.pending or n // 2, args.cycles,
                       tuple(args.actions.split(",")), args.free, args.search_budget,
-                      args.placement, options)
+                      args.placement, options, args.semi_every)
         series[f"{n} nodes"] = [(c + 1, t) for c, t in enumerate(times)]
     print(f"load average after: {os.getloadavg()} calibration loop: {calibration():.3f}s cpu")
     if args.plot is not None:

@@ -27,6 +27,10 @@ class Job:
     queue: str
     priority: int = 50
     preemptible: bool = True
+    #: Semi-preemptible: its gang minimum (the core) is non-preemptible and counts as
+    #: such against quota, the pods above it are preemptible (``scheduler/semi.py``);
+    #: ``preemptible`` is then True.
+    semi_preemptible: bool = False
     min_member: int = 1  # gang size when the job has no subgroups
     min_subgroup: int | None = None  # over top-level subgroups, when it has them
     created_at: float = 0.0  # caller's clock; smaller is older
