@@ -37,6 +37,13 @@ def _fill(job: Job, pods: Iterable[Pod], counts: dict[str | None, int]) -> list[
     return out
 
 
+def core_size(job: Job) -> int:
+    """How many pods the core has when the job's gang is whole."""
+    if not job.subgroups:
+        return job.min_member
+    return sum(s.min_member or 0 for s in job.subgroups.values() if not s.children)
+
+
 def core_held(job: Job, pods: Iterable[Pod]) -> Res:
     """What the core of the job holds, of its pods as given (in the job's order)."""
     total = ZERO
