@@ -20,6 +20,8 @@ two trees (``PYTHONPATH=/tmp/base/src python bench/scheduler_bench.py ...``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import os
 import random
 import resource
@@ -164,15 +166,23 @@ def next_cycle(state: ClusterState, c: int, pending: int) -> None:
 
 def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...],
           free: float, budget: int | None = None, placement: str = "binpack",
-          reserve_after: float | None = None) -> list[float]:
-    """Run the cycles, print one line of figures, return each cycle's duration (s)."""
+          reserve_after: float | None = None, options: dict[str, object] | None = None,
+          semi: int = 0) -> list[float]:
+    """Run the cycles, print one line of figures, return each cycle's duration (s).
+
+    ``options`` are further ``Config`` fields (an opt-in feature under measure); with
+    ``semi`` every semi-th job (in name order) is made semi-preemptible."""
     t0 = time.perf_counter()
     state = build(nodes, queues, pending, free)
+    if semi:
+        for key in sorted(state.jobs)[::semi]:
+            state.upsert_job(dataclasses.replace(state.jobs[key], semi_preemptible=True))
     build_s = time.perf_counter() - t0
     extra = {} if budget is None else {"victimSearchBudget": budget}
     config = Config(actions=actions, gpu_placement=placement, extra=extra,
-                    reservation_after=reserve_after)
+                    reservation_after=reserve_after, **(options or {}))  # type: ignore[arg-type]
     times, cpu, placed = [], [], []
+    decisions = hashlib.sha256()
     division = []
     heap = HeapKeeper()
     searched: list[str] = []
@@ -188,6 +198,7 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
         cpu.append(time.process_time() - c0)
         heap.between_cycles()  # as the scheduler loop does after each cycle
         placed.append(len(result.binds) + len(result.pipelines))
+        decisions.update(repr((result.binds, result.pipelines, result.evictions)).encode())
         searched.append(" ".join(
             f"{name}:{f['succeeded']}/{f['jobs']}jobs,{f['steps']}steps,{f['work']}work"
             + ("(budget out)" if f["budget_ran_out"] else "")
@@ -215,6 +226,7 @@ def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str
         print(f"  reservations after the last cycle: {len(state.reservations)} job(s) "
               f"holding {len(held)} node(s)")
     budget_text = "default" if budget is None else budget or "none"
+    print(f"  decisions hash: {decisions.hexdigest()[:16]}")
     print(f"  victim searches per cycle (succeeded/searched, budget {budget_text}): "
           + " | ".join(searched))
     return times
@@ -239,6 +251,12 @@ def main() -> None:
     parser.add_argument("--reserve-after", type=float, default=None,
                         help="reserve nodes for jobs waiting this many seconds (the "
                         "config's reservation.afterSeconds; default: no reservations)")
+    parser.add_argument("--job-aging", default=None, metavar="STEP:MAXBOOST",
+                        help="configure jobAging (seconds per step, priority points at most);"
+                        " the bench's jobs were created up to (job count) seconds before"
+                        " its clock")
+    parser.add_argument("--semi-every", type=int, default=0, metavar="N",
+                        help="make every N-th job semi-preemptible (0: none)")
     parser.add_argument("--plot", type=Path, default=None,
                         help="also draw each size's cycle durations into this .png or .svg")
     args = parser.parse_args()
@@ -246,11 +264,15 @@ def main() -> None:
         check_path(args.plot)
     print(f"load average before: {os.getloadavg()} calibration loop: {calibration():.3f}s "
           "cpu")
+    options: dict[str, object] = {}
+    if args.job_aging:
+        step, boost = args.job_aging.split(":")
+        options["job_aging"] = (float(step), int(boost))
     series: dict[str, list[tuple[float, float]]] = {}
     for n in args.nodes:
         times = bench(n, args.queues, args.pending or n // 2, args.cycles,
                       tuple(args.actions.split(",")), args.free, args.search_budget,
-                      args.placement, args.reserve_after)
+                      args.placement, args.reserve_after, options, args.semi_every)
         series[f"{n} nodes"] = [(c + 1, t) for c, t in enumerate(times)]
     print(f"load average after: {os.getloadavg()} calibration loop: {calibration():.3f}s cpu")
     if args.plot is not None:

@@ -79,6 +79,15 @@ def test_a_group_sums_active_pods_and_leaves_finished_ones_out():
     assert resources_status([done], preemptible=False) == {}
 
 
+def test_a_semi_preemptible_group_shows_its_core_as_non_preemptible():
+    pods = [_pod("Running", node="n1", requests={"nvidia.com/gpu": "1"}, annotations={
+        "gpushare.io/gpu-indices": str(i), "gpushare.io/gpu-portion": "1"}) for i in range(3)]
+    status = resources_status(pods, preemptible=True, core=2)
+    assert status["allocated"]["nvidia.com/gpu"] == "3"
+    assert status["allocatedNonPreemptible"]["nvidia.com/gpu"] == "2"
+    assert "allocatedNonPreemptible" not in resources_status(pods, preemptible=True)
+
+
 def test_fractions_print_as_milli_gpus():
     pods = [_pod("Running", node="n1", annotations={
         "gpu-fraction": "0.33", "gpushare.io/gpu-indices": "0", "gpushare.io/gpu-portion": "0.33"})

@@ -117,7 +117,8 @@ def podgroup_crd() -> dict[str, Any]:
             "minSubGroup": {"type": "integer", "minimum": 0},
             "queue": {"type": "string", "description": "Leaf queue of the workload."},
             "priorityClassName": {"type": "string"},
-            "preemptibility": {"type": "string", "enum": ["preemptible", "non-preemptible", ""]},
+            "preemptibility": {"type": "string", "enum": [
+                "preemptible", "non-preemptible", "semi-preemptible", ""]},
             "markUnschedulable": {"type": "boolean"},
             "schedulingBackoff": {"type": "integer"},
             "preemptionDelay": {"type": "string"},

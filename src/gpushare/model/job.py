@@ -27,6 +27,10 @@ class Job:
     queue: str
     priority: int = 50
     preemptible: bool = True
+    #: Semi-preemptible: its gang minimum (the core) is non-preemptible and counts as
+    #: such against quota, the pods above it are preemptible (``scheduler/semi.py``);
+    #: ``preemptible`` is then True.
+    semi_preemptible: bool = False
     min_member: int = 1  # gang size when the job has no subgroups
     min_subgroup: int | None = None  # over top-level subgroups, when it has them
     created_at: float = 0.0  # caller's clock; smaller is older
@@ -40,12 +44,18 @@ class Job:
     #: Seconds it declares it runs at most (None: not declared); only such a job may be
     #: started on nodes reserved for another job, and only if it ends before they are due.
     expected_runtime: float | None = None
+    #: When it last became pending (its pods evicted, say); None: ``created_at``. Job
+    #: aging counts the wait from here.
+    pending_since: float | None = None
     subgroups: dict[str, SubGroup] = field(default_factory=dict)  # in tie-break order
     pods: list[str] = field(default_factory=list)  # pod keys, in the order given
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def waiting_since(self) -> float:
+        return self.created_at if self.pending_since is None else self.pending_since
 
     def top_subgroups(self) -> list[str]:
         return [s.name for s in self.subgroups.values() if s.parent is None]

@@ -38,6 +38,10 @@ class Config:
     #: Seconds a job waits unplaced before nodes are reserved for it (``reservation:
     #: {afterSeconds}``); None: no reservations unless a queue sets its own threshold.
     reservation_after: float | None = None
+    #: Per-job aging ``(step seconds, max boost)``: inside a queue a pending job orders as
+    #: if its priority were higher by one point per whole step it has waited, at most
+    #: ``max boost`` points (``jobAging``); None: off. Not allowed under ``compat: kai``.
+    job_aging: tuple[float, int] | None = None
 
     def placement_for(self, pod: Pod) -> tuple[str, str]:
         """The (GPU, CPU) placement strategies that place this pod."""

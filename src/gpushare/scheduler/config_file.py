@@ -31,7 +31,7 @@ from gpushare.scheduler.placement_registry import placement_strategy_names
 
 CONFIG_KEYS = frozenset({
     "placement", "stalenessGracePeriodSeconds", "maxConsolidationPreemptees",
-    "allowConsolidatingReclaim", "kValue", "compat", "nodePools", "reservation",
+    "allowConsolidatingReclaim", "kValue", "compat", "nodePools", "reservation", "jobAging",
 }) | VICTIM_CONFIG_KEYS
 ACTION_NAMES = action_names()
 
@@ -72,6 +72,7 @@ def parse_config(raw: Any, actions: tuple[str, ...] = DEFAULT_ACTIONS) -> Config
         extra=_victim_config(c),
         pool_placement=_pool_placement(c.get("nodePools"), (gpu_placement, cpu_placement)),
         reservation_after=_reservation_after(c.get("reservation")),
+        job_aging=_job_aging(c.get("jobAging"), compat),
     )
 
 
@@ -85,6 +86,23 @@ def _reservation_after(raw: Any) -> float | None:
     if after is None:
         raise ScenarioError("config.reservation.afterSeconds", "required")
     return float(after)
+
+
+def _job_aging(raw: Any, compat: str | None) -> tuple[float, int] | None:
+    """``jobAging: {stepSeconds, maxBoost}``: both required, step > 0, boost >= 0."""
+    if raw is None:
+        return None
+    path = "config.jobAging"
+    if compat == "kai":
+        raise ScenarioError(path, "not available under compat: kai (KAI has no job aging)")
+    a = check_keys(raw, path, frozenset({"stepSeconds", "maxBoost"}))
+    for key in ("stepSeconds", "maxBoost"):
+        if key not in a:
+            raise ScenarioError(join(path, key), "required")
+    step = get(a, "stepSeconds", path, as_number)
+    if step <= 0:
+        raise ScenarioError(join(path, "stepSeconds"), f"must be > 0, got {step}")
+    return float(step), get(a, "maxBoost", path, as_int, minimum=0)
 
 
 def _placement(raw: Any, path: str, default: tuple[str, str]) -> tuple[str, str]:

@@ -25,9 +25,23 @@ JobKey = tuple[int, int, float, str]
 
 
 def job_order_key(session: Session, job: Job, gang: GangView | None = None) -> JobKey:
-    """Higher priority first; below its gang minimum, then at it, then above; older; name."""
+    """Higher (aged) priority first; below its gang minimum, then at it, then above; older;
+    name."""
     gang = gang or session.gang(job)
-    return (-job.priority, gang.elastic_state(), job.created_at, job.key)
+    return (-order_priority(session, job), gang.elastic_state(), job.created_at, job.key)
+
+
+def order_priority(session: Session, job: Job) -> int:
+    """The priority the job orders by inside its queue: its own, plus with ``jobAging``
+    one point per whole step it has waited (from :meth:`Job.waiting_since`), capped."""
+    aging = session.config.job_aging
+    if aging is None:
+        return job.priority
+    step, cap = aging
+    waited = session.now - job.waiting_since()
+    if waited < step:
+        return job.priority
+    return job.priority + min(cap, int(waited // step))
 
 
 def job_init_request(session: Session, job: Job) -> Vec:
@@ -296,7 +310,8 @@ class JobQueue:
         if cached is not None and cached[0] == version:
             return cached[1], cached[2]
         gang = self.session.gang(job)
-        order = (-job.priority, gang.elastic_state(), job.created_at, job.key)
+        order = (-order_priority(self.session, job), gang.elastic_state(), job.created_at,
+                 job.key)
         req = step_units(self.session, gang.next_step() or [])
         self._job_cache[job.key] = (version, order, req)
         return order, req

@@ -22,6 +22,7 @@ from gpushare.model.quantities import MILLI, ZERO, Res
 from gpushare.model.queue import Queue
 from gpushare.model.reservation import Reservation
 from gpushare.scheduler.bind_backoff import BindBackoff
+from gpushare.scheduler.semi import core_held
 
 if TYPE_CHECKING:
     from gpushare.scheduler.fragmentation import TaskMix
@@ -187,6 +188,8 @@ class ClusterState:
         self._touched: dict[str, PodStatus] = {}  # pod key -> status when the cycle began
         self._pending_jobs: dict[str, int] = {}  # job key -> pending pods (only > 0)
         self.job_version: dict[str, int] = {}  # bumped on every change to a job's pods
+        #: What each semi-preemptible job's core holds, as charged to ``allocated_np``.
+        self._core_np: dict[str, Res] = {}
         #: Preemptible jobs per leaf queue (the eviction actions' possible victims).
         self.preemptible_jobs: dict[str, dict[str, Job]] = {}
         self.dirty_nodes: set[str] = set()  # nodes changed since the node index last looked
@@ -318,6 +321,8 @@ class ClusterState:
             pods = [self.pods[k] for k in old.pods]
             for pod in pods:
                 self._detach_queue(pod)
+            if old.semi_preemptible:  # its pods did not change: drop its core's charge
+                self._set_core_charge(old, ZERO)
             job.pods = list(old.pods)
             self.jobs[job.key] = job
             for pod in pods:
@@ -495,9 +500,36 @@ class ClusterState:
 
     def _attach_queue(self, pod: Pod) -> None:
         self._queue_delta(pod, +1)
+        job = self.jobs.get(pod.job)
+        if job is not None and job.semi_preemptible:
+            self._charge_core(job, None)
 
     def _detach_queue(self, pod: Pod) -> None:
         self._queue_delta(pod, -1)
+        job = self.jobs.get(pod.job)
+        if job is not None and job.semi_preemptible:
+            self._charge_core(job, pod.key)
+
+    def _charge_core(self, job: Job, without: str | None) -> None:
+        """Charge a semi-preemptible job's core (of its pods but ``without``) as
+        non-preemptible use of its queues, in place of what was charged before."""
+        self._set_core_charge(
+            job, core_held(job, (self.pods[k] for k in job.pods if k != without)))
+
+    def _set_core_charge(self, job: Job, held: Res) -> None:
+        old = self._core_np.get(job.key, ZERO)
+        if held == old:
+            return
+        if held == ZERO:
+            del self._core_np[job.key]
+        else:
+            self._core_np[job.key] = held
+        diff = held - old
+        self._note_queue_change(job.queue)
+        for name in self.ancestors(job.queue):
+            qu = self.queue_usage[name]
+            qu.version += 1
+            qu.allocated_np = qu.allocated_np + diff
 
     def _count_pending(self, pod: Pod, sign: int) -> None:
         n = self._pending_jobs.get(pod.job, 0) + sign

@@ -49,8 +49,9 @@ QUEUE_KEYS = frozenset({
 RESOURCE_KEYS = frozenset({"quota", "limit", "overQuotaWeight"})
 JOB_KEYS = frozenset({
     "name", "namespace", "queue", "priority", "preemptibility", "minMember", "minSubGroup",
-    "createdSecondsAgo", "resources", "preemptionDelaySeconds", "stalenessGracePeriodSeconds",
-    "staleSeconds", "subgroups", "tasks", "preemptionPolicy", "expectedRuntimeSeconds",
+    "createdSecondsAgo", "pendingSecondsAgo", "resources", "preemptionDelaySeconds",
+    "stalenessGracePeriodSeconds", "staleSeconds", "subgroups", "tasks", "preemptionPolicy",
+    "expectedRuntimeSeconds",
 })
 POD_RESOURCE_KEYS = frozenset({"gpus", "gpuMemoryMiB", "gpuDevices", "cpuMillis", "memoryMiB"})
 SUBGROUP_KEYS = frozenset({"name", "parent", "minMember", "minSubGroup"})
@@ -306,8 +307,9 @@ def _job_of(j: dict[str, Any], path: str,
     namespace = get(j, "namespace", path, as_str, default="default")
     priority = get(j, "priority", path, as_int, default=50)
     preemptibility = get(j, "preemptibility", path, as_str, default=None,
-                         choices=("preemptible", "non-preemptible"))
-    preemptible = priority < 100 if preemptibility is None else preemptibility == "preemptible"
+                         choices=("preemptible", "non-preemptible", "semi-preemptible"))
+    preemptible = (priority < 100 if preemptibility is None
+                   else preemptibility != "non-preemptible")
     policy = get(j, "preemptionPolicy", path, as_str, default="PreemptLowerPriority",
                  choices=("PreemptLowerPriority", "Never"))
     base = _pod_resources(j.get("resources"), join(path, "resources"), _PodResources())
@@ -321,6 +323,7 @@ def _job_of(j: dict[str, Any], path: str,
         queue=queue,
         priority=priority,
         preemptible=preemptible,
+        semi_preemptible=preemptibility == "semi-preemptible",
         min_member=get(j, "minMember", path, as_int, default=len(tasks), minimum=0),
         min_subgroup=get(j, "minSubGroup", path, as_int, default=None, minimum=0),
         created_at=NOW - float(get(j, "createdSecondsAgo", path, as_number, default=Fraction(0))),
@@ -336,6 +339,9 @@ def _job_of(j: dict[str, Any], path: str,
         ),
         subgroups=subgroups,
         expected_runtime=_opt_seconds(j, "expectedRuntimeSeconds", path, minimum=0),
+        pending_since=None if "pendingSecondsAgo" not in j else NOW - float(
+            as_number(j["pendingSecondsAgo"], join(path, "pendingSecondsAgo"), 0)
+        ),
     )
     return job, base, tasks
 

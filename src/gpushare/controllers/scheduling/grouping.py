@@ -24,7 +24,7 @@ from gpushare.api.objects import Meta, Obj, controller_reference, metadata
 # (kind, namespace, name, uid) -> the owner object, or None when it cannot be read
 OwnerLookup = Callable[[str, str, str, str], Obj | None]
 
-PREEMPTIBILITY_VALUES = ("preemptible", "non-preemptible")
+PREEMPTIBILITY_VALUES = ("preemptible", "non-preemptible", "semi-preemptible")
 
 # Workloads whose pods are each their own gang of one (serving replicas come and go alone).
 PER_POD_KINDS = frozenset({"Deployment", "ReplicaSet", "ReplicationController"})

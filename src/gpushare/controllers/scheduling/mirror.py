@@ -306,6 +306,7 @@ class Mirror:
         memory = self.job_memory.setdefault(key, JobMemory())
         job.stale_since = memory.stale_since
         job.last_eviction_at = memory.last_eviction_at
+        job.pending_since = memory.last_eviction_at  # pending again since; None: created
         existing = self.state.jobs.get(key)
         try:
             job.expected_runtime = expected_runtime(pg)

@@ -8,7 +8,8 @@ podgroup-controller writes it.
   bound); its GPUs are those the binding gave it (``gpushare.io/gpu-portion`` ×
   the listed GPUs), so a pod that asked for GPU memory shows the fraction it received;
 * ``allocatedNonPreemptible``: ``allocated`` again for a non-preemptible group (by
-  ``spec.preemptibility``, else its PriorityClass value ≥ 100), absent otherwise.
+  ``spec.preemptibility``, else its PriorityClass value ≥ 100); for a semi-preemptible
+  one what its first ``minMember`` placed pods hold (its core); absent otherwise.
 
 ResourceLists hold Kubernetes quantities: ``nvidia.com/gpu: 1500m`` is one and a half GPUs,
 ``cpu: 500m`` half a core, ``memory: 2Gi`` bytes. The controller writes the status
@@ -32,6 +33,7 @@ from gpushare.controllers.scheduling.translate import job_from_podgroup
 from gpushare.kube.client import PODGROUPS, PODS, PRIORITY_CLASSES, ApiError, KubeClient, Stopper
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
+from gpushare.scheduler.semi import core_size
 
 log = logging.getLogger(__name__)
 
@@ -129,20 +131,29 @@ def resource_list(amounts: Amounts) -> dict[str, str]:
     return out
 
 
-def resources_status(pods: Iterable[Obj], preemptible: bool) -> dict[str, dict[str, str]]:
-    """A PodGroup's ``status.resourcesStatus`` from its pods; empty lists are left out."""
+def resources_status(pods: Iterable[Obj], preemptible: bool,
+                     core: int | None = None) -> dict[str, dict[str, str]]:
+    """A PodGroup's ``status.resourcesStatus`` from its pods; empty lists are left out.
+
+    ``core``: a semi-preemptible group's core size; its first ``core`` placed pods are
+    its non-preemptible allocation."""
     requested: Amounts = {}
     allocated: Amounts = {}
+    allocated_np: Amounts = {}
+    placed = 0
     for pod in pods:
         if is_active(pod):
             _add(requested, pod_requested(pod))
         if holds_place(pod):
             _add(allocated, pod_allocated(pod))
+            if not preemptible or (core is not None and placed < core):
+                _add(allocated_np, pod_allocated(pod))
+            placed += 1
     out: dict[str, dict[str, str]] = {}
     if allocated:
         out["allocated"] = resource_list(allocated)
-        if not preemptible:
-            out["allocatedNonPreemptible"] = resource_list(allocated)
+        if allocated_np:
+            out["allocatedNonPreemptible"] = resource_list(allocated_np)
     if requested:
         out["requested"] = resource_list(requested)
     return out
@@ -246,8 +257,9 @@ class PodGroupStatusController:
             members = list(self._members.get(key, ()))
         pods = [pod for pod in map(self.pods.get, members)
                 if pod is not None and _group_of(pod) == key]
-        preemptible = job_from_podgroup(pg, self._priorities()).preemptible
-        return resources_status(pods, preemptible)
+        job = job_from_podgroup(pg, self._priorities())
+        core = core_size(job) if job.semi_preemptible else None
+        return resources_status(pods, job.preemptible, core)
 
     def reconcile(self, key: str) -> None:
         wanted = self.wanted(key)

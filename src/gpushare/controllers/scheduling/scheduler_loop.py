@@ -464,6 +464,7 @@ class SchedulerLoop:
                 job = mirror.state.jobs.get(job_key)
                 if job is not None:
                     job.last_eviction_at = now
+                    job.pending_since = now  # job aging counts its wait from here
             if raw is not None:
                 # who lost it and whom it was for, so the event tells the whole decision
                 victim_queue = job.queue if job is not None else "?"

@@ -210,7 +210,7 @@ def job_from_podgroup(pg: Obj, priorities: dict[str, int],
     priority_name = spec.get("priorityClassName") or ""
     priority = priorities.get(priority_name, DEFAULT_PRIORITY)
     preemptibility = spec.get("preemptibility")
-    if preemptibility == "preemptible":
+    if preemptibility in ("preemptible", "semi-preemptible"):
         preemptible = True
     elif preemptibility == "non-preemptible":
         preemptible = False
@@ -227,6 +227,7 @@ def job_from_podgroup(pg: Obj, priorities: dict[str, int],
         queue=str(spec.get("queue") or DEFAULT_QUEUE),
         priority=priority,
         preemptible=preemptible,
+        semi_preemptible=preemptibility == "semi-preemptible",
         min_member=max(min_member, 0),
         created_at=timestamp(meta.get("creationTimestamp")),
         preemption_delay=_safe_duration(

@@ -250,7 +250,10 @@ class Search:
     def _victim_queue(self, job: Job, sources: SearchSources,
                       recorded: list[Pod]) -> VictimQueue:
         guard = self.rules.protected_core
-        protected = None if guard is None else (lambda victim: guard(job, victim))
+        protected: Callable[[Job], bool] = (
+            _semi_core if guard is None
+            else (lambda victim: victim.semi_preemptible or guard(job, victim))
+        )
         state = self.session.state
         lookahead = self.session.behaviour.victim_lookahead
         return VictimQueue(sources, state.job_pods, self.figures.snapshot,
@@ -347,3 +350,8 @@ def round_sizes(n: int) -> list[int]:
         k *= 2
     sizes.append(n)
     return sizes
+
+
+def _semi_core(victim: Job) -> bool:
+    """A semi-preemptible victim offers only its burst: its core is never taken."""
+    return victim.semi_preemptible

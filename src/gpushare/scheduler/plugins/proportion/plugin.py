@@ -46,6 +46,7 @@ from gpushare.scheduler.plugins.proportion.reclaim_rules import ReclaimRules
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
 from gpushare.scheduler.plugins.proportion.resource_share import allocatable
 from gpushare.scheduler.plugins.proportion.steady import SteadyShares
+from gpushare.scheduler.semi import core_part
 from gpushare.scheduler.state import ClusterState, DivisionMemo
 
 
@@ -221,11 +222,15 @@ class Proportion:
     # ------------------------------------------------------- capacity policy
     def check_capacity(self, job: Job, pods: Iterable[Pod]) -> CheckResult:
         """Hard checks of a job's step on the job's leaf queue and every ancestor:
-        OverLimit, and NonPreemptibleOverQuota for non-preemptible jobs."""
+        OverLimit, and NonPreemptibleOverQuota for what of it is non-preemptible (all
+        of a non-preemptible job's step, the core part of a semi-preemptible one's)."""
+        pods = list(pods)
+        bound = self._non_preemptible_part(job, pods)
         limited, quota_bound = self._bounds(job.queue)
-        if not limited and (job.preemptible or not quota_bound):
+        if not limited and (not bound or not quota_bound):
             return CheckResult(True)  # no bound on the chain that the checks below read
         request = self._checked_request(pods)
+        np_request = request if bound is pods else self._checked_request(bound)
         for name in self.state.ancestors(job.queue):
             alloc = self.allocated(name)
             limit = self.limit[name]
@@ -239,28 +244,31 @@ class Proportion:
                         f"queue {name}: allocated {_fmt(r, alloc[i])} + request "
                         f"{_fmt(r, request[i])}{_UNIT[r]} > limit {_fmt(r, limit[i])}",
                     )
-            if job.preemptible:
+            if not bound:
                 continue
             alloc_np = self.allocated_np(name)
             quota = self.quota[name]
             for i, r in enumerate(RESOURCES):
-                if quota[i] == UNLIMITED or request[i] == 0:
+                if quota[i] == UNLIMITED or np_request[i] == 0:
                     continue
-                if alloc_np[i] + request[i] > quota[i]:
+                if alloc_np[i] + np_request[i] > quota[i]:
                     return CheckResult(
                         False,
                         "NonPreemptibleOverQuota",
-                        f"queue {name}: non-preemptible allocated {_fmt(r, alloc_np[i])} + request "
-                        f"{_fmt(r, request[i])}{_UNIT[r]} > quota {_fmt(r, quota[i])}",
+                        f"queue {name}: non-preemptible allocated {_fmt(r, alloc_np[i])} + "
+                        f"request {_fmt(r, np_request[i])}{_UNIT[r]} > quota "
+                        f"{_fmt(r, quota[i])}",
                     )
         return CheckResult(True)
 
     def non_preemptible_within_quota(self, job: Job, pods: Iterable[Pod]) -> bool:
-        """A non-preemptible job never takes more than its queues' quota (the second
-        half of :meth:`check_capacity`, alone)."""
-        if job.preemptible or not self._bounds(job.queue)[1]:
+        """A job never takes more than its queues' quota as non-preemptible use (the
+        second half of :meth:`check_capacity`, alone)."""
+        pods = list(pods)
+        bound = self._non_preemptible_part(job, pods)
+        if not bound or not self._bounds(job.queue)[1]:
             return True
-        request = self._checked_request(pods)
+        request = self._checked_request(bound)
         for name in self.state.ancestors(job.queue):
             quota, alloc_np = self.quota[name], self.allocated_np(name)
             for i in range(len(RESOURCES)):
@@ -269,6 +277,14 @@ class Proportion:
                 if alloc_np[i] + request[i] > quota[i]:
                     return False
         return True
+
+    def _non_preemptible_part(self, job: Job, pods: list[Pod]) -> list[Pod]:
+        """The pods of a step that would be non-preemptible once placed."""
+        if not job.preemptible:
+            return pods
+        if job.semi_preemptible:
+            return core_part(job, self.state.job_pods(job), pods)
+        return []
 
     def _checked_request(self, pods: Iterable[Pod]) -> Vec:
         """A step's request as the capacity checks count it before nodes are chosen: a
