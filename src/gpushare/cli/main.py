@@ -15,6 +15,7 @@ from gpushare.cli import (
     status,
     tenant,
     up,
+    webhook,
 )
 
 app = typer.Typer(
@@ -47,7 +48,8 @@ def version(
     typer.echo(__version__)
 
 
-for module in (demo, up, server, backup, agent, simulate, tenant, status, install):
+for module in (demo, up, server, backup, agent, simulate, tenant, status, install,
+               webhook):
     module.register(app)
 helpformat.install()
 
