@@ -1,22 +1,24 @@
-"""The scheduler with ``gpu_share_configmaps`` on: a fractional pod's ConfigMap of GPU and MPS
-limits exists, owned by the pod, before the pod is bound; whole-GPU pods get none. Real API
-server, real controllers; the pod is created already mutated (the patch the webhook serves)."""
+"""GPU fractions on kubelet nodes, end to end: gpushare's webhook (real HTTPS) registered in a
+MutatingWebhookConfiguration, a fractional pod created plain → its spec carries the envFrom
+and the MPS volume; the scheduler with ``gpu_share_configmaps`` on binds it → its ConfigMap of
+GPU and MPS limits, owned by the pod, was written before the bind. Whole-GPU pods get none.
+Real API server, real controllers."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import pytest
 
-from gpushare.api.kubelet_share import mutation_patch
 from gpushare.cli.compose import api_server
 from gpushare.controller_manager import start_controllers
 from gpushare.kube.client import CONFIGMAPS, PODS, KubeClient
+from gpushare.webhook.server import WebhookServer, self_signed
 from waiting import wait_for
 
 QUEUE = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "team"},
@@ -30,11 +32,21 @@ def _pod(name: str, gpu: str) -> dict[str, Any]:
         container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
     else:
         annotations["gpu-fraction"] = gpu
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": "default", "annotations": annotations,
-                        "labels": {"kai.scheduler/queue": "team"}},
-           "spec": {"schedulerName": "gpushare", "containers": [container]}}
-    return jsonpatch.apply_patch(pod, mutation_patch(pod))
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "annotations": annotations,
+                         "labels": {"kai.scheduler/queue": "team"}},
+            "spec": {"schedulerName": "gpushare", "containers": [container]}}
+
+
+def _webhook_configuration(port: int, ca: bytes) -> dict[str, Any]:
+    return {"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration", "metadata": {"name": "gpushare"},
+            "webhooks": [{"name": "gpu-fractions.gpushare.io", "admissionReviewVersions": ["v1"],
+                          "sideEffects": "None", "failurePolicy": "Fail",
+                          "clientConfig": {"url": f"https://localhost:{port}/mutate-pods",
+                                           "caBundle": base64.b64encode(ca).decode()},
+                          "rules": [{"operations": ["CREATE"], "apiGroups": [""],
+                                     "apiVersions": ["v1"], "resources": ["pods"]}]}]}
 
 
 @pytest.fixture
@@ -43,7 +55,12 @@ def cluster(tmp_path: Path) -> Iterator[tuple[KubeClient, str]]:
     server.start()
     kubeconfig = str(server.write_kubeconfig(tmp_path / "admin.kubeconfig"))
     client = KubeClient.from_kubeconfig(kubeconfig)
+    cert, key = self_signed(tmp_path / "webhook", ["localhost"])
+    webhook = WebhookServer("127.0.0.1", 0, cert, key)
+    webhook.start()
     try:
+        client.create("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                      _webhook_configuration(webhook.port, cert.read_bytes()))
         added = subprocess.run([sys.executable, "-m", "gpushare.cli.main", "node", "add", "box",
                                 "--gpus", "2xH100", "--no-taint", "--kubeconfig", kubeconfig],
                                capture_output=True, text=True, timeout=60)
@@ -51,6 +68,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[KubeClient, str]]:
         client.create("/apis/scheduling.run.ai/v2/queues", QUEUE)
         yield client, kubeconfig
     finally:
+        webhook.stop()
         client.close()
         server.stop()
 
@@ -67,6 +85,9 @@ def test_fractional_pod_configmap_written_before_bind(
                                 metrics_push_interval=None, gpu_share_configmaps=True)
     try:
         created = client.create(PODS.collection("default"), _pod("frac", "0.5"))
+        assert created["spec"]["containers"][0]["envFrom"] == [
+            {"configMapRef": {"name": "frac-gpu-share", "optional": False}}]
+        assert any(v["name"] == "gpushare-mps" for v in created["spec"]["volumes"])
         client.create(PODS.collection("default"), _pod("whole", "1"))
         pod = wait_for(lambda: _bound(client, "frac"), what="the fractional pod bound")
         wait_for(lambda: _bound(client, "whole"), what="the whole-GPU pod bound")
