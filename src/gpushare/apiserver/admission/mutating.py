@@ -6,7 +6,8 @@ order of the configurations' names, then of their webhooks.
 
 A webhook that cannot be reached or answers nonsense refuses the request under
 ``failurePolicy: Fail`` and is passed over under ``Ignore``; a webhook that answers
-``allowed: false`` refuses it either way.
+``allowed: false`` refuses it either way. Only the home cluster has webhooks: a tenant's
+cluster refuses the configurations (they would have the API server reach any address).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gpushare.apiserver.admission.webhook_config import (
     WebhookConfigError,
     parse_configuration,
 )
+from gpushare.apiserver.auth.access import ROOT_CLUSTER
 from gpushare.apiserver.auth.privilege import REQUEST_USER
 from gpushare.apiserver.errors import ApiError
 from gpushare.apiserver.resources import ResourceInfo
@@ -130,7 +132,14 @@ class MutatingWebhooks:
     def __call__(self, api: Any, cluster: str, info: ResourceInfo, obj: dict[str, Any],
                  old: dict[str, Any] | None) -> None:
         if info.group_resource == GR:
+            if cluster != ROOT_CLUSTER:
+                # a tenant's webhook would have the API server reach any address it names
+                raise ApiError(403, "mutatingwebhookconfigurations are served only in the "
+                                    "home cluster, not in a tenant's", "Forbidden",
+                               {"kind": "mutatingwebhookconfigurations"})
             self._check(obj)
+            return
+        if cluster != ROOT_CLUSTER:
             return
         configurations = sorted(api.store.list(cluster, GR),
                                 key=lambda c: c["metadata"]["name"])
