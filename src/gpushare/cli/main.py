@@ -10,6 +10,7 @@ from gpushare.cli import (
     demo,
     helpformat,
     install,
+    node_daemon,
     server,
     simulate,
     status,
@@ -49,7 +50,7 @@ def version(
 
 
 for module in (demo, up, server, backup, agent, simulate, tenant, status, install,
-               webhook):
+               webhook, node_daemon):
     module.register(app)
 helpformat.install()
 
