@@ -25,6 +25,9 @@ def node_daemon(
         help="evict|off: a fractional pod whose processes escape MPS and keep its GPU busier "
         "than its share for --compute-passes passes")] = "evict",
     compute_passes: Annotated[int, typer.Option(help="passes in a row")] = 5,
+    health_port: Annotated[int | None, typer.Option(
+        help="serve /healthz, /livez and /readyz on this port (plain HTTP, for probes): "
+        "ready while every GPU's MPS control daemon runs")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the MPS daemons and the GPU memory/compute watchdog for the kubelet's pods."""
@@ -53,6 +56,14 @@ def node_daemon(
     mps = MpsManager(inventory.devices, mps_directory, stop_mode=STOP_SIGNAL)
     watchdog = NodeWatchdog(nvml, inventory, evict_through_api(client, node), mps,
                             compute_policy=compute_policy, compute_passes=compute_passes)
+    if health_port is not None:
+        from gpushare.kube.health import Health, serve_health
+
+        def mps_up() -> str | None:
+            down = [i for i, d in mps.daemons.items() if not d.alive()]
+            return f"MPS control daemons of GPUs {down} not running" if down else None
+
+        serve_health(Health(ready={"mps": mps_up}), health_port)
     try:
         run(client, node, inventory, watchdog, _stop_on_signals(), period)
     except RuntimeError as error:

@@ -29,6 +29,8 @@ def webhook(
     mps_directory: Annotated[str, typer.Option(
         help="the node directory of the MPS daemons' pipes, mounted into fractional pods")
     ] = "/run/gpushare/mps",
+    health_port: Annotated[int | None, typer.Option(
+        help="serve /healthz, /livez and /readyz on this port (plain HTTP, for probes)")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Serve the mutation that gives fractional pods their share ConfigMap and MPS mount."""
@@ -53,6 +55,10 @@ def webhook(
             client.close()
     server = WebhookServer(host, port, tls_cert, tls_key, mps_directory)
     server.start()
+    if health_port is not None:
+        from gpushare.kube.health import Health, serve_health
+
+        serve_health(Health(), health_port)
     typer.echo(f"gpushare webhook on https://{host}:{server.port}/mutate-pods")
     _stop_on_signals().wait()
     server.stop()
