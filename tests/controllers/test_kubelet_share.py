@@ -87,6 +87,11 @@ def test_malformed_fraction_is_an_error_naming_the_annotation():
         mutation_patch(pod({"gpu-fraction": "1.5"}))
 
 
+def test_fraction_of_several_gpus_is_refused_naming_the_annotation():
+    with pytest.raises(ShareConfigError, match="gpu-fraction-num-devices"):
+        mutation_patch(pod({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}))
+
+
 def test_share_env_from_portion_and_gpu_memory():
     env = share_env(GpuBinding((3,), 330), gpu_memory_mib=81920)
     assert env["NVIDIA_VISIBLE_DEVICES"] == "3"

@@ -17,7 +17,7 @@ import secrets
 import string
 from typing import Any
 
-from gpushare.api.contracts import MILLI, GpuBinding
+from gpushare.api.contracts import GPU_DEVICES_ANNOTATION, MILLI, GpuBinding
 from gpushare.api.gpu import gpu_request
 from gpushare.api.objects import Meta, Obj, metadata
 
@@ -33,13 +33,6 @@ _MAX_NAME = 253
 
 class ShareConfigError(ValueError):
     """A binding that cannot be turned into a share ConfigMap; the message names the field."""
-
-
-def wants_fraction(pod: Obj) -> bool:
-    """Whether the pod asks for a share (portion or memory) of a GPU rather than whole GPUs.
-
-    Malformed GPU annotations raise `gpushare.api.gpu.GpuRequestError`."""
-    return gpu_request(pod).is_shared
 
 
 def share_configmap_name(pod: Obj) -> str:
@@ -95,8 +88,13 @@ def mutation_patch(pod: Obj, host_directory: str = MPS_HOST_DIRECTORY) -> list[d
 
     Idempotent: a pod already carrying the annotation, reference or volume gains nothing twice.
     """
-    if not wants_fraction(pod):
+    request = gpu_request(pod)
+    if not request.is_shared:
         return []
+    if request.devices != 1:
+        raise ShareConfigError(
+            f"metadata.annotations[{GPU_DEVICES_ANNOTATION}]: a GPU fraction under MPS runs "
+            f"on one GPU, not {request.devices}")
     annotations = Meta.of(pod).annotations
     configmap = str(annotations.get(SHARE_CONFIGMAP_ANNOTATION) or _new_name(pod))
     ops: list[dict[str, Any]] = []
