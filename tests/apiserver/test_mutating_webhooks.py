@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,37 @@ def test_invalid_configuration_is_refused_naming_the_field(setup) -> None:
     with pytest.raises(ApiError) as plain_http:
         client.create(CONFIGS, _config("gpu", "http://localhost:1/", ca))
     assert "webhooks[0].clientConfig.url" in str(plain_http.value.body)
+
+
+def test_a_create_waiting_on_its_webhook_does_not_stop_the_server(setup) -> None:
+    client, _, ca = setup
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()  # accepts and never answers: the create waits its timeoutSeconds
+    try:
+        port = silent.getsockname()[1]
+        client.create(CONFIGS, _config("slow", f"https://localhost:{port}/", ca,
+                                       timeoutSeconds=10))
+        outcome: list[object] = []
+        create = threading.Thread(target=lambda: outcome.append(_try_create(client)))
+        create.start()
+        accepted, _ = silent.accept()  # the API server is now inside the webhook call
+        try:
+            # meanwhile the server answers other requests: a read and a write
+            assert client.get("/api/v1/namespaces/default") is not None
+            client.create("/api/v1/namespaces/default/configmaps",
+                          {"metadata": {"name": "meanwhile"}, "data": {"a": "b"}})
+            assert create.is_alive() and outcome == []
+        finally:
+            accepted.close()  # the webhook hangs up: the create fails (failurePolicy Fail)
+        create.join(30)
+        assert outcome and isinstance(outcome[0], ApiError) and outcome[0].status == 500
+    finally:
+        silent.close()
+
+
+def _try_create(client: KubeClient) -> object:
+    try:
+        return client.create(PODS.collection("default"), _pod("waiting"))
+    except ApiError as error:
+        return error

@@ -12,6 +12,7 @@ cluster refuses the configurations (they would have the API server reach any add
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import http.client
 import json
@@ -19,6 +20,7 @@ import logging
 import socket
 import ssl
 import uuid
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -126,8 +128,84 @@ def _patched(answer: Any, request_uid: str, obj: dict[str, Any]) -> dict[str, An
         raise WebhookCallError(f"patch cannot be applied: {error}") from None
 
 
+#: One matching webhook, its address resolved (or why it cannot be), ready to call.
+Call = tuple[MutatingWebhook, "tuple[str, int, str, str] | WebhookCallError"]
+#: Set while a create's webhooks were already called off the event loop (`called_before`).
+_CALLED: ContextVar[bool] = ContextVar("gpushare_webhooks_called", default=False)
+
+
+def matching(api: Any, cluster: str, info: ResourceInfo, obj: dict[str, Any],
+             operation: str) -> list[Call]:
+    """The webhooks to call for this write, in order, with their addresses (read from the
+    store: call this on the event loop)."""
+    if cluster != ROOT_CLUSTER or info.group_resource == GR:
+        return []
+    configurations = sorted(api.store.list(cluster, GR), key=lambda c: c["metadata"]["name"])
+    if not configurations:
+        return []
+    ns = (obj.get("metadata") or {}).get("namespace") or ""
+    labels: dict[str, str] = {}
+    if ns:
+        namespace = api.store.get(cluster, "namespaces", "", ns) or {}
+        labels = (namespace.get("metadata") or {}).get("labels") or {}
+    calls: list[Call] = []
+    for configuration in configurations:
+        for hook in parse_configuration(configuration):
+            if not any(r.matches(operation, info.group, info.version, info.resource,
+                                 info.namespaced) for r in hook.rules):
+                continue
+            if ns and not hook.selects_namespace(labels):
+                continue
+            try:
+                calls.append((hook, _target(api, cluster, hook)))
+            except WebhookCallError as error:
+                calls.append((hook, error))
+    return calls
+
+
+def call_all(calls: list[Call], info: ResourceInfo, operation: str, obj: dict[str, Any],
+             old: dict[str, Any] | None) -> dict[str, Any]:
+    """Call each webhook in turn on the object the previous one answered; the object at the
+    end. Network only (no store): safe off the event loop."""
+    for hook, target in calls:
+        review = _review(info, operation, obj, old)
+        try:
+            if isinstance(target, WebhookCallError):
+                raise target
+            answer = _post(hook, target, json.dumps(review).encode())
+            patched = _patched(answer, review["request"]["uid"], obj)
+        except WebhookCallError as error:
+            if hook.fail_closed:
+                raise ApiError(500, f'Internal error occurred: failed calling webhook '
+                                    f'"{hook.name}": {error}', "InternalError") from None
+            log.warning("webhook %s passed over (failurePolicy Ignore): %s", hook.name, error)
+            continue
+        if patched is None:
+            status = (answer.get("response") or {}).get("status") or {}
+            code = int(status.get("code") or 400)
+            raise ApiError(code, f'admission webhook "{hook.name}" denied the request: '
+                                 f'{status.get("message") or "denied"}',
+                           "BadRequest" if code == 400 else "")
+        obj = patched
+    return obj
+
+
+async def before_create(api: Any, cluster: str, info: ResourceInfo,
+                        body: dict[str, Any]) -> dict[str, Any]:
+    """A create's webhooks, called from the request handler in a worker thread so that the
+    event loop serves other requests meanwhile; the body they answered. `Api.create` then
+    does not call them again (`MutatingWebhooks` sees the mark this leaves)."""
+    calls = matching(api, cluster, info, body, "CREATE")
+    _CALLED.set(True)
+    if not calls:
+        return body
+    return await asyncio.to_thread(call_all, calls, info, "CREATE", body, None)
+
+
 class MutatingWebhooks:
-    """`Api.admission_hooks` entry calling the MutatingWebhookConfigurations' webhooks."""
+    """`Api.admission_hooks` entry: checks MutatingWebhookConfigurations when written, and
+    calls the webhooks of a write the handler did not call them for already (updates and
+    patches: there the event loop waits for them, up to each one's timeoutSeconds)."""
 
     def __call__(self, api: Any, cluster: str, info: ResourceInfo, obj: dict[str, Any],
                  old: dict[str, Any] | None) -> None:
@@ -139,26 +217,16 @@ class MutatingWebhooks:
                                {"kind": "mutatingwebhookconfigurations"})
             self._check(obj)
             return
-        if cluster != ROOT_CLUSTER:
-            return
-        configurations = sorted(api.store.list(cluster, GR),
-                                key=lambda c: c["metadata"]["name"])
-        if not configurations:
+        if old is None and _CALLED.get():
+            _CALLED.set(False)  # the mark is for this one create
             return
         operation = "CREATE" if old is None else "UPDATE"
-        ns = (obj.get("metadata") or {}).get("namespace") or ""
-        labels: dict[str, str] = {}
-        if ns:
-            namespace = api.store.get(cluster, "namespaces", "", ns) or {}
-            labels = (namespace.get("metadata") or {}).get("labels") or {}
-        for configuration in configurations:
-            for hook in parse_configuration(configuration):
-                if not any(r.matches(operation, info.group, info.version, info.resource,
-                                     info.namespaced) for r in hook.rules):
-                    continue
-                if ns and not hook.selects_namespace(labels):
-                    continue
-                self._call(api, cluster, hook, info, operation, obj, old)
+        calls = matching(api, cluster, info, obj, operation)
+        if calls:
+            patched = call_all(calls, info, operation, obj, old)
+            if patched is not obj:
+                obj.clear()
+                obj.update(patched)
 
     @staticmethod
     def _check(obj: dict[str, Any]) -> None:
@@ -169,26 +237,3 @@ class MutatingWebhooks:
             raise ApiError(422, f"MutatingWebhookConfiguration.admissionregistration.k8s.io "
                                 f'"{name}" is invalid: {error}', "Invalid",
                            {"name": name, "kind": "MutatingWebhookConfiguration"}) from None
-
-    @staticmethod
-    def _call(api: Any, cluster: str, hook: MutatingWebhook, info: ResourceInfo,
-              operation: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        review = _review(info, operation, obj, old)
-        try:
-            answer = _post(hook, _target(api, cluster, hook), json.dumps(review).encode())
-            patched = _patched(answer, review["request"]["uid"], obj)
-        except WebhookCallError as error:
-            if hook.fail_closed:
-                raise ApiError(500, f'Internal error occurred: failed calling webhook '
-                                    f'"{hook.name}": {error}', "InternalError") from None
-            log.warning("webhook %s passed over (failurePolicy Ignore): %s", hook.name, error)
-            return
-        if patched is None:
-            status = (answer.get("response") or {}).get("status") or {}
-            message = status.get("message") or "denied"
-            raise ApiError(int(status.get("code") or 400),
-                           f'admission webhook "{hook.name}" denied the request: {message}',
-                           "BadRequest" if int(status.get("code") or 400) == 400 else "")
-        if patched is not obj:
-            obj.clear()
-            obj.update(patched)
