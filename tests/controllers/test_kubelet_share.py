@@ -18,6 +18,7 @@ from gpushare.api.kubelet_share import (
     mutation_patch,
     share_configmap,
     share_env,
+    unprepared,
 )
 
 
@@ -124,3 +125,12 @@ def test_configmap_is_owned_by_the_pod():
     assert cm["metadata"]["namespace"] == "team-a"
     assert cm["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert cm["data"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
+
+
+def test_a_pod_the_webhook_did_not_prepare_is_named_unprepared():
+    plain = pod({"gpu-fraction": "0.5"})
+    assert "gpushare webhook" in (unprepared(plain) or "")
+    ready = mutated(plain)
+    assert unprepared(ready) is None
+    ready["spec"]["containers"].append({"name": "late", "image": "x"})  # added by hand
+    assert "spec.containers[1].envFrom" in (unprepared(ready) or "")

@@ -17,7 +17,7 @@ import pytest
 
 from gpushare.cli.compose import api_server
 from gpushare.controller_manager import start_controllers
-from gpushare.kube.client import CONFIGMAPS, PODS, KubeClient
+from gpushare.kube.client import CONFIGMAPS, EVENTS, PODS, KubeClient
 from gpushare.webhook.server import WebhookServer, self_signed
 from waiting import wait_for
 
@@ -107,3 +107,24 @@ def test_fractional_pod_configmap_written_before_bind(
     # written before the bind: the store's versions grow with each write
     assert int(cm["metadata"]["resourceVersion"]) < int(pod["metadata"]["resourceVersion"])
     assert client.get(CONFIGMAPS.item("whole-gpu-share", "default")) is None
+
+
+def test_a_fractional_pod_the_webhook_missed_is_not_bound(
+        cluster: tuple[KubeClient, str]) -> None:
+    client, kubeconfig = cluster
+    # as when the webhook was down under failurePolicy Ignore
+    client.delete("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpushare")
+    running = start_controllers(kubeconfig, enabled=("pod-grouper", "scheduler"),
+                                metrics_push_interval=None, gpu_share_configmaps=True)
+    try:
+        created = client.create(PODS.collection("default"), _pod("missed", "0.5"))
+        assert "envFrom" not in created["spec"]["containers"][0]
+        event = wait_for(lambda: next(
+            (e for e in client.list(EVENTS.collection("default"))["items"]
+             if e["involvedObject"]["name"] == "missed" and e["reason"] == "FailedBinding"),
+            None), what="the FailedBinding event")
+        assert "gpushare webhook" in event["message"]
+        assert _bound(client, "missed") is None
+    finally:
+        running.stop()
+    assert client.get(CONFIGMAPS.item("missed-gpu-share", "default")) is None

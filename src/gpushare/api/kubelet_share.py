@@ -118,6 +118,25 @@ def mutation_patch(pod: Obj, host_directory: str = MPS_HOST_DIRECTORY) -> list[d
     return ops
 
 
+def unprepared(pod: Obj) -> str | None:
+    """Why a fractional pod cannot be bound under ``--gpu-share-configmaps`` (the webhook did
+    not prepare it: its containers would run without the GPU limits), or None."""
+    configmap = Meta.of(pod).annotations.get(SHARE_CONFIGMAP_ANNOTATION)
+    if not configmap:
+        return (f"metadata.annotations[{SHARE_CONFIGMAP_ANNOTATION}]: missing - the pod was "
+                "not prepared by the gpushare webhook, so its containers would not get their "
+                "GPU limits; create it again once the webhook runs")
+    spec = pod.get("spec") or {}
+    for kind in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(kind) or []):
+            refs = [(e.get("configMapRef") or {}) for e in container.get("envFrom") or []]
+            if not any(r.get("name") == configmap and r.get("optional") is not True
+                       for r in refs):
+                return (f"spec.{kind}[{index}].envFrom: no required configMapRef {configmap}"
+                        " - its processes would not get their GPU limits")
+    return None
+
+
 def share_env(binding: GpuBinding, gpu_memory_mib: int,
               host_directory: str = MPS_HOST_DIRECTORY) -> dict[str, str]:
     """The environment of a fractional pod bound to one GPU on a kubelet node.

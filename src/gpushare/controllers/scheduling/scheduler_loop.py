@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare.api.contracts import GPU_RESOURCE, MILLI, QUEUE_LABEL, SCHEDULER_NAMES, GpuBinding
-from gpushare.api.kubelet_share import share_configmap
+from gpushare.api.kubelet_share import ShareConfigError, share_configmap, unprepared
 from gpushare.api.objects import Obj
 from gpushare.api.quantity import format_bytes, format_milli
 from gpushare.api.timefmt import parse_rfc3339
@@ -539,6 +539,9 @@ class SchedulerLoop:
         pod = self.mirror.raw_pods.get(key)
         if pod is None or not 0 < binding.portion_milli < MILLI:
             return
+        why = unprepared(pod)
+        if why is not None:
+            raise ShareConfigError(why)
         node_state = self.mirror.state.nodes.get(node)
         gpu_memory = node_state.gpu_memory_mib if node_state is not None else 0
         body = share_configmap(pod, binding, gpu_memory)
