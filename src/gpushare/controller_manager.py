@@ -58,6 +58,8 @@ class Context:
     scheduler_names: tuple[str, ...]
     scheduler_config: Config | None
     tenant_kubeconfig: str | None
+    #: Write each fractional pod's share ConfigMap before binding it (kubelet nodes).
+    gpu_share_configmaps: bool = False
     #: The one scheduler loop, shared by ``scheduler`` and ``queue-status``.
     loop: SchedulerLoop | None = None
 
@@ -65,7 +67,8 @@ class Context:
         if self.loop is None:
             self.loop = SchedulerLoop(self.client, self.informers, self.stopper, self.events,
                                       scheduler_names=self.scheduler_names,
-                                      config=self.scheduler_config)
+                                      config=self.scheduler_config,
+                                      share_configmaps=self.gpu_share_configmaps)
         return self.loop
 
 
@@ -160,6 +163,7 @@ def start_controllers(
     metrics_push_interval: float | None = 5.0,
     metrics_port: int | None = None,
     tenant_kubeconfig: str | None = None,
+    gpu_share_configmaps: bool = False,
 ) -> ControllerSet:
     """Build, sync and start the controllers; returns once they run.
 
@@ -176,7 +180,8 @@ def start_controllers(
     events = EventRecorder(client, "gpushare-controllers", stopper)
     out = ControllerSet(client, stopper, informers, events)
     context = Context(client, informers, stopper, events, kubeconfig, scheduler_names,
-                      scheduler_config, tenant_kubeconfig)
+                      scheduler_config, tenant_kubeconfig,
+                      gpu_share_configmaps=gpu_share_configmaps)
     for name, factory in CONTROLLERS.items():
         if name in enabled:
             out.controllers[name] = factory(context)

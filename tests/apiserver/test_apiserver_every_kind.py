@@ -53,6 +53,10 @@ BODIES: dict[str, dict[str, Any]] = {
     "podtemplates": {"template": TEMPLATE},
     "endpoints": {"subsets": [{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 80}]}]},
     "controllerrevisions": {"revision": 1, "data": {"spec": {}}},
+    # no rules: stored and read back, never called
+    "mutatingwebhookconfigurations": {"webhooks": [{
+        "name": "none.example.com", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+        "failurePolicy": "Ignore", "clientConfig": {"url": "https://localhost:1/"}}]},
     "endpointslices": {"addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.1"]}],
                        "ports": [{"port": 80}]},
     "ingresses": {"spec": {"defaultBackend": {"service": {"name": "s",

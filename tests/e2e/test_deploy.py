@@ -122,3 +122,28 @@ def test_uninstall_crds_removes_their_objects_and_finalizers(server, kubectl):
     assert "customresourcedefinition/queues.scheduling.run.ai deleted" in done.stdout
     wait_for(lambda: kubectl.run("get", "crd", "queues.scheduling.run.ai",
                                  check=False).returncode != 0, what="the Queue CRD gone")
+
+
+def test_the_gpu_sharing_overlay_installs_and_its_webhook_configuration_is_served(
+        server, kubectl):
+    gpushare = [sys.executable, "-m", "gpushare.cli.main"]
+    done = subprocess.run([*gpushare, "install", "--kubeconfig", str(server.kubeconfig),
+                           "--overlay", "cluster-with-gpu-sharing"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    for name in ("daemonset/gpushare-node-daemon", "deployment/gpushare-webhook",
+                 "mutatingwebhookconfiguration/gpushare-gpu-fractions"):
+        assert f"{name} serverside-applied" in done.stdout, done.stdout
+    config = kubectl.json("get", "mutatingwebhookconfiguration", "gpushare-gpu-fractions")
+    assert config["webhooks"][0]["failurePolicy"] == "Ignore"
+    # the webhook is not running here (no image runs): under Ignore, pods are still created,
+    # unprepared, and the scheduler would not bind a fractional one
+    kubectl.run("run", "plain", "--image=busybox", "--restart=Never", "-n", "default")
+    pod = kubectl.json("get", "pod", "plain", "-n", "default")
+    assert "envFrom" not in pod["spec"]["containers"][0]
+    done = subprocess.run([*gpushare, "uninstall", "--kubeconfig", str(server.kubeconfig),
+                           "--overlay", "cluster-with-gpu-sharing"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert kubectl.run("get", "mutatingwebhookconfiguration", "gpushare-gpu-fractions",
+                       check=False).returncode != 0

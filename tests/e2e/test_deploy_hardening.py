@@ -21,7 +21,8 @@ from gpushare.cli.install import DEPLOY
 from gpushare.cli.up import DEFAULT_QUEUE
 
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if p.is_dir())
-CHART_VALUES = ([], ["--set", "agent.enabled=true", "--set", "serviceMonitor.enabled=true"])
+CHART_VALUES = ([], ["--set", "agent.enabled=true", "--set", "serviceMonitor.enabled=true"],
+                ["--set", "gpuSharing.enabled=true"])
 WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "Job")
 RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
               "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
@@ -40,8 +41,8 @@ def _pods(objects: list[dict]) -> list[tuple[dict, dict]]:
 
 
 def test_every_overlay_renders_and_the_chart_lints_clean():
-    assert {"cluster", "cluster-with-agent", "cluster-with-servicemonitor",
-            "standalone"} <= set(OVERLAYS)
+    assert {"cluster", "cluster-with-agent", "cluster-with-gpu-sharing",
+            "cluster-with-servicemonitor", "standalone"} <= set(OVERLAYS)
     for overlay in OVERLAYS:
         assert _kustomize(overlay), overlay
     for values in CHART_VALUES:
@@ -75,6 +76,13 @@ def test_every_container_is_probed_limited_and_restricted():
                 if component == "agent":  # the one privileged exception, commented in place
                     assert context["privileged"] is True, what
                     continue
+                if component == "node-daemon":  # root and the host's PIDs, nothing more
+                    assert context == {"runAsUser": 0, "allowPrivilegeEscalation": False,
+                                       "readOnlyRootFilesystem": True,
+                                       "capabilities": {"drop": ["ALL"]}}, what
+                    assert pod["hostPID"] is True and "hostNetwork" not in pod, what
+                    assert "hostIPC" not in pod, what
+                    continue
                 assert context == RESTRICTED, what
                 assert pod["securityContext"]["runAsNonRoot"] is True, what
                 assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -84,7 +92,8 @@ def test_every_container_is_probed_limited_and_restricted():
                 for mount in c["volumeMounts"]:
                     if not mount.get("readOnly"):
                         assert "emptyDir" in volumes[mount["name"]], (what, mount)
-    assert seen == {("Deployment", "controllers"), ("DaemonSet", "agent")}
+    assert seen == {("Deployment", "controllers"), ("DaemonSet", "agent"),
+                    ("Deployment", "webhook"), ("DaemonSet", "node-daemon")}
 
 
 def test_every_object_carries_the_gpushare_labels():

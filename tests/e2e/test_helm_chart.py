@@ -99,3 +99,29 @@ def test_chart_output_applies_server_side(server, kubectl):
     kubectl.run("get", "crd", "queues.scheduling.run.ai", "podgroups.scheduling.run.ai")
     kubectl.run("auth", "can-i", "create", "pods/binding",
                 "--as=system:serviceaccount:gpushare:gpushare-controllers")
+
+
+def test_chart_with_gpu_sharing_renders_what_its_overlay_renders():
+    chart = _by_name(_template("--set", "gpuSharing.enabled=true"))
+    overlay = _by_name(_kustomize("cluster-with-gpu-sharing"))
+    assert set(chart) == set(overlay) - {("Namespace", "gpushare")}
+    for key in (("Deployment", "gpushare-controllers"), ("Deployment", "gpushare-webhook"),
+                ("Service", "gpushare-webhook"), ("DaemonSet", "gpushare-node-daemon"),
+                ("ClusterRole", "gpushare-webhook"), ("ClusterRole", "gpushare-node-daemon"),
+                ("ClusterRoleBinding", "gpushare-node-daemon"),
+                ("MutatingWebhookConfiguration", "gpushare-gpu-fractions")):
+        assert chart[key].get("spec") == overlay[key].get("spec"), key
+        assert chart[key].get("rules") == overlay[key].get("rules"), key
+        assert chart[key].get("webhooks") == overlay[key].get("webhooks"), key
+        assert _subjects(chart[key]) == _subjects(overlay[key]), key
+    args = chart[("Deployment", "gpushare-controllers")]["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--gpu-share-configmaps" in args
+    daemon = chart[("DaemonSet", "gpushare-node-daemon")]["spec"]["template"]["spec"]
+    assert daemon["hostPID"] and "hostNetwork" not in daemon
+    assert not daemon["containers"][0]["securityContext"].get("privileged")
+    # without the option, none of it
+    plain = _by_name(_template())
+    assert ("MutatingWebhookConfiguration", "gpushare-gpu-fractions") not in plain
+    assert "--gpu-share-configmaps" not in plain[("Deployment", "gpushare-controllers")][
+        "spec"]["template"]["spec"]["containers"][0]["args"]

@@ -213,6 +213,7 @@ def install(
     kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig of the cluster")] = None,
     overlay: Annotated[str, typer.Option(
         help="deploy/overlays/NAME: cluster (kube-controller-manager present), "
+             "cluster-with-gpu-sharing (kubelet nodes, enforced fractions), "
              "cluster-with-agent, standalone; or a path")] = "cluster",
     image: Annotated[str | None, typer.Option(
         help="the gpushare image in a registry (REGISTRY/gpushare:TAG), for every container "

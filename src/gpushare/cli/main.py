@@ -10,11 +10,13 @@ from gpushare.cli import (
     demo,
     helpformat,
     install,
+    node_daemon,
     server,
     simulate,
     status,
     tenant,
     up,
+    webhook,
 )
 
 app = typer.Typer(
@@ -47,7 +49,8 @@ def version(
     typer.echo(__version__)
 
 
-for module in (demo, up, server, backup, agent, simulate, tenant, status, install):
+for module in (demo, up, server, backup, agent, simulate, tenant, status, install,
+               webhook, node_daemon):
     module.register(app)
 helpformat.install()
 

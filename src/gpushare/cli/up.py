@@ -103,6 +103,10 @@ def controllers(
     tenant_kubeconfig: Annotated[str | None, typer.Option(
         help="credentials the virtual-cluster controller uses inside tenant clusters "
         "(default: --kubeconfig's)")] = None,
+    gpu_share_configmaps: Annotated[bool, typer.Option(
+        "--gpu-share-configmaps", help="kubelet nodes: before binding a pod that asks for a "
+        "GPU fraction, write its ConfigMap of GPU and MPS limits (read through the envFrom "
+        "the gpushare webhook adds)")] = False,
     leader_elect: Annotated[bool, typer.Option(
         "--leader-elect", help="run only while holding a coordination.k8s.io Lease, so that"
         " several replicas can run with one active")] = False,
@@ -164,7 +168,7 @@ def controllers(
             scheduler_names=tuple(scheduler_name) if scheduler_name else SCHEDULER_NAMES,
             scheduler_config=config,
             metrics_push_interval=metrics_interval or None, metrics_port=metrics_port,
-            tenant_kubeconfig=tenant_kubeconfig,
+            tenant_kubeconfig=tenant_kubeconfig, gpu_share_configmaps=gpu_share_configmaps,
         )
     except (ValueError, TimeoutError) as error:
         typer.echo(f"error: {error}", err=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from gpushare.apiserver.admission import mutating
 from gpushare.apiserver.auth import reviews
 from gpushare.apiserver.auth.access import Attributes, TokenFile
 from gpushare.apiserver.auth.serviceaccounts import ServiceAccountTokens, token_review
@@ -209,6 +210,10 @@ class ResourceHandlers:
         if ctx.info.name is not None:
             raise ApiError(405, "POST to a named object is not supported", "MethodNotAllowed")
         body = await self.body(ctx)
+        if isinstance(body, dict) and isinstance(body.get("metadata", {}), dict):
+            if ctx.info.namespace and ctx.resource.namespaced:
+                body.setdefault("metadata", {}).setdefault("namespace", ctx.info.namespace)
+            body = await mutating.before_create(self.api, ctx.info.cluster, ctx.resource, body)
         obj = self.api.create(ctx.info.cluster, ctx.resource, ctx.info.namespace, body,
                               **options)
         return json_response(self.api.served(ctx.resource, obj), 201)

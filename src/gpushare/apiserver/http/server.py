@@ -18,6 +18,7 @@ import uvicorn
 import yaml
 
 from gpushare.api.plugins import PluginFactory
+from gpushare.apiserver.admission.mutating import MutatingWebhooks
 from gpushare.apiserver.auth import components, noderestriction
 from gpushare.apiserver.auth.access import TokenFile
 from gpushare.apiserver.auth.serviceaccounts import SIGNING_KEY as SA_SIGNING_KEY
@@ -202,6 +203,9 @@ class ApiServer:
         # the server's own safeguards first: who asked for a certificate, what a node reaches
         self.api.admission_hooks += [certificates.RequesterAdmission(),
                                      noderestriction.NodeRestriction()]
+        # mutating webhooks before every other hook sees the object (as Kubernetes orders
+        # mutating admission before validation)
+        self.api.admission_hooks.insert(0, MutatingWebhooks())
         self.app.filters.request_policies.append(noderestriction.NodeAuthorizer(self.api))
         for plugin in plugins:  # what the composing process plugs in (tenancy, dashboard)
             self.app.install(plugin(self.api))

@@ -76,6 +76,9 @@ def builtin_resources() -> list[ResourceInfo]:
         r("", "v1", "endpoints", "Endpoints", True, short_names=("ep",)),
         r("apps", "v1", "controllerrevisions", "ControllerRevision", True),
         r("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
+        # Called on creates and updates (apiserver/admission/mutating.py).
+        r("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+          "MutatingWebhookConfiguration", False, columns=_CREATED_AT),
         r("networking.k8s.io", "v1", "ingresses", "Ingress", True, short_names=("ing",),
           subresources=("status",)),
         r("networking.k8s.io", "v1", "ingressclasses", "IngressClass", False),

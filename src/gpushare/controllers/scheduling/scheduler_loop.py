@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.api.contracts import GPU_RESOURCE, QUEUE_LABEL, SCHEDULER_NAMES, GpuBinding
+from gpushare.api.contracts import GPU_RESOURCE, MILLI, QUEUE_LABEL, SCHEDULER_NAMES, GpuBinding
+from gpushare.api.kubelet_share import ShareConfigError, share_configmap, unprepared
 from gpushare.api.objects import Obj
 from gpushare.api.quantity import format_bytes, format_milli
 from gpushare.api.timefmt import parse_rfc3339
@@ -36,6 +37,7 @@ from gpushare.controllers.scheduling.scheduling_status import (
     record_scheduled,
 )
 from gpushare.kube.client import (
+    CONFIGMAPS,
     NODES,
     PODGROUPS,
     PODS,
@@ -201,8 +203,11 @@ class SchedulerLoop:
         bind_workers: int = 16,
         min_interval: float = 0.05,
         period: float = 1.0,
+        share_configmaps: bool = False,
     ) -> None:
         self.client = client
+        # Kubelet nodes: write each fractional pod's share ConfigMap before binding it.
+        self.share_configmaps = share_configmaps
         self.stopper = stopper
         self.events = events
         self.config = config or Config()
@@ -504,6 +509,9 @@ class SchedulerLoop:
         }
         started = time.perf_counter()
         try:
+            if self.share_configmaps and wants_gpu:
+                self._write_share_configmap(key, node, GpuBinding(indices, portion_milli,
+                                                                  memory_mib))
             self.client.create(PODS.item(name, namespace, "binding"), body)
             self.metrics.bind(time.perf_counter() - started, True,
                               _since_created(self.mirror.raw_pods.get(key)))
@@ -531,6 +539,26 @@ class SchedulerLoop:
                                  f"binding to node {node} failed: {failure}")
                 self._deltas.append(("bindfailed", "", {"key": key}))
         self._wake.set()
+
+    def _write_share_configmap(self, key: str, node: str, binding: GpuBinding) -> None:
+        """Create (or bring up to date) a fractional pod's share ConfigMap; whole-GPU pods
+        have none. An error stops the bind, so no pod runs on a GPU share without its limits."""
+        pod = self.mirror.raw_pods.get(key)
+        if pod is None or not 0 < binding.portion_milli < MILLI:
+            return
+        why = unprepared(pod)
+        if why is not None:
+            raise ShareConfigError(why)
+        node_state = self.mirror.state.nodes.get(node)
+        gpu_memory = node_state.gpu_memory_mib if node_state is not None else 0
+        body = share_configmap(pod, binding, gpu_memory)
+        meta = body["metadata"]
+        try:
+            self.client.create(CONFIGMAPS.collection(meta["namespace"]), body)
+        except ApiError as error:
+            if not error.conflict:
+                raise
+            self.client.replace(CONFIGMAPS.item(meta["name"], meta["namespace"]), body)
 
     def _read_pod(self, namespace: str, name: str) -> Obj | None:
         """GET the pod, retrying while the server cannot be reached."""

@@ -1,0 +1,1 @@
+"""Admission the API server runs beyond its own rules: MutatingWebhookConfigurations."""

@@ -1,0 +1,1 @@
+"""The mutating admission webhook for GPU fractions on kubelet nodes: ``gpushare webhook``."""
