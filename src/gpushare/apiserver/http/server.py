@@ -134,7 +134,7 @@ class ApiServer:
                  tls_handshake_timeout: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT,
                  fairness: FlowControlConfig | None = DEFAULT_FAIRNESS,
                  watch_backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
-                 tenant_quotas: bool = True) -> None:
+                 tenant_quotas: bool = True, tls_sans: Sequence[str] = ()) -> None:
         if not tls_handshake_timeout > 0:
             raise ValueError(f"tls_handshake_timeout must be > 0, not {tls_handshake_timeout}")
         self.data_dir = Path(data_dir)
@@ -163,7 +163,8 @@ class ApiServer:
         ssl: dict[str, Any] = {}
         self.ca_path: Path | None = None
         if tls:
-            self.ca_path, cert, key = ensure_certificates(self.data_dir / "pki", [host])
+            self.ca_path, cert, key = ensure_certificates(self.data_dir / "pki",
+                                                                [host, *tls_sans])
             ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
         self.store = Store(self.data_dir / DB_NAME, event_log_size=event_log_size, sync=sync,
                            event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes,
