@@ -114,9 +114,10 @@ def kubeconfig_cmd(
     component: ComponentOpt = None,
 ) -> None:
     """Print (or write) a kubeconfig for the API server in DATA_DIR."""
+    from gpushare.api.kubeconfig import kubeconfig
     from gpushare.apiserver.auth import components
     from gpushare.apiserver.auth.access import TokenFile
-    from gpushare.apiserver.http.server import KUBECONFIG_NAME, TOKENS_NAME, kubeconfig
+    from gpushare.apiserver.http.server import KUBECONFIG_NAME, TOKENS_NAME
 
     if component is not None and (component not in components.COMPONENTS or user):
         typer.echo(f"error: --component must be one of {', '.join(components.COMPONENTS)}"

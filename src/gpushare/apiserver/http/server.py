@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import fcntl
 import logging
 import os
@@ -17,6 +16,7 @@ from typing import Any
 import uvicorn
 import yaml
 
+from gpushare.api.kubeconfig import kubeconfig
 from gpushare.api.plugins import PluginFactory
 from gpushare.apiserver.auth import components, noderestriction
 from gpushare.apiserver.auth.access import TokenFile
@@ -44,22 +44,6 @@ KUBECONFIG_NAME = "admin.kubeconfig"
 TOKENS_NAME = "tokens.yaml"
 DB_NAME = "state.db"
 LOCK_NAME = "apiserver.lock"
-
-
-def kubeconfig(server: str, token: str, user: str = "admin", context: str = "gpushare",
-               ca_pem: bytes | None = None) -> dict[str, Any]:
-    cluster: dict[str, Any] = {"server": server}
-    if ca_pem is not None:
-        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": context, "cluster": cluster}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": context, "context": {"cluster": context, "user": user}}],
-        "current-context": context,
-        "preferences": {},
-    }
 
 
 def restrict_data_dir(data_dir: Path) -> None:
