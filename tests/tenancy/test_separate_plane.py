@@ -162,6 +162,19 @@ def test_three_tenants_on_a_separate_tenant_plane(clusters):
     assert {"type": "LogsAndExec", "status": "False"}.items() <= vc["status"]["conditions"][
         0].items()
 
+    # `gpushare tenant kubeconfig` reads the kept kubeconfig, at the address asked for
+    again = subprocess.run([*GPUSHARE, "tenant", "kubeconfig", "nlp", "--kubeconfig",
+                            str(host.kubeconfig), "--data-dir", str(root / "no-data-dir"),
+                            "--server", "https://localhost:1234"],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+    assert yaml.safe_load(again.stdout)["clusters"][0]["cluster"]["server"] == \
+        "https://localhost:1234/clusters/nlp"
+    bad = subprocess.run([*GPUSHARE, "tenant", "kubeconfig", "nlp", "--kubeconfig",
+                          str(host.kubeconfig), "--user", "bob"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--user" in bad.stderr, bad.stderr
+
     # What each server holds: the host only its own (root) objects, the tenant plane the
     # three tenants' clusters.
     assert _clusters(root / "host") == {"root"}

@@ -302,8 +302,12 @@ def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
 
     name = vc["metadata"]["name"]
     tokens = data_dir / "tokens.yaml"
-    if not tokens.exists():
-        return _kept_kubeconfig(data_dir, kubeconfig, name, user, server)
+    # The controller keeps a Secret only with a tenant plane of its own: then it is the one
+    # (a tokens.yaml at hand is another server's).
+    kept = _kept_kubeconfig(data_dir, kubeconfig, name, user, server,
+                            required=not tokens.exists())
+    if kept is not None:
+        return kept
     if server is None:
         admin = yaml.safe_load(Path(kubeconfig_path(kubeconfig, data_dir)).read_text())
         server = str(admin["clusters"][0]["cluster"]["server"])
@@ -316,19 +320,22 @@ def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
 
 
 def _kept_kubeconfig(data_dir: Path, kubeconfig: Path | None, name: str, user: str | None,
-                     server: str | None) -> dict[str, Any]:
-    """The tenant admin's kubeconfig from the host Secret the tenancy controller keeps."""
+                     server: str | None, required: bool) -> dict[str, Any] | None:
+    """The tenant admin's kubeconfig from the host Secret the tenancy controller keeps
+    (None: there is none, and ``required`` is off)."""
     from gpushare.tenancy.plane import KUBECONFIG_SECRET, read_kubeconfig
 
-    if user is not None:
-        raise _fail(f"--user: {data_dir / 'tokens.yaml'} does not exist (a tenant plane of "
-                    "its own): users of the tenant are made inside it (ServiceAccounts, "
-                    "RBAC) with the admin's kubeconfig")
     client = _client(data_dir, kubeconfig)
     try:
         config = read_kubeconfig(client, name)
     finally:
         client.close()
+    if config is None and not required:
+        return None
+    if user is not None:
+        raise _fail("--user: the tenants have an API server of their own, whose token file "
+                    "is not at hand: users of the tenant are made inside it "
+                    "(ServiceAccounts, RBAC) with the admin's kubeconfig")
     if config is None:
         raise _fail(f"no tenant kubeconfig for {name}: {data_dir / 'tokens.yaml'} does not "
                     f"exist and the host has no Secret vc-{name}/{KUBECONFIG_SECRET} (is the "
