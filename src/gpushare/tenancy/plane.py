@@ -97,8 +97,9 @@ class TenantPlane:
                 want["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
                 self.root.replace(VIRTUALCLUSTERS.item(name), want)
         except ApiError as error:
-            if error.status in (400, 403, 422):
-                return f"the tenant plane refuses its policy: {error}"
+            if error.status in (400, 401, 403, 422):
+                return (f"the tenant plane refuses its copy of the VirtualCluster ({error}); "
+                        "--tenant-kubeconfig must be that server's admin")
             raise
         return None
 
