@@ -22,7 +22,7 @@ from gpushare.cli.up import DEFAULT_QUEUE
 
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if p.is_dir())
 CHART_VALUES = ([], ["--set", "agent.enabled=true", "--set", "serviceMonitor.enabled=true"],
-                ["--set", "gpuSharing.enabled=true"])
+                ["--set", "gpuSharing.enabled=true"], ["--set", "tenants.enabled=true"])
 WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet", "Job")
 RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
               "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
@@ -42,7 +42,7 @@ def _pods(objects: list[dict]) -> list[tuple[dict, dict]]:
 
 def test_every_overlay_renders_and_the_chart_lints_clean():
     assert {"cluster", "cluster-with-agent", "cluster-with-gpu-sharing",
-            "cluster-with-servicemonitor", "standalone"} <= set(OVERLAYS)
+            "cluster-with-servicemonitor", "cluster-with-tenants", "standalone"} <= set(OVERLAYS)
     for overlay in OVERLAYS:
         assert _kustomize(overlay), overlay
     for values in CHART_VALUES:
@@ -61,14 +61,7 @@ def test_every_container_is_probed_limited_and_restricted():
             for c in pod["containers"]:
                 what = f"{where}: {workload['kind']}/{workload['metadata']['name']}/{c['name']}"
                 seen.add((workload["kind"], c["name"]))
-                ports = {p["name"] for p in c.get("ports") or []}
-                for probe in ("livenessProbe", "readinessProbe"):
-                    get = c[probe]["httpGet"]
-                    assert get["port"] in ports and get["port"] == "health", what
-                assert c["livenessProbe"]["httpGet"]["path"] == "/livez", what
-                assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", what
-                health = next(p["containerPort"] for p in c["ports"] if p["name"] == "health")
-                assert f"--health-port={health}" in c["args"], what
+                _check_probes(component, c, what)
                 for kind in ("requests", "limits"):
                     assert {"cpu", "memory"} <= set(c["resources"][kind]), what
                 context = c["securityContext"]
@@ -91,9 +84,27 @@ def test_every_container_is_probed_limited_and_restricted():
                 volumes = {v["name"]: v for v in pod["volumes"]}
                 for mount in c["volumeMounts"]:
                     if not mount.get("readOnly"):
-                        assert "emptyDir" in volumes[mount["name"]], (what, mount)
+                        # the tenant plane's store alone is on a volume of its own
+                        stored = component == "tenant-plane" and mount["name"] == "data"
+                        kind = "persistentVolumeClaim" if stored else "emptyDir"
+                        assert kind in volumes[mount["name"]], (what, mount)
     assert seen == {("Deployment", "controllers"), ("DaemonSet", "agent"),
-                    ("Deployment", "webhook"), ("DaemonSet", "node-daemon")}
+                    ("Deployment", "webhook"), ("DaemonSet", "node-daemon"),
+                    ("Deployment", "apiserver")}
+
+
+def _check_probes(component: str, c: dict, what: str) -> None:
+    """Probes on a declared port: the health port, or the API server's own (HTTPS) port
+    where /livez and /readyz need no token."""
+    ports = {p["name"]: p["containerPort"] for p in c.get("ports") or []}
+    port = "https" if component == "tenant-plane" else "health"
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = c[probe]["httpGet"]
+        assert get["port"] in ports and get["port"] == port, what
+    assert c["livenessProbe"]["httpGet"]["path"] == "/livez", what
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", what
+    flag = "--port" if component == "tenant-plane" else "--health-port"
+    assert f"{flag}={ports[port]}" in c["args"], what
 
 
 def test_every_object_carries_the_gpushare_labels():

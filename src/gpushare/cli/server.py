@@ -60,6 +60,9 @@ WatchBacklogBytes = Annotated[int, typer.Option(
 FlowControl = Annotated[bool, typer.Option(
     "--flow-control/--no-flow-control", help="Per-tenant fairness: requests queued fairly "
     "per logical cluster with bounded concurrency, bulk work in slices (default on).")]
+TlsSans = Annotated[list[str] | None, typer.Option(
+    "--tls-san", help="Another name (DNS or IP) clients reach the server by, for its serving "
+    "certificate: a Service's or Ingress's host name (repeatable).")]
 AnonymousMetrics = Annotated[bool, typer.Option(
     "--anonymous-metrics", help="serve /metrics without a token (by default a token whose "
     "user may `get` the nonResourceURL /metrics is needed: the system:monitoring role)")]
@@ -73,7 +76,7 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
               storage_reserve_bytes: ReserveBytes = 256 * 1024**2,
               tls_handshake_timeout: HandshakeTimeout = 10.0,
               watch_backlog_bytes: WatchBacklogBytes = 16 * 1024 * 1024,
-              flow_control: FlowControl = True) -> None:
+              flow_control: FlowControl = True, tls_san: TlsSans = None) -> None:
     """Run the Kubernetes-compatible API server in the foreground (Ctrl-C stops it)."""
     from gpushare.apiserver.http.server import DEFAULT_FAIRNESS
     from gpushare.cli.compose import api_server
@@ -90,7 +93,8 @@ def apiserver(data_dir: DataDir, port: Port = 6443, host: Host = "127.0.0.1",
                            storage_reserve_bytes=storage_reserve_bytes,
                            tls_handshake_timeout=tls_handshake_timeout,
                            watch_backlog_bytes=watch_backlog_bytes,
-                           fairness=DEFAULT_FAIRNESS if flow_control else None)
+                           fairness=DEFAULT_FAIRNESS if flow_control else None,
+                           tls_sans=list(tls_san or ()))
     except (OSError, RuntimeError, ValueError) as e:
         typer.echo(f"error: cannot start the API server on {host}:{port}: {e}", err=True)
         raise typer.Exit(1) from None
@@ -110,9 +114,10 @@ def kubeconfig_cmd(
     component: ComponentOpt = None,
 ) -> None:
     """Print (or write) a kubeconfig for the API server in DATA_DIR."""
+    from gpushare.api.kubeconfig import kubeconfig
     from gpushare.apiserver.auth import components
     from gpushare.apiserver.auth.access import TokenFile
-    from gpushare.apiserver.http.server import KUBECONFIG_NAME, TOKENS_NAME, kubeconfig
+    from gpushare.apiserver.http.server import KUBECONFIG_NAME, TOKENS_NAME
 
     if component is not None and (component not in components.COMPONENTS or user):
         typer.echo(f"error: --component must be one of {', '.join(components.COMPONENTS)}"

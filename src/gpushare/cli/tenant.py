@@ -4,7 +4,10 @@
 does the same), waits for the tenancy controller to provision it and writes the tenant
 admin's kubeconfig; ``kubeconfig`` prints it again (or one for a plain user of the tenant);
 ``list``, ``pause``, ``resume``, ``delete`` do what they say. Tokens are issued in the API
-server's ``tokens.yaml`` (hence ``--data-dir``), valid in the tenant's cluster only.
+server's ``tokens.yaml`` (hence ``--data-dir``), valid in the tenant's cluster only. On a
+Kubernetes cluster, whose tenants have an API server of their own (``tenancy/plane.py``),
+there is no such file at hand: the kubeconfig is the one the tenancy controller keeps in the
+host Secret ``vc-<team>/vc-kubeconfig``.
 """
 
 from __future__ import annotations
@@ -119,9 +122,15 @@ def kubeconfig_cmd(
     data_dir: DataDir = Path(".gpushare"),
     kubeconfig: KubeconfigOpt = None,
     output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
+    server: Annotated[str | None, typer.Option(
+        help="the tenant plane's address as the tenant reaches it (an Ingress, a load "
+             "balancer, a port-forward), instead of the one in the kubeconfig; "
+             "/clusters/<name> is added")] = None,
 ) -> None:
     """Print (or write) a kubeconfig for a virtual cluster: its own endpoint and a token valid
-    there only."""
+    there only. With the API server's --data-dir (gpushare up) a token of its token file;
+    on a Kubernetes cluster (no tokens.yaml there) the tenant admin's kubeconfig the tenancy
+    controller keeps in the host Secret vc-<name>/vc-kubeconfig (--kubeconfig: the host's)."""
     from gpushare.tenancy.controller import VIRTUALCLUSTERS
 
     client = _client(data_dir, kubeconfig)
@@ -132,10 +141,10 @@ def kubeconfig_cmd(
     if vc is None:
         raise _fail(f'virtualcluster "{name}" not found')
     if output is None:
-        typer.echo(yaml.safe_dump(_kubeconfig(data_dir, kubeconfig, vc, user), sort_keys=False),
-                   nl=False)
+        typer.echo(yaml.safe_dump(_kubeconfig(data_dir, kubeconfig, vc, user, server),
+                                  sort_keys=False), nl=False)
     else:
-        _write_kubeconfig(data_dir, kubeconfig, vc, user, output)
+        _write_kubeconfig(data_dir, kubeconfig, vc, user, output, server)
 
 
 @tenant_app.command("list")
@@ -287,17 +296,22 @@ def _wait_phase(client: Any, name: str, phases: tuple[str, ...], timeout: float
 
 
 def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
-                user: str | None) -> dict[str, Any]:
-    from gpushare.apiserver.http.server import kubeconfig as make_kubeconfig
+                user: str | None, server: str | None = None) -> dict[str, Any]:
+    from gpushare.api.kubeconfig import kubeconfig as make_kubeconfig
     from gpushare.tenancy.tokens import tenant_token
 
-    admin = yaml.safe_load(Path(kubeconfig_path(kubeconfig, data_dir)).read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    server = str(cluster["server"]).split("/clusters/", 1)[0].rstrip("/")
     name = vc["metadata"]["name"]
     tokens = data_dir / "tokens.yaml"
-    if not tokens.exists():
-        raise _fail(f"{tokens} does not exist: --data-dir must be the API server's")
+    # The controller keeps a Secret only with a tenant plane of its own: then it is the one
+    # (a tokens.yaml at hand is another server's).
+    kept = _kept_kubeconfig(data_dir, kubeconfig, name, user, server,
+                            required=not tokens.exists())
+    if kept is not None:
+        return kept
+    if server is None:
+        admin = yaml.safe_load(Path(kubeconfig_path(kubeconfig, data_dir)).read_text())
+        server = str(admin["clusters"][0]["cluster"]["server"])
+    server = server.split("/clusters/", 1)[0].rstrip("/")
     user_name, token = tenant_token(tokens, name, vc["metadata"]["uid"], user)
     ca_path = data_dir / "pki" / "ca.crt"
     ca = ca_path.read_bytes() if ca_path.exists() else None
@@ -305,12 +319,40 @@ def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
                            ca_pem=ca)
 
 
+def _kept_kubeconfig(data_dir: Path, kubeconfig: Path | None, name: str, user: str | None,
+                     server: str | None, required: bool) -> dict[str, Any] | None:
+    """The tenant admin's kubeconfig from the host Secret the tenancy controller keeps
+    (None: there is none, and ``required`` is off)."""
+    from gpushare.tenancy.plane import KUBECONFIG_SECRET, read_kubeconfig
+
+    client = _client(data_dir, kubeconfig)
+    try:
+        config = read_kubeconfig(client, name)
+    finally:
+        client.close()
+    if config is None and not required:
+        return None
+    if user is not None:
+        raise _fail("--user: the tenants have an API server of their own, whose token file "
+                    "is not at hand: users of the tenant are made inside it "
+                    "(ServiceAccounts, RBAC) with the admin's kubeconfig")
+    if config is None:
+        raise _fail(f"no tenant kubeconfig for {name}: {data_dir / 'tokens.yaml'} does not "
+                    f"exist and the host has no Secret vc-{name}/{KUBECONFIG_SECRET} (is the "
+                    "tenancy controller running with a tenant plane of its own?)")
+    if server is not None:
+        config["clusters"][0]["cluster"]["server"] = \
+            f"{server.split('/clusters/', 1)[0].rstrip('/')}/clusters/{name}"
+    return config
+
+
 def _write_kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
-                      user: str | None, output: Path | None) -> Path:
+                      user: str | None, output: Path | None, server: str | None = None) -> Path:
     path = output or data_dir / "tenants" / f"{vc['metadata']['name']}.kubeconfig"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(_kubeconfig(data_dir, kubeconfig, vc, user), sort_keys=False))
+    tmp.write_text(yaml.safe_dump(_kubeconfig(data_dir, kubeconfig, vc, user, server),
+                                  sort_keys=False))
     tmp.chmod(0o600)
     tmp.replace(path)
     return path

@@ -12,7 +12,8 @@ Plugged into the API server by the process that composes it (``server_plugin``):
 * in a tenant cluster, the platform's views (nodes, queues, priority classes) and the
   scheduler's verbs (binding, pod status) are read-only for everybody but the platform
   (``system:masters``);
-* ``pods/log`` of a tenant pod is served from the host pod it is synced to.
+* ``pods/log`` (and exec, port-forward) of a tenant pod is served from the host pod it is
+  synced to; a tenant plane of its own (``plane.py``) refuses them with a message saying why.
 """
 
 from __future__ import annotations
@@ -238,8 +239,18 @@ def log_target(api: ServerApi) -> LogTarget:
     """``ServerPlugin.log_targets`` entry: where the logs of a tenant pod are."""
 
     def target(cluster: str, ns: str, name: str) -> tuple[str, str, str] | None:
-        if policy_of(api, cluster) is None:
+        if cluster == names.HOST_CLUSTER:
             return None
+        vc = api.store.get(names.HOST_CLUSTER, names.VC_GR, "", cluster)
+        if vc is None:
+            return None
+        if ((vc.get("metadata") or {}).get("annotations") or {}).get(
+                names.PLANE_ANNOTATION) == names.SEPARATE_PLANE:
+            raise ApiError(400, f'logs, exec and port-forward of pod "{name}" are not '
+                                "served here: the host is another cluster, whose kubelets "
+                                "this API server does not reach (the platform admin reaches "
+                                f"the host pod in {names.host_namespace(cluster)})",
+                           "BadRequest")
         pod = api.store.get(cluster, "pods", ns, name)
         if pod is None:
             return None

@@ -18,18 +18,23 @@ For each VirtualCluster it
   namespace and logical cluster is touched.
 
 Everything goes through the Kubernetes API: the host's with the controllers' kubeconfig,
-the tenant's at ``<server>/clusters/<name>`` with the same credentials.
+the tenant's at ``<server>/clusters/<name>`` of the tenant kubeconfig's server. When that
+is another server than the host (a Kubernetes cluster, whose tenants have a gpushare API
+server of their own), ``plane.TenantPlane`` adds what that takes: the policy mirrored where
+that server's admission reads it and the tenant admin's kubeconfig in a host Secret.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from gpushare.api.crds import podgroup_crd, queue_crd
 from gpushare.api.objects import Obj
 from gpushare.api.quantity import format_milli
+from gpushare.api.timefmt import rfc3339
 from gpushare.kube.client import (
     EVENTS,
     NAMESPACES,
@@ -46,6 +51,7 @@ from gpushare.kube.client import (
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
 from gpushare.tenancy import metrics, names
+from gpushare.tenancy.plane import TenantPlane, separate
 from gpushare.tenancy.policy import TenantPolicy
 from gpushare.tenancy.syncer import HostViews, TenantSyncer
 
@@ -101,6 +107,9 @@ class TenancyController:
         self.kubeconfig = kubeconfig
         self.tenant_kubeconfig = tenant_kubeconfig or kubeconfig
         self.workload_controllers = workload_controllers
+        self.plane = (TenantPlane(self.tenant_kubeconfig)
+                      if separate(kubeconfig, tenant_kubeconfig) else None)
+        self._mirrored: dict[str, tuple[str, object]] = {}  # tenant -> (uid, generation)
         self.vcs = informers.get(VIRTUALCLUSTERS)
         self.h = HostViews(pods=informers.get(PODS), events=informers.get(EVENTS),
                            podgroups=informers.get(PODGROUPS), nodes=informers.get(NODES),
@@ -129,6 +138,8 @@ class TenancyController:
             self.syncers.clear()
         for syncer in syncers:
             syncer.stop()
+        if self.plane is not None:
+            self.plane.close()
 
     # -- routing host changes to the tenant's syncer ----------------------------------------
 
@@ -176,8 +187,8 @@ class TenancyController:
             self.client.merge_patch(VIRTUALCLUSTERS.item(name), {"metadata": {
                 "finalizers": [*(meta.get("finalizers") or ()), names.FINALIZER]}})
             return  # the watch brings the object back with its finalizer
-        problem = None
-        if self._provisioned.get(name) != policy.uid:
+        problem = self._mirror(vc, policy)
+        if problem is None and self._provisioned.get(name) != policy.uid:
             problem = self._provision(policy)
             if problem is None:
                 self._provisioned[name] = policy.uid
@@ -199,6 +210,18 @@ class TenancyController:
         self._write_status(vc, policy, problem)
 
     # -- provisioning -------------------------------------------------------------------------
+
+    def _mirror(self, vc: Obj, policy: TenantPolicy) -> str | None:
+        """A separate tenant plane: its copy of the policy, kept current."""
+        if self.plane is None:
+            return None
+        seen = (policy.uid, (vc.get("metadata") or {}).get("generation"))
+        if self._mirrored.get(policy.name) == seen:
+            return None
+        problem = self.plane.mirror(vc)
+        if problem is None:
+            self._mirrored[policy.name] = seen
+        return problem
 
     def _provision(self, policy: TenantPolicy) -> str | None:
         """Make what the tenant needs on both sides; a reason it cannot be, or None."""
@@ -236,6 +259,8 @@ class TenancyController:
             elif current.get("subjects") != binding["subjects"]:
                 binding["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
                 tenant.replace(CLUSTERROLEBINDINGS.item(ADMINS_BINDING), binding)
+            if self.plane is not None:
+                self.plane.publish_kubeconfig(self.client, tenant, policy)
         finally:
             tenant.close()
         return None
@@ -277,9 +302,11 @@ class TenancyController:
             phase, message = "Pending", f"queue(s) {', '.join(missing)} do not exist on the host"
         else:
             phase, message = "Ready", ""
-        status = {"phase": phase, "endpoint": f"/clusters/{name}", "hostNamespace": host_ns,
+        status = {"phase": phase, "endpoint": self._endpoint(name), "hostNamespace": host_ns,
                   "pods": pods, "gpuAllocated": format_milli(gpu),
-                  "observedGeneration": (vc.get("metadata") or {}).get("generation", 1)}
+                  "observedGeneration": (vc.get("metadata") or {}).get("generation", 1),
+                  "logsAndExec": "HostAdminOnly" if self.plane is not None else "Served",
+                  "conditions": [self._logs_condition(vc)]}
         if message:
             status["message"] = message
         metrics.TENANT_PODS.labels(name).set(pods)
@@ -293,6 +320,28 @@ class TenancyController:
         except ApiError as error:
             if error.status != 404:
                 raise
+
+    def _endpoint(self, name: str) -> str:
+        return f"{self.plane.server}/clusters/{name}" if self.plane else f"/clusters/{name}"
+
+    def _logs_condition(self, vc: Obj) -> Obj:
+        """Whether the tenant's kubectl logs and exec reach its pods: they do through the
+        API server that holds both the tenant pod and its host pod, not from a tenant plane
+        of its own (it cannot reach the host's kubelets)."""
+        old = {c.get("type"): c for c in (vc.get("status") or {}).get("conditions") or ()
+               if isinstance(c, dict)}.get("LogsAndExec") or {}
+        if self.plane is None:
+            want = {"type": "LogsAndExec", "status": "True", "reason": "SameServer",
+                    "message": "kubectl logs and exec of a tenant pod reach its host pod"}
+        else:
+            want = {"type": "LogsAndExec", "status": "False", "reason": "SeparateTenantPlane",
+                    "message": "the host is another cluster: the tenant plane cannot reach "
+                               "its kubelets; logs and exec go through the host's admin "
+                               f"(kubectl -n {names.host_namespace(str(vc['metadata']['name']))}"
+                               " logs|exec ...)"}
+        same = all(old.get(k) == v for k, v in want.items())
+        return {**want, "lastTransitionTime": old.get("lastTransitionTime") if same
+                else rfc3339(time.time())}
 
     # -- deletion -----------------------------------------------------------------------------
 
@@ -322,6 +371,9 @@ class TenancyController:
                 return
         finally:
             tenant.close()
+        if self.plane is not None:
+            self.plane.forget(name)
+            self._mirrored.pop(name, None)
         finalizers = [f for f in meta.get("finalizers") or () if f != names.FINALIZER]
         self.client.merge_patch(VIRTUALCLUSTERS.item(name), {"metadata": {
             "finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}})

@@ -27,6 +27,9 @@ HOST_NAME_ANNOTATION = f"{GROUP}/host-name"
 # On tenant objects the platform writes (nodes, queues): read-only views.
 VIEW_LABEL = f"{GROUP}/view"
 
+# On a tenant plane's copy of a VirtualCluster (tenancy/plane.py): the host is another server.
+PLANE_ANNOTATION = f"{GROUP}/plane"
+SEPARATE_PLANE = "separate"
 HOST_NAMESPACE_PREFIX = "vc-"
 MAX_TENANT_NAME = 63 - len(HOST_NAMESPACE_PREFIX)
 

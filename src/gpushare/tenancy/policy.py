@@ -196,6 +196,7 @@ def _status_schema() -> dict[str, Any]:
             "pods": {"type": "integer"},
             "gpuAllocated": {"type": "string"},
             "message": {"type": "string"},
+            "logsAndExec": {"type": "string"},
             "observedGeneration": {"type": "integer"},
             "conditions": {"type": "array", "items": {
                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}},
@@ -225,6 +226,9 @@ def virtualcluster_crd() -> dict[str, Any]:
                     {"name": "Pods", "type": "integer", "jsonPath": ".status.pods"},
                     {"name": "GPU Allocated", "type": "string",
                      "jsonPath": ".status.gpuAllocated"},
+                    # kubectl logs/exec of the tenant's pods: Served (one server),
+                    # HostAdminOnly (a tenant plane of its own cannot reach the kubelets)
+                    {"name": "Logs/Exec", "type": "string", "jsonPath": ".status.logsAndExec"},
                     {"name": "Max Pods", "type": "integer", "priority": 1,
                      "jsonPath": ".spec.maxPods"},
                     {"name": "Max Objects", "type": "integer", "priority": 1,

@@ -8,14 +8,19 @@ exactly one logical cluster other than the host's (``clusters: [<tenant>]`` in
 ``tokens.yaml``: every tenant kubeconfig's) has that cluster as its home: a request
 without a ``/clusters/<name>`` prefix is served there, as if it had the prefix. The token
 still holds nowhere else: the host (root) cluster is never reachable with it, with or
-without a prefix, and a prefix naming another cluster is refused (401) as before.
+without a prefix, and a prefix naming another cluster is refused (401) as before. A
+ServiceAccount token holds in the one logical cluster it was requested in, so it has that
+cluster as its home too (a tenant kubeconfig made from one: `gpushare tenant kubeconfig` on a
+cluster whose tenants have an API server of their own).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from starlette.requests import HTTPConnection
 
-from gpushare.apiserver.auth.access import ROOT_CLUSTER, TokenFile, User
+from gpushare.apiserver.auth.access import ROOT_CLUSTER, User
 
 
 def home_cluster(user: User | None) -> str | None:
@@ -28,9 +33,10 @@ def home_cluster(user: User | None) -> str | None:
     return only
 
 
-def route(request: HTTPConnection, tokens: TokenFile) -> str | None:
-    """The cluster an unprefixed request is for when its bearer token has a home."""
+def route(request: HTTPConnection, authenticate: Callable[[str], User | None]) -> str | None:
+    """The cluster an unprefixed request is for when its bearer token (as ``authenticate``
+    knows it: the token file's, a ServiceAccount's) has a home."""
     header = request.headers.get("authorization", "")
     if header[:7].lower() != "bearer ":
         return None
-    return home_cluster(tokens.authenticate(header[7:].strip()))
+    return home_cluster(authenticate(header[7:].strip()))

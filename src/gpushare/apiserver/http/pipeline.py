@@ -112,8 +112,11 @@ class Filters:
         a tenant's token never acts in the root cluster."""
         if info.prefix:
             return info
-        home = homecluster.route(conn, self.tokens)
+        home = homecluster.route(conn, self._user_of)
         return info if home is None else replace(info, cluster=home)
+
+    def _user_of(self, token: str) -> User | None:
+        return self.tokens.authenticate(token) or self.sa_tokens.authenticate(token)
 
     def identify(self, conn: HTTPConnection, cluster: str) -> User:
         """authenticate, then impersonate."""
@@ -125,7 +128,7 @@ class Filters:
         user = None
         if header[:7].lower() == "bearer ":
             token = header[7:].strip()
-            user = self.tokens.authenticate(token) or self.sa_tokens.authenticate(token)
+            user = self._user_of(token)
         if user is None or not user.valid_in(cluster):
             raise ApiError(401, "Unauthorized", "Unauthorized")
         return user

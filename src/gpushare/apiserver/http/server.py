@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import fcntl
 import logging
 import os
@@ -17,6 +16,7 @@ from typing import Any
 import uvicorn
 import yaml
 
+from gpushare.api.kubeconfig import kubeconfig
 from gpushare.api.plugins import PluginFactory
 from gpushare.apiserver.admission.mutating import MutatingWebhooks
 from gpushare.apiserver.auth import components, noderestriction
@@ -45,22 +45,6 @@ KUBECONFIG_NAME = "admin.kubeconfig"
 TOKENS_NAME = "tokens.yaml"
 DB_NAME = "state.db"
 LOCK_NAME = "apiserver.lock"
-
-
-def kubeconfig(server: str, token: str, user: str = "admin", context: str = "gpushare",
-               ca_pem: bytes | None = None) -> dict[str, Any]:
-    cluster: dict[str, Any] = {"server": server}
-    if ca_pem is not None:
-        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": context, "cluster": cluster}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": context, "context": {"cluster": context, "user": user}}],
-        "current-context": context,
-        "preferences": {},
-    }
 
 
 def restrict_data_dir(data_dir: Path) -> None:
@@ -135,7 +119,7 @@ class ApiServer:
                  tls_handshake_timeout: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT,
                  fairness: FlowControlConfig | None = DEFAULT_FAIRNESS,
                  watch_backlog_bytes: int = DEFAULT_BACKLOG_BYTES,
-                 tenant_quotas: bool = True) -> None:
+                 tenant_quotas: bool = True, tls_sans: Sequence[str] = ()) -> None:
         if not tls_handshake_timeout > 0:
             raise ValueError(f"tls_handshake_timeout must be > 0, not {tls_handshake_timeout}")
         self.data_dir = Path(data_dir)
@@ -164,7 +148,8 @@ class ApiServer:
         ssl: dict[str, Any] = {}
         self.ca_path: Path | None = None
         if tls:
-            self.ca_path, cert, key = ensure_certificates(self.data_dir / "pki", [host])
+            self.ca_path, cert, key = ensure_certificates(self.data_dir / "pki",
+                                                                [host, *tls_sans])
             ssl = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
         self.store = Store(self.data_dir / DB_NAME, event_log_size=event_log_size, sync=sync,
                            event_log_bytes=event_log_bytes, max_object_bytes=max_body_bytes,
