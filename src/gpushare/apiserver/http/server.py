@@ -100,6 +100,18 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def _listening_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class ApiServer:
     """The API server over the state in `data_dir`.
 
@@ -134,13 +146,9 @@ class ApiServer:
             self._lock.close()
             raise RuntimeError(f"another API server is using {self.data_dir}") from e
         self.host = host
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._sock.bind((host, port))
-            self._sock.listen(1024)
+            self._sock = _listening_socket(host, port)
         except OSError:
-            self._sock.close()
             self._lock.close()
             raise
         self.port = self._sock.getsockname()[1]
