@@ -6,11 +6,14 @@ a missing piece fails the test."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +97,21 @@ def test_each_pod_has_its_namespace_address_and_loopback(net: PodNetwork) -> Non
         _wait_listening(b.netns, 8080)
         assert all(s.poll() is None for s in servers)
         assert _connect(a.netns, b.ip, 8080) == "connected"
-        # the agent dials a pod's own localhost (port-forward)
-        dial(b.netns, 8080).close()
+        # the agent dials a pod's own localhost (port-forward), from threads that stay in
+        # the node's network namespace (several at once)
+        own = os.readlink(f"/proc/self/task/{threading.get_native_id()}/ns/net")
+        with ThreadPoolExecutor(4) as pool:
+            dialed = list(pool.map(lambda _: dial(b.netns, 8080), range(8)))
+            seen = set(pool.map(lambda _: os.readlink(
+                f"/proc/self/task/{threading.get_native_id()}/ns/net"), range(8)))
+        assert all(d.getpeername() == ("127.0.0.1", 8080) for d in dialed)
+        for d in dialed:
+            d.close()
+        assert seen == {own}
+        # a namespace that is gone is an error, never made afresh
+        with pytest.raises(OSError):
+            dial(b.netns + "-gone", 8080)
+        assert not os.path.exists(links.netns_path(b.netns + "-gone"))
     finally:
         for s in servers:
             s.kill()

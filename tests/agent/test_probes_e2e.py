@@ -205,6 +205,26 @@ def test_a_host_network_pods_probe_goes_to_the_nodes_loopback(cluster: LimitsClu
         assert s.connect_ex(("127.0.0.1", port)) == 0, cluster.pod("on-host")["status"]
 
 
+def test_a_container_with_a_readiness_probe_is_never_ready_before_its_first_success(
+        cluster: LimitsCluster) -> None:
+    """Every version of the pod the API server kept, from its creation on: Running, yet not
+    once Ready (its readiness probe never succeeds); Ready only ever follows a success."""
+    since = cluster.kube.list(PODS_COLLECTION)["metadata"]["resourceVersion"]
+    probe = {"readinessProbe": {"exec": {"command": ["false"]}, "periodSeconds": 1}}
+    cluster.kube.create(PODS_COLLECTION, _pod("never-ready", ["sleep", "300"], probe, {}))
+    cluster.wait_phase("never-ready", "Running", timeout=30)
+    wait_for(lambda: _events(cluster, "never-ready", "Unhealthy"), 20)
+    seen = [e["object"] for e in cluster.kube.watch(
+        PODS_COLLECTION, since, timeout_seconds=2, field_selector="metadata.name=never-ready")
+        if e["type"] in ("ADDED", "MODIFIED")]
+    statuses = [o.get("status") or {} for o in seen]
+    assert any(s.get("phase") == "Running" for s in statuses)
+    for status in statuses:
+        assert not any(c["type"] in ("Ready", "ContainersReady") and c["status"] == "True"
+                       for c in status.get("conditions") or []), status
+        assert not any(c.get("ready") for c in status.get("containerStatuses") or []), status
+
+
 def test_pod_address_is_the_pod_ip_unless_the_pod_is_on_the_nodes_network() -> None:
     pod: dict[str, Any] = {"spec": {}}
     assert pod_address(pod, "10.244.7.9") == "10.244.7.9"

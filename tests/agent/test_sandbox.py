@@ -491,3 +491,28 @@ def test_a_gpu_pod_gets_the_device_nodes_of_its_gpus_only(tmp_path: Path) -> Non
     assert sorted(Path(p).name for p in sb.gpu_devices([0, 2], dev=str(tmp_path))) == [
         "nvidia-caps", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0",
         "nvidia2", "nvidiactl"]
+
+
+def test_no_other_nvidia_node_reaches_a_gpu_pods_dev(tmp_path: Path) -> None:
+    """FAKE device nodes (character devices with /dev/null's numbers, no GPU here) named as
+    a GPU node has them: only the pod's GPU and the control nodes are bound into its /dev;
+    another GPU's node (``nvidia10`` is not ``nvidia1``) and an NVSwitch's are not."""
+    dev = tmp_path / "fake-dev"
+    dev.mkdir()
+    null = os.stat("/dev/null").st_rdev
+    for name in ("nvidia1", "nvidia10", "nvidia3", "nvidiactl", "nvidia-uvm",
+                 "nvidia-uvm-tools", "nvidia-modeset", "nvidia-nvswitch0",
+                 "nvidia-nvswitchctl", "nvidia-nvlink", "zero"):
+        os.mknod(dev / name, 0o600 | 0o020000, null)
+    (dev / "nvidia-caps").mkdir()
+    given = sb.gpu_devices([1], dev=str(dev))
+    assert sorted(Path(p).name for p in given) == [
+        "nvidia-caps", "nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidia1",
+        "nvidiactl"]
+    state = sb.SandboxState(sb.BWRAP, 200070, 200070, str(tmp_path / "pod"), "p", (),
+                            devices=tuple(given))
+    args = sb._bwrap_mounts(state, ["true"], {})
+    bound = [args[i + 1] for i, a in enumerate(args) if a == "--dev-bind"
+             and args[i + 1].startswith(str(dev))]
+    assert sorted(bound) == sorted(given)
+    assert args[args.index("--dev") + 1] == "/dev"  # a fresh /dev: no host node besides these

@@ -80,6 +80,10 @@ SA_MOUNT = TOKEN_MOUNT_PATH
 _SYSTEM_RO = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
 _ALWAYS_HIDDEN = ("/root", "/home")
 _GPU_DEVICE_PREFIX = "nvidia"
+# the control nodes every CUDA process opens; any other nvidia* node (another GPU's, an
+# NVSwitch's, ...) stays out of a pod's /dev
+_GPU_CONTROL_NODES = frozenset(
+    {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps"})
 
 
 def _tool(name: str) -> str:
@@ -551,14 +555,13 @@ def gpu_devices(indices: Iterable[int] = (), dev: str = "/dev") -> list[str]:
     """The NVIDIA device nodes a GPU pod gets: ``/dev/nvidia<i>`` of its GPUs `indices`
     only, and the control nodes every CUDA process needs (``nvidiactl``, ``nvidia-uvm``,
     ``nvidia-uvm-tools``, ``nvidia-modeset``, ``nvidia-caps``); the sandbox's /dev has no
-    other GPU's node to open."""
+    other GPU's node to open, nor any other nvidia node (``nvidia-nvswitch*``, ...)."""
     try:
         names = sorted(os.listdir(dev))
     except OSError:
         return []
-    wanted = {f"{_GPU_DEVICE_PREFIX}{i}" for i in indices}
-    return [f"{dev}/{n}" for n in names if n.startswith(_GPU_DEVICE_PREFIX)
-            and (n in wanted or not n[len(_GPU_DEVICE_PREFIX):].isdigit())]
+    wanted = {f"{_GPU_DEVICE_PREFIX}{i}" for i in indices} | _GPU_CONTROL_NODES
+    return [f"{dev}/{n}" for n in names if n in wanted]
 
 
 def sandboxed_process(pgid: int, inside_only: bool = False) -> int | None:

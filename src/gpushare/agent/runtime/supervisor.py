@@ -30,6 +30,8 @@ from gpushare.agent.runtime.logshim import LogLimits
 from gpushare.agent.runtime.logstore import META_DIR, ensure_log_file, log_path
 from gpushare.agent.runtime.podlimits import PodLimits
 from gpushare.agent.runtime.probes import (
+    READINESS,
+    STARTUP,
     ContainerProber,
     ExecRunner,
     join_cgroups,
@@ -460,6 +462,8 @@ class PodSupervisor:
             return True
         slot.launching = False
         slot.run = run
+        # not ready (nor started) until its probe says so: no Ready before the first verdict
+        record.probe_ready, record.probe_started = self._unprobed(slot)
         record.running_since = time.time()
         record.waiting_reason = None
         record.waiting_message = None
@@ -467,6 +471,15 @@ class PodSupervisor:
             self._started_at = record.running_since
         self._event("Started", f"Started container {record.name}")
         return True
+
+    def _unprobed(self, slot: _Slot) -> tuple[bool | None, bool | None]:
+        """A fresh run's (readiness, startup) verdicts before its probes ran: False for each
+        probe the container has, None (nothing to wait for) otherwise."""
+        if slot not in self._main:
+            return None, None
+        index = self._main.index(slot)
+        kinds = {p.kind for p in probes_of(slot.spec, f"spec.containers[{index}]")}
+        return (False if READINESS in kinds else None, False if STARTUP in kinds else None)
 
     def _watch_probes(self, slot: _Slot, now: float, init: bool) -> bool:
         """Start the run's probes (once), follow their verdicts, and end the run whose

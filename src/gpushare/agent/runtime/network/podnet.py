@@ -431,12 +431,18 @@ class PodNetwork:
 
 def dial(netns_name: str, port: int, timeout: float = 10.0) -> socket.socket:
     """A TCP connection to ``localhost:port`` inside the network namespace `netns_name`
-    (kubectl port-forward): this thread enters the namespace for the connect only."""
-    pyroute2_netns.pushns(netns_name)
+    (kubectl port-forward). The socket is made in the namespace by a short-lived child
+    process and handed back; no thread of the agent ever changes its own network namespace
+    (a thread that did would take every probe or connection it makes meanwhile, and every
+    thread it starts, into the pod's network)."""
+    sock = pyroute2_netns.create_socket(netns_name, flags=0)
     try:
-        return socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    finally:
-        pyroute2_netns.popns()
+        sock.settimeout(timeout)
+        sock.connect(("127.0.0.1", port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def open_network(kube: KubeClient | None, mode: str, cidr: str, data_dir: Path,
