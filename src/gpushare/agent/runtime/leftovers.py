@@ -61,14 +61,7 @@ def kill_leftovers(directory: Path, before_signal: BeforeSignal | None = None) -
     alive = [p.pgid for p in _recorded_groups(directory)
              if p.poll() is None or p.group_alive()]
     groups = [*alive, *sorted(started_groups(directory) - set(alive))]
-    if before_signal is not None and groups:
-        try:
-            before_signal(groups)
-        except Exception:
-            log.exception("%s: ending the GPU work of leftover processes failed", directory)
-    for pgid in groups:
-        proc.kill_group(pgid)
-    return groups
+    return _kill(directory, groups, before_signal, "leftover")
 
 
 def kill_unrecorded(directory: Path, before_signal: BeforeSignal | None = None) -> list[int]:
@@ -76,12 +69,19 @@ def kill_unrecorded(directory: Path, before_signal: BeforeSignal | None = None) 
     (so that no restarted agent adopts one and starts another beside it), their GPU work
     ended first."""
     recorded = {p.pgid for p in _recorded_groups(directory)}
-    killed = sorted(started_groups(directory) - recorded)
-    if before_signal is not None and killed:
+    return _kill(directory, sorted(started_groups(directory) - recorded), before_signal,
+                 "unrecorded")
+
+
+def _kill(directory: Path, groups: list[int], before_signal: BeforeSignal | None,
+          what: str) -> list[int]:
+    """`before_signal` (its failure logged: the groups must end all the same), then
+    SIGKILL to each group."""
+    if before_signal is not None and groups:
         try:
-            before_signal(killed)
+            before_signal(groups)
         except Exception:
-            log.exception("%s: ending the GPU work of unrecorded processes failed", directory)
-    for pgid in killed:
+            log.exception("%s: ending the GPU work of %s processes failed", directory, what)
+    for pgid in groups:
         proc.kill_group(pgid)
-    return killed
+    return groups
