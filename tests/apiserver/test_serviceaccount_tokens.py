@@ -184,12 +184,26 @@ def test_a_token_works_only_in_the_logical_cluster_that_issued_it(
         other.post("/apis/rbac.authorization.k8s.io/v1/clusterroles", json={
             "metadata": {"name": "sa-ns-reader"},
             "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]}]})
+    cluster.kubectl("create", "namespace", "only-in-root")
     home = _token_kubeconfig(cluster, other_token, tmp_path / "home", "sa-other")
-    assert cluster.kubectl("get", "namespaces", kubeconfig=home).returncode == 0
-    # The same token at the root cluster (where an account default/default exists too).
+    listed = cluster.kubectl("get", "namespaces", "-o", "name", kubeconfig=home).stdout
+    assert "namespace/default" in listed and "only-in-root" not in listed
+    # The same token at the root URL (where an account default/default exists too) is
+    # served in its own cluster, never the host's: root's namespace is not there.
     root = _token_kubeconfig(cluster, other_token, tmp_path / "root", "root")
-    refused = cluster.kubectl("get", "namespaces", kubeconfig=root, check=False)
-    assert refused.returncode != 0 and "Unauthorized" in refused.stderr
+    at_root = cluster.kubectl("get", "namespaces", "-o", "name", kubeconfig=root)
+    assert "namespace/default" in at_root.stdout and "only-in-root" not in at_root.stdout
+    with http_client(cluster.server, other_token) as c:
+        names = {n["metadata"]["name"] for n in c.get("/api/v1/namespaces").json()["items"]}
+        assert "default" in names and "only-in-root" not in names
+    # Under a third cluster's prefix, the token holds nothing.
+    with http_client(cluster.server, cluster="sa-third") as third:
+        assert third.get("/api/v1/namespaces").status_code == 200
+    third_url = _token_kubeconfig(cluster, other_token, tmp_path / "third", "sa-third")
+    refused = cluster.kubectl("get", "namespaces", kubeconfig=third_url, check=False)
+    assert refused.returncode != 0 and "must be logged in" in refused.stderr  # a 401
+    with http_client(cluster.server, other_token, cluster="sa-third") as c:
+        assert c.get("/api/v1/namespaces").status_code == 401
 
 
 def test_kube_root_ca_is_published_in_every_namespace(cluster: Cluster) -> None:
