@@ -65,6 +65,9 @@ def test_demo_three_virtual_clusters_burst_then_reclaim_330m_each(tmp_path):
         host_pods = _kubectl(admin, "get", "pods", "-A")["items"]
         bound = [p for p in host_pods if p["spec"].get("nodeName")]
         assert len(bound) == 3 and len({p["spec"]["nodeName"] for p in bound}) == 1
+        # Each pod on an address of its own in the node's pod network, none on the host's.
+        ips = [p["status"].get("podIP") for p in bound]
+        assert len(set(ips)) == 3 and all(ip and not ip.startswith("127.") for ip in ips), ips
         # Each team, with its own kubeconfig, sees exactly its own pods.
         for team in TEAMS:
             kubeconfig = tmp_path / "tenants" / f"{team}.kubeconfig"
@@ -74,6 +77,7 @@ def test_demo_three_virtual_clusters_burst_then_reclaim_330m_each(tmp_path):
             running = [p for p in _kubectl(kubeconfig, "get", "pods")["items"]
                        if p["status"].get("phase") == "Running"]
             assert len(running) == 1, (team, [p["metadata"]["name"] for p in running])
+            assert running[0]["status"].get("podIP") in ips, (team, running[0]["status"])
             queues = [q["metadata"]["name"]
                       for q in _kubectl(kubeconfig, "get", "queues")["items"]]
             assert queues == [team]
