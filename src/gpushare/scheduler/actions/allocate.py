@@ -4,6 +4,7 @@ back into the order and competes again."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gpushare.model.job import Job
@@ -30,6 +31,10 @@ def eligible_jobs(session: Session) -> list[Job]:
             session.set_reason(job, f"queue {job.queue} is not a leaf queue")
             continue
         gang = session.gang(job)
+        until = session.held_until(job)
+        if until is not None:
+            session.set_reason(job, held_reason(session.now, until))
+            continue
         if gang.held_back and not gang.next_step():
             session.set_reason(job, _backoff_reason(session, gang.held_back))
             continue
@@ -42,6 +47,15 @@ def eligible_jobs(session: Session) -> list[Job]:
             continue
         out.append(job)
     return out
+
+
+def held_reason(now: float, until: float) -> str:
+    """Why a job held back as a whole (``Job.not_before``) waits."""
+    if until == math.inf:
+        return ("MaxRuntimeExceeded: the job ran past its maximum runtime and failed; "
+                "it is not scheduled again")
+    return ("MaxRuntimeExceeded: the job ran past its maximum runtime and was requeued; "
+            f"it may be scheduled again in {math.ceil(until - now)}s")
 
 
 def _backoff_reason(session: Session, held: list[Pod]) -> str:
