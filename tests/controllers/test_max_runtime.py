@@ -21,6 +21,7 @@ from gpushare.controllers.scheduling.max_runtime import (
     message,
     not_before,
     queue_limit,
+    run_limit,
     running_since,
 )
 from gpushare.controllers.scheduling.podgroup_conditions import with_condition
@@ -87,6 +88,15 @@ def test_running_since_is_when_the_gang_minimum_was_placed() -> None:
     assert running_since(2, [30.0, 10.0, 20.0]) == 20.0
     assert running_since(0, [5.0]) == 5.0
     assert running_since(3, [1.0, 2.0]) is None
+
+
+def test_a_limit_raised_or_removed_during_a_run_does_not_lengthen_it() -> None:
+    assert run_limit((100.0, 60.0), 100.0, None) == 60.0  # annotation removed
+    assert run_limit((100.0, 60.0), 100.0, 3600.0) == 60.0  # raised
+    assert run_limit((100.0, 60.0), 100.0, 30.0) == 30.0  # lowered: applies
+    assert run_limit((100.0, 60.0), 500.0, None) is None  # a new run: as it stands
+    assert run_limit(None, 100.0, 45.0) == 45.0
+    assert run_limit((100.0, 60.0), None, 10.0) == 10.0  # not placed
 
 
 def _queue(max_runtime: object) -> dict[str, object]:

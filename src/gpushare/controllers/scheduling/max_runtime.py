@@ -149,6 +149,17 @@ def running_since(min_member: int, placed_at: Iterable[float]) -> float | None:
     return times[need - 1] if len(times) >= need else None
 
 
+def run_limit(before: tuple[float, float] | None, since: float | None,
+              limit: float | None) -> float | None:
+    """The limit of a run: the smallest the job has declared since its gang was placed.
+    ``before``: the (running since, limit) last seen; a limit raised or removed during a
+    run (after backfill trusted it) does not lengthen that run; a new run takes the limit
+    as it stands."""
+    if since is None or before is None or before[0] != since:
+        return limit
+    return before[1] if limit is None else min(limit, before[1])
+
+
 # ------------------------------------------------------------------------ the decision
 
 

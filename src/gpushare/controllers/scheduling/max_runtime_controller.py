@@ -40,6 +40,7 @@ from gpushare.controllers.scheduling.max_runtime import (
     exceeded_of,
     message,
     queue_limit,
+    run_limit,
     running_since,
 )
 from gpushare.controllers.scheduling.podgroup_conditions import write_condition
@@ -93,6 +94,8 @@ class MaxRuntimeController:
         #: Marks written by this process, by job key (the cache may not show them yet).
         self._written: dict[str, Exceeded] = {}
         self._bad_queues: dict[str, str] = {}  # queue -> the error last logged
+        #: Per job placed with a limit: (its running since, the smallest limit seen since).
+        self._run_limits: dict[str, tuple[float, float]] = {}
         for informer in (self.podgroups, self.pods, self.queues):
             informer.add_handler(lambda *_: self._wake.set())
 
@@ -158,7 +161,7 @@ class MaxRuntimeController:
                 mark = mine
             limits_given = [s for s in (declared, queue.seconds) if s is not None]
             limit = min(limits_given) if limits_given else None
-            if limit is not None or mark is not None:
+            if limit is not None or mark is not None or key in self._run_limits:
                 wanted[key] = (pg, limit, queue, mark)
         placed: dict[str, list[Obj]] = {}
         times: dict[str, list[float]] = {}
@@ -173,11 +176,23 @@ class MaxRuntimeController:
                 if at is not None:
                     placed.setdefault(key, []).append(pod)
                     times.setdefault(key, []).append(at)
+        seen: dict[str, tuple[float, float]] = {}
         for key, (pg, limit, queue, mark) in sorted(wanted.items()):
-            min_member = _min_member(pg)
-            runs.append(JobRun(key, limit, queue.policy, queue.requeue_delay,
-                               running_since(min_member, times.get(key, ())), mark))
+            since = running_since(_min_member(pg), times.get(key, ()))
+            limit = self._run_limit(key, since, limit, seen)
+            runs.append(JobRun(key, limit, queue.policy, queue.requeue_delay, since, mark))
+        self._run_limits = seen
         return runs, placed
+
+    def _run_limit(self, key: str, since: float | None, limit: float | None,
+                   seen: dict[str, tuple[float, float]]) -> float | None:
+        """The smallest limit the job has had during its current run: raising or removing
+        its ``expected-runtime`` once placed (after backfill trusted it) does not lengthen
+        the run."""
+        limit = run_limit(self._run_limits.get(key), since, limit)
+        if since is not None and limit is not None:
+            seen[key] = (since, limit)
+        return limit
 
     # -- acting ----------------------------------------------------------------------
 
