@@ -33,7 +33,7 @@ def eligible_jobs(session: Session) -> list[Job]:
         gang = session.gang(job)
         until = session.held_until(job)
         if until is not None:
-            session.set_reason(job, held_reason(session.now, until))
+            session.set_reason(job, held_reason(until))
             continue
         if gang.held_back and not gang.next_step():
             session.set_reason(job, _backoff_reason(session, gang.held_back))
@@ -49,13 +49,17 @@ def eligible_jobs(session: Session) -> list[Job]:
     return out
 
 
-def held_reason(now: float, until: float) -> str:
-    """Why a job held back as a whole (``Job.not_before``) waits."""
+def held_reason(until: float) -> str:
+    """Why a job held back as a whole (``Job.not_before``) waits. The same text for the
+    whole wait (no countdown): a reason that changed every cycle would be written to the
+    PodGroup and its pods every cycle. The time it ends is on the PodGroup's ``Requeued``
+    condition."""
     if until == math.inf:
         return ("MaxRuntimeExceeded: the job ran past its maximum runtime and failed; "
                 "it is not scheduled again")
     return ("MaxRuntimeExceeded: the job ran past its maximum runtime and was requeued; "
-            f"it may be scheduled again in {math.ceil(until - now)}s")
+            "it is held back until its requeue delay is over (see its PodGroup's Requeued "
+            "condition)")
 
 
 def _backoff_reason(session: Session, held: list[Pod]) -> str:
