@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: The longest the controller sleeps between passes when nothing falls due sooner.
 PERIOD = 5.0
+#: The shortest time between two passes (each reads every PodGroup, and their pods).
+MIN_INTERVAL = 0.2
 REQUEUED, FAILED = "Requeued", "Failed"
 
 
@@ -116,8 +118,10 @@ class MaxRuntimeController:
             except Exception:
                 log.exception("max-runtime pass failed")
                 due = None
-            wait = PERIOD if due is None else min(PERIOD, max(0.05, due - time.time()))
+            wait = PERIOD if due is None else min(PERIOD, max(0.0, due - time.time()))
             self._wake.wait(wait)
+            # Changes that come in a burst are looked at together, in one pass.
+            self.stopper.wait(MIN_INTERVAL)
 
     # -- one pass --------------------------------------------------------------------
 
@@ -182,6 +186,8 @@ class MaxRuntimeController:
             limit = self._run_limit(key, since, limit, seen)
             runs.append(JobRun(key, limit, queue.policy, queue.requeue_delay, since, mark))
         self._run_limits = seen
+        for gone in [k for k in self._written if k not in wanted]:
+            del self._written[gone]
         return runs, placed
 
     def _run_limit(self, key: str, since: float | None, limit: float | None,
