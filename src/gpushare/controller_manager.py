@@ -20,6 +20,7 @@ from gpushare.controllers.controller import Controller
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.nodes import node_lifecycle
 from gpushare.controllers.nodes.static_node_pods import StaticNodePods
+from gpushare.controllers.scheduling.max_runtime_controller import MaxRuntimeController
 from gpushare.controllers.scheduling.pod_grouper import PodGrouper
 from gpushare.controllers.scheduling.podgroup_status import PodGroupStatusController
 from gpushare.controllers.scheduling.queue_status import QueueStatusController
@@ -116,6 +117,8 @@ CONTROLLERS: dict[str, Factory] = {
     "queue-status": lambda c: QueueStatusController(c.client, c.informers, c.stopper,
                                                     c.scheduler_loop()),
     "podgroup-status": lambda c: PodGroupStatusController(c.client, c.informers, c.stopper),
+    # Jobs past their maximum runtime: evicted, then requeued after a delay or failed.
+    "max-runtime": lambda c: MaxRuntimeController(c.client, c.informers, c.stopper, c.events),
     # Virtual clusters: their syncers and the tenants' own workload controllers.
     "tenancy": lambda c: TenancyController(c.client, c.informers, c.stopper, c.kubeconfig,
                                            tenant_kubeconfig=c.tenant_kubeconfig),

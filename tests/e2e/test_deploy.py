@@ -52,7 +52,7 @@ def test_rendered_deploy_applies_server_side_and_runs_the_three_teams(server, ku
 
     cluster = _settings(_render("cluster"), tmp_path)[0]
     assert cluster == ("pod-grouper", "scheduler", "queue-status", "podgroup-status",
-                       "node-lifecycle")
+                       "max-runtime", "node-lifecycle")
     objects = _render("standalone")
     rendered = subprocess.run([KUBECTL, "kustomize", str(DEPLOY / "overlays" / "standalone")],
                               capture_output=True, text=True, check=True).stdout

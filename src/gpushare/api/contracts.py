@@ -51,6 +51,10 @@ GPU_USAGE_ANNOTATION = "gpushare.io/gpu-usage"
 # On a PodGroup: the longest its pods run (a duration, e.g. 20m), given by its owner; such
 # a job may start on nodes reserved for a waiting gang if it ends before they are due.
 EXPECTED_RUNTIME_ANNOTATION = "gpushare.io/expected-runtime"
+# On a PodGroup, written by the max-runtime controller when the job ran past its maximum
+# runtime: JSON {policy, at, runningSince, notBefore}; the scheduler holds the job back
+# until notBefore (policy requeue) or for good (policy fail).
+MAX_RUNTIME_EXCEEDED_ANNOTATION = "gpushare.io/max-runtime-exceeded"
 # On a PodGroup, written by the scheduler: the nodes reserved for it (JSON: nodes, since),
 # read back after a restart.
 RESERVATION_ANNOTATION = "gpushare.io/reservation"

@@ -33,6 +33,25 @@ _RESOURCE_LIST = {
 }
 
 
+_MAX_RUNTIME = {
+    "type": "object",
+    "description": "Longest a job of this queue may run, counted from when its gang was "
+                   "placed; a job past it is evicted, then requeued or failed.",
+    "properties": {
+        "seconds": {"type": "integer", "minimum": 1,
+                    "description": "Maximum runtime in seconds (a job's own "
+                                   "gpushare.io/expected-runtime applies when shorter; "
+                                   "unset: only that)."},
+        "policy": {"type": "string", "enum": ["requeue", "fail"],
+                   "description": "requeue (default): evicted, and not placed again before "
+                                  "requeueDelaySeconds; fail: evicted, the PodGroup Failed."},
+        "requeueDelaySeconds": {"type": "integer", "minimum": 0,
+                                "description": "Seconds a requeued job waits before it may "
+                                               "be placed again (default 60)."},
+    },
+}
+
+
 def queue_crd() -> dict[str, Any]:
     spec_schema = {
         "type": "object",
@@ -58,6 +77,7 @@ def queue_crd() -> dict[str, Any]:
                                                                   "a negative duration never "
                                                                   "reserves (default: the "
                                                                   "scheduler config's)."},
+            "maxRuntime": _MAX_RUNTIME,
             "resources": {
                 "type": "object",
                 "description": "Quota, limit and over-quota weight per resource.",

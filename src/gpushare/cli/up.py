@@ -77,7 +77,7 @@ def controllers(
                      "replicationcontroller-controller, endpoints-controller, "
                      "disruption-controller, cronjob-controller, statefulset-controller, "
                      "daemonset-controller, scheduler, queue-status, podgroup-status, "
-                     "static-node-pods, node-lifecycle, pod-gc"),
+                     "max-runtime, static-node-pods, node-lifecycle, pod-gc"),
     ] = None,
     scheduler_name: Annotated[
         list[str] | None,

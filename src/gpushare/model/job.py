@@ -47,6 +47,10 @@ class Job:
     #: When it last became pending (its pods evicted, say); None: ``created_at``. Job
     #: aging counts the wait from here.
     pending_since: float | None = None
+    #: Not to be placed before this time (caller's clock): a job requeued after running
+    #: past its maximum runtime waits out its delay; ``math.inf``: never (it failed).
+    #: None: no such hold.
+    not_before: float | None = None
     subgroups: dict[str, SubGroup] = field(default_factory=dict)  # in tie-break order
     pods: list[str] = field(default_factory=list)  # pod keys, in the order given
 

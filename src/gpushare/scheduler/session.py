@@ -78,6 +78,8 @@ class Session:
     def gang(self, job: Job) -> GangView:
         """The job's gang as it stands (cached until any of the job's pods changes)."""
         version = self.state.job_version.get(job.key, 0)
+        if self.held_until(job) is not None:
+            return self._held_gang(job, version)
         cached = self._gangs.get(job.key)
         if cached is not None and cached.version == version and cached.job is job:
             return cached
@@ -95,6 +97,25 @@ class Session:
         self._gangs[job.key] = gang
         if gang.pending:
             self._kept_gangs[job.key] = gang
+        return gang
+
+    def held_until(self, job: Job) -> float | None:
+        """When the job may be placed again, while it may not be now (``Job.not_before``);
+        None: it may."""
+        until = job.not_before
+        return until if until is not None and self.now < until else None
+
+    def _held_gang(self, job: Job, version: int) -> GangView:
+        """The gang of a job held back as a whole: every pending pod is held back. Never
+        kept for later cycles (the hold ends with the clock, not with a change)."""
+        cached = self._gangs.get(job.key)
+        if cached is not None and cached.version == version and cached.job is job:
+            return cached
+        pods = self.state.job_pods(job)
+        gang = GangView(job, pods, self.behaviour.spare_pods_by_ratio,
+                        frozenset(p.key for p in pods))
+        gang.version = version
+        self._gangs[job.key] = gang
         return gang
 
     def step_request(self, pods: list[Pod], gpu_memory: int | None) -> Vec:

@@ -24,6 +24,7 @@ from gpushare.api.contracts import DEFAULT_QUEUE, PODGROUP_ANNOTATION, SCHEDULER
 from gpushare.api.objects import Obj
 from gpushare.api.taints import Taint, blocking_taints
 from gpushare.api.timefmt import timestamp
+from gpushare.controllers.scheduling.max_runtime import not_before
 from gpushare.controllers.scheduling.reservations import reservation_of
 from gpushare.controllers.scheduling.translate import (
     TranslateError,
@@ -284,6 +285,7 @@ class Mirror:
         queue = str((obj.get("spec") or {}).get("queue") or DEFAULT_QUEUE)
         self._jobs_by_queue.setdefault(queue, set()).add(key)
         self._apply_job(key)
+        self.dirty_jobs.add(key)  # its phase may follow (a max-runtime failure)
         for uid in _owner_uids(obj):
             self._pg_by_owner[uid] = key
             for pod_key in list(self._waiting_by_owner.pop(uid, ())):
@@ -310,6 +312,7 @@ class Mirror:
         existing = self.state.jobs.get(key)
         try:
             job.expected_runtime = expected_runtime(pg)
+            job.not_before = not_before(pg)
             held = reservation_of(pg)
         except TranslateError as error:
             self.invalid[f"podgroup/{key}"] = str(error)

@@ -18,6 +18,7 @@ from gpushare.api.contracts import RESERVATION_ANNOTATION
 from gpushare.api.objects import Obj, metadata
 from gpushare.api.timefmt import parse_rfc3339, rfc3339
 from gpushare.controllers.events import EventRecorder
+from gpushare.controllers.scheduling.podgroup_conditions import write_condition
 from gpushare.controllers.scheduling.translate import TranslateError
 from gpushare.kube.client import PODGROUPS, ApiError, KubeClient
 from gpushare.model.reservation import Reservation
@@ -108,13 +109,13 @@ class ReservationWriter:
     def _write(self, key: str, reservation: Reservation | None) -> None:
         namespace, _, name = key.partition("/")
         annotation = None if reservation is None else encode(reservation)
-        conditions = [] if reservation is None else [reserved_condition(reservation)]
+        condition = None if reservation is None else reserved_condition(reservation)
         try:
             self.client.merge_patch(PODGROUPS.item(name, namespace),
                                     {"metadata": {"annotations": {
                                         RESERVATION_ANNOTATION: annotation}}})
-            self.client.merge_patch(PODGROUPS.item(name, namespace, "status"),
-                                    {"status": {"conditions": conditions}})
+            # Only its own condition: the PodGroup may carry others (``Requeued``).
+            write_condition(self.client, namespace, name, CONDITION, condition)
         except ApiError as error:
             if not error.not_found:
                 log.warning("PodGroup %s reservation not written: %s", key, error)

@@ -689,6 +689,8 @@ class SchedulerLoop:
             if job is None or pg is None:
                 continue
             phase = podgroup_phase(job.min_member, [mirror.state.pods[k].status for k in job.pods])
+            if job.not_before == math.inf:
+                phase = "Failed"  # it ran past its maximum runtime (policy fail)
             written = self._phases.get(job_key, (pg.get("status") or {}).get("phase"))
             if phase != written:
                 self._phases[job_key] = phase

@@ -4,6 +4,7 @@ back into the order and competes again."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from gpushare.model.job import Job
@@ -30,6 +31,10 @@ def eligible_jobs(session: Session) -> list[Job]:
             session.set_reason(job, f"queue {job.queue} is not a leaf queue")
             continue
         gang = session.gang(job)
+        until = session.held_until(job)
+        if until is not None:
+            session.set_reason(job, held_reason(until))
+            continue
         if gang.held_back and not gang.next_step():
             session.set_reason(job, _backoff_reason(session, gang.held_back))
             continue
@@ -42,6 +47,19 @@ def eligible_jobs(session: Session) -> list[Job]:
             continue
         out.append(job)
     return out
+
+
+def held_reason(until: float) -> str:
+    """Why a job held back as a whole (``Job.not_before``) waits. The same text for the
+    whole wait (no countdown): a reason that changed every cycle would be written to the
+    PodGroup and its pods every cycle. The time it ends is on the PodGroup's ``Requeued``
+    condition."""
+    if until == math.inf:
+        return ("MaxRuntimeExceeded: the job ran past its maximum runtime and failed; "
+                "it is not scheduled again")
+    return ("MaxRuntimeExceeded: the job ran past its maximum runtime and was requeued; "
+            "it is held back until its requeue delay is over (see its PodGroup's Requeued "
+            "condition)")
 
 
 def _backoff_reason(session: Session, held: list[Pod]) -> str:
