@@ -321,3 +321,16 @@ def test_repeated_failed_binds_hold_the_pod_back_until_the_watch_shows_it_bound(
     assert [b.pod for b in run_cycle(mirror.state, Config(), 4.0).binds] == ["ns/a"]
     mirror.on_pod("MODIFIED", pod("a", "pg-a", gpus=1, node="n1"))  # bound at last
     assert "ns/a" not in mirror.state.bind_backoff.failures
+
+
+def test_compat_kai_refuses_a_queue_with_a_lending_limit():
+    lending = queue("q", quota=3, limit=-1)
+    lending["spec"]["resources"]["gpu"]["lendingLimit"] = 1
+    kai = Mirror(compat_kai=True)
+    kai.on_queue("ADDED", lending)
+    assert "q" not in kai.state.queues
+    assert "spec.resources.gpu.lendingLimit is not available under compat: kai" in \
+        kai.invalid["queue/q"]
+    default = Mirror()
+    default.on_queue("ADDED", lending)
+    assert default.state.queues["q"].gpu.lending_limit == 1 and not default.invalid
