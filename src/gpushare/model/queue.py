@@ -76,7 +76,7 @@ class Queue:
         """Per resource with a lending limit, the part of the quota never lent
         (quota − lending limit); None when no resource has one."""
         kept = {r: s.kept for r, s in self.resources.items() if s.kept is not None}
-        return kept or None  # type: ignore[return-value]
+        return kept or None
 
 
 def root_quota_overcommit(root_quotas: dict[str, float], capacity_gpus: float) -> str | None:

@@ -110,6 +110,7 @@ class LendingLimits:
             for i in range(3):
                 total[i] += alloc[i]
         for i in range(3):
-            if bursting[i] and withheld[i] > 0 and total[i] + request[i] + withheld[i] > capacity[i]:
-                return (i, capacity[i] - total[i] - withheld[i], withheld[i])
+            left = capacity[i] - total[i] - withheld[i]
+            if bursting[i] and withheld[i] > 0 and request[i] > left:
+                return (i, left, withheld[i])
         return None

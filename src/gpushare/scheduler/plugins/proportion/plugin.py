@@ -294,9 +294,9 @@ class Proportion:
         return CheckResult(
             False,
             "LendingLimit",
-            f"queue {leaf}: request {_fmt(r, request[i])}{_UNIT[r]} over quota > "
-            f"{_fmt(r, max(left, F0))} that other queues lend "
-            f"({_fmt(r, withheld)} kept idle by their lending limits)",
+            f"queue {leaf}: request {_fmt(r, request[i])}{_UNIT[r]} beyond quota > "
+            f"{_fmt(r, max(left, F0))} free to borrow ({_fmt(r, withheld)} of other "
+            "queues' unused quota kept idle by their lending limits)",
         )
 
     def non_preemptible_within_quota(self, job: Job, pods: Iterable[Pod]) -> bool:
