@@ -346,7 +346,8 @@ class Proportion:
         ``gpu_memory_mib`` each, the request counts as what it would be charged there, its
         two-decimal portion of that GPU on each device, checked against every ancestor's
         limit, and for a non-preemptible job against non-preemptible allocated plus that
-        within quota. ``compat: kai`` counts it as KAI's predicate does
+        within quota, and against other queues' lending limits (:mod:`.lending`). ``compat:
+        kai`` counts it as KAI's predicate does
         (``IsTaskAllocationOnNodeOverCapacity``): rounded up to two decimals, one device.
         On small GPUs the fraction is larger than the step's check (largest GPU) assumed."""
         if not pod.gpu.is_memory or not gpu_memory_mib:
@@ -366,6 +367,8 @@ class Proportion:
                 quota = self.quota[name][0]
                 if quota != UNLIMITED and self.allocated_np(name)[0] + gpu > quota:
                     return False
+        if self.lending is not None:
+            return self._check_lending(job.queue, (gpu, F0, F0)) is None
         return True
 
     # --------------------------------------------------------------- reclaim
