@@ -334,3 +334,18 @@ def test_compat_kai_refuses_a_queue_with_a_lending_limit():
     default = Mirror()
     default.on_queue("ADDED", lending)
     assert default.state.queues["q"].gpu.lending_limit == 1 and not default.invalid
+
+
+def test_queue_lending_limit_reaches_the_core_from_the_api_objects():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "4xL40S", "64", "512Gi", {}, NOW, taint=False))
+    owner = queue("owner", quota=3, limit=-1)
+    owner["spec"]["resources"]["gpu"]["lendingLimit"] = 1
+    mirror.on_queue("ADDED", owner)
+    mirror.on_queue("ADDED", queue("other", quota=1, limit=-1))
+    for name in ("a", "b", "c", "d"):
+        mirror.on_podgroup("ADDED", podgroup(f"pg-{name}", "other"))
+        mirror.on_pod("ADDED", pod(name, f"pg-{name}", gpus=1))
+    result = run_cycle(mirror.state, Config(), 1.0)
+    assert len(result.binds) == 2  # other's own GPU and the one owner lends
+    assert [r for r in result.pending_reasons.values() if r.startswith("LendingLimit")]
