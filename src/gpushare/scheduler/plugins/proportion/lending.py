@@ -44,10 +44,14 @@ class LendingLimits:
     """The lending limits of one cycle's queues (see the module's description)."""
 
     def __init__(self, queues: Mapping[str, Queue], kept: dict[str, Kept],
-                 allocated: Callable[[str], Vec]) -> None:
+                 allocated: Callable[[str], Vec], version: Callable[[str], int]) -> None:
         self.queues = queues
         self.kept = kept
         self.allocated = allocated
+        #: A queue's usage version: it changes whenever anything in its subtree does, so
+        #: a reserve worked out at one version holds until it changes.
+        self.version = version
+        self._reserves: dict[str, tuple[int, list[Fraction]]] = {}
         self.roots = sorted(n for n, q in queues.items()
                             if q.parent is None or q.parent not in queues)
         #: Queues whose subtree holds a lending limit: only these can reserve anything.
@@ -59,7 +63,12 @@ class LendingLimits:
                 current = queues[current].parent
 
     def reserve(self, name: str) -> list[Fraction]:
-        """What ``name``'s subtree keeps idle from the queues outside it, per resource."""
+        """What ``name``'s subtree keeps idle from the queues outside it, per resource
+        (not to be changed by the caller)."""
+        version = self.version(name)
+        hit = self._reserves.get(name)
+        if hit is not None and hit[0] == version:
+            return hit[1]
         out = [F0, F0, F0]
         for kid in self.queues[name].children:
             if kid in self.reserving:
@@ -73,6 +82,7 @@ class LendingLimits:
                 k = kept[i]
                 if k is not None and k - alloc[i] > out[i]:
                     out[i] = k - alloc[i]
+        self._reserves[name] = (version, out)
         return out
 
     def withheld(self, chain: list[str]) -> list[Fraction]:

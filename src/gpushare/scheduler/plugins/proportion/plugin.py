@@ -111,7 +111,9 @@ class Proportion:
                     kept[name] = k
         #: The queues' lending limits (:mod:`.lending`); None when no queue has one, and
         #: always under ``compat: kai`` (KAI has none; the loaders refuse them there).
-        self.lending = LendingLimits(state.queues, kept, self.allocated) if kept else None
+        self.lending = LendingLimits(
+            state.queues, kept, self.allocated,
+            lambda name: state.queue_usage[name].version) if kept else None
         self.requested: dict[str, Vec] = {}
         self.fair_share: dict[str, Vec] = self._divide()
         #: Per leaf: whether the leaf or an ancestor has a limit, and a quota, in any
