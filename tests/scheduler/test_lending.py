@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from fractions import Fraction
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpushare.model import GpuRequest, Job, Node, Pod, PodStatus, Queue, ResourceSpec
@@ -17,7 +17,7 @@ from gpushare.simulator import settle
 
 UNL = Fraction(-1)
 OPEN = ResourceSpec(UNL, UNL, Fraction(1))
-SETTINGS = settings(max_examples=int(os.environ.get("GPUSHARE_PROPERTY_EXAMPLES", "30")),
+SETTINGS = settings(max_examples=int(os.environ.get("GPUSHARE_PROPERTY_EXAMPLES", "60")),
                     deadline=None)
 
 
@@ -94,7 +94,7 @@ def test_burst_refused_with_a_reason_naming_the_lending_limit():
     assert held(state, "other") == 2
     reason = result.pending_reasons["default/other-job"]
     assert "LendingLimit" in reason or "lending limit" in reason, reason
-    assert "kept idle" in reason, reason
+    assert "keep idle" in reason and "2.00" in reason, reason
 
 
 def test_unset_lending_limit_lends_everything():
@@ -178,6 +178,13 @@ def check_borrowing(state: ClusterState, gpus: int) -> None:
 
 @SETTINGS
 @given(queue_specs)
+# c keeps all 3 of its quota: d (quota 1) bursts into nothing of it.
+@example({"gpus": 4, "quota_parts": [0, 3, 1, 0], "child_parts": [0, 0],
+          "lending": [None, None, None, 0, None], "early": [("d", 4)], "late": []})
+# a borrows c's lent GPU; when c comes back, the free GPU is b's kept one: c must reclaim
+# its own from a rather than take b's (a step within quota is checked too).
+@example({"gpus": 2, "quota_parts": [1, 1, 0, 0], "child_parts": [0, 1],
+          "lending": [None, None, 0, None, None], "early": [("a", 1)], "late": [("c", 1)]})
 def test_no_queue_borrows_more_than_others_lend(spec):
     gpus = spec["gpus"]
     state = cluster(gpus, build_tree(spec), {})

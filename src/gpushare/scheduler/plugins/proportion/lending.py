@@ -8,11 +8,11 @@ idle for it, so the queue gets it back at once, without reclaim. Over a tree:
   the larger of Q's own ``kept − allocated`` (when Q has a lending limit) and the sum of
   its children's reserves. A parent's lending limit so bounds what its whole subtree
   lends outside it, and a child's holds inside its parent too.
-* A step of a leaf's job that takes the leaf or an ancestor over its quota (it bursts)
-  must leave every reserve it is outside of untouched: everything allocated, plus the
-  step, plus the reserves of the siblings of the leaf and of each of its ancestors, must
-  fit in the cluster. A step within quota all the way up is never refused here: a queue
-  may always use its own quota.
+* A step of a leaf's job must leave every reserve it is outside of untouched: everything
+  allocated, plus the step, plus the reserves of the siblings of the leaf and of each of
+  its ancestors, must fit in the cluster. This holds for a step within its queue's quota
+  too: while another queue borrows what this one lent, the free capacity may be a third
+  queue's kept part, and the quota comes back by reclaim from the borrower instead.
 
 The fair-share division is kept consistent by :mod:`.resource_division`, where a queue's
 kept part counts as asked for. Built once per cycle, only when some queue has a lending
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 
 from gpushare.model.quantities import F0, Vec
-from gpushare.model.queue import UNLIMITED, Queue
+from gpushare.model.queue import Queue
 
 #: Per queue with a lending limit: its kept part per resource (None: no limit on it).
 Kept = tuple[Fraction | None, Fraction | None, Fraction | None]
@@ -100,20 +100,14 @@ class LendingLimits:
                         out[i] += sub[i]
         return out
 
-    def refusal(self, chain: list[str], quota: Mapping[str, Vec], capacity: Vec,
+    def refusal(self, chain: list[str], capacity: Vec,
                 request: Vec) -> tuple[int, Fraction, Fraction] | None:
         """Whether a step of ``request`` for the leaf first in ``chain`` would use what
         other queues keep idle: None if not, else (resource index, what is left to the
         leaf's queue beyond what is allocated, what is kept idle from it)."""
-        bursting = [False, False, False]
-        for name in chain:
-            alloc, q = self.allocated(name), quota[name]
-            for i in range(3):
-                if request[i] and (q[i] == UNLIMITED or alloc[i] + request[i] > q[i]):
-                    bursting[i] = True
-        if not any(bursting):
-            return None
         withheld = self.withheld(chain)
+        if not any(withheld):
+            return None
         total = [F0, F0, F0]
         for root in self.roots:
             alloc = self.allocated(root)
@@ -121,6 +115,6 @@ class LendingLimits:
                 total[i] += alloc[i]
         for i in range(3):
             left = capacity[i] - total[i] - withheld[i]
-            if bursting[i] and withheld[i] > 0 and request[i] > left:
+            if request[i] and withheld[i] > 0 and request[i] > left:
                 return (i, left, withheld[i])
         return None

@@ -285,10 +285,9 @@ class Proportion:
         return CheckResult(True)
 
     def _check_lending(self, leaf: str, request: Vec) -> CheckResult | None:
-        """``LendingLimit``: a bursting step may not use what other queues keep idle."""
+        """``LendingLimit``: a step may not use what other queues keep idle."""
         assert self.lending is not None
-        refused = self.lending.refusal(self.state.ancestors(leaf), self.quota, self.capacity,
-                                       request)
+        refused = self.lending.refusal(self.state.ancestors(leaf), self.capacity, request)
         if refused is None:
             return None
         i, left, withheld = refused
@@ -296,9 +295,9 @@ class Proportion:
         return CheckResult(
             False,
             "LendingLimit",
-            f"queue {leaf}: request {_fmt(r, request[i])}{_UNIT[r]} beyond quota > "
-            f"{_fmt(r, max(left, F0))} free to borrow ({_fmt(r, withheld)} of other "
-            "queues' unused quota kept idle by their lending limits)",
+            f"queue {leaf}: request {_fmt(r, request[i])}{_UNIT[r]} > "
+            f"{_fmt(r, max(left, F0))} free beyond what other queues keep idle "
+            f"({_fmt(r, withheld)} of their unused quota, by their lending limits)",
         )
 
     def non_preemptible_within_quota(self, job: Job, pods: Iterable[Pod]) -> bool:
