@@ -331,6 +331,8 @@ def test_compat_kai_refuses_a_queue_with_a_lending_limit():
     assert "q" not in kai.state.queues
     assert "spec.resources.gpu.lendingLimit is not available under compat: kai" in \
         kai.invalid["queue/q"]
+    kai.on_podgroup("ADDED", podgroup("pg", "q"))
+    assert "lendingLimit is not available under compat: kai" in kai.invalid["podgroup/ns/pg"]
     default = Mirror()
     default.on_queue("ADDED", lending)
     assert default.state.queues["q"].gpu.lending_limit == 1 and not default.invalid

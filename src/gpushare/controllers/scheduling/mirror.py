@@ -325,7 +325,10 @@ class Mirror:
             # First sight of the job (a restarted scheduler): its reservation comes back.
             self.state.reservations[key] = held
         if job.queue not in self.raw_queues or job.queue not in self.state.queues:
-            self.invalid[f"podgroup/{key}"] = f"queue {job.queue!r} does not exist"
+            unusable = self.invalid.get(f"queue/{job.queue}")
+            self.invalid[f"podgroup/{key}"] = (
+                f"queue {job.queue!r} does not exist" if unusable is None
+                else f"queue {job.queue!r} is not usable: {unusable}")
             self._orphan_job(job, existing)
             return
         self.invalid.pop(f"podgroup/{key}", None)
