@@ -106,6 +106,29 @@ spec:
     assert "broken" not in cluster.kubectl("get", "queues").stdout
 
 
+def test_bad_lending_limit_is_rejected_naming_the_field(cluster: Cluster) -> None:
+    template = """
+apiVersion: scheduling.run.ai/v2
+kind: Queue
+metadata: {{name: {name}}}
+spec:
+  resources:
+    gpu: {{quota: 3, limit: -1, lendingLimit: {value}}}
+"""
+    over = cluster.kubectl("apply", "-f", "-", stdin=template.format(name="lender", value=4),
+                           check=False)
+    assert over.returncode != 0
+    assert "spec.resources.gpu.lendingLimit" in over.stderr and "exceed quota" in over.stderr
+    text = cluster.kubectl("apply", "-f", "-", stdin=template.format(name="lender", value='"x"'),
+                           check=False)
+    assert text.returncode != 0 and "spec.resources.gpu.lendingLimit" in text.stderr
+    cluster.kubectl("apply", "-f", "-", stdin=template.format(name="lender", value=1))
+    got = cluster.kubectl("get", "queue", "lender", "-o",
+                          "jsonpath={.spec.resources.gpu.lendingLimit}").stdout
+    assert got == "1"
+    assert "lendingLimit" in cluster.kubectl("explain", "queue.spec.resources.gpu").stdout
+
+
 def test_queue_with_children_cannot_be_deleted(cluster: Cluster) -> None:
     cluster.kubectl("apply", "-f", "-", stdin=QUEUES)
     proc = cluster.kubectl("delete", "queue", "ml-org", check=False)

@@ -421,6 +421,25 @@ def queue(name: str, parent: str | None = None, **gpu: Any) -> dict[str, Any]:
             "spec": spec}
 
 
+def lending_causes(r: httpx.Response) -> list[str]:
+    assert r.status_code == 422, r.text
+    return [f"{c['field']}: {c['message']}" for c in r.json()["details"]["causes"]
+            if c["field"] == "spec.resources.gpu.lendingLimit"]
+
+
+def test_queue_lending_limit_validation(http: httpx.Client) -> None:
+    negative = lending_causes(http.post(QUEUES, json=queue("l1", quota=3, lendingLimit=-1)))
+    assert negative and ("at least 0" in negative[0] or "greater than or equal to 0"
+                         in negative[0]), negative
+    over = lending_causes(http.post(QUEUES, json=queue("l2", quota=3, lendingLimit=4)))
+    assert over and "may not exceed quota (3)" in over[0], over
+    assert lending_causes(http.post(QUEUES, json=queue("l3", quota=3, lendingLimit="some")))
+    unlimited = lending_causes(http.post(QUEUES, json=queue("l4", quota=-1, lendingLimit=1)))
+    assert unlimited and "finite quota" in unlimited[0], unlimited
+    made = create(http, QUEUES, queue("l5", quota=3, lendingLimit=1))
+    assert made["spec"]["resources"]["gpu"]["lendingLimit"] == 1
+
+
 def test_queue_validation(http: httpx.Client) -> None:
     assert "spec.resources.gpu.quota" in causes(http.post(QUEUES, json=queue("v1", quota=-2)))
     assert "spec.resources.gpu.limit" in causes(http.post(QUEUES, json=queue("v2", limit=-3)))

@@ -321,3 +321,33 @@ def test_repeated_failed_binds_hold_the_pod_back_until_the_watch_shows_it_bound(
     assert [b.pod for b in run_cycle(mirror.state, Config(), 4.0).binds] == ["ns/a"]
     mirror.on_pod("MODIFIED", pod("a", "pg-a", gpus=1, node="n1"))  # bound at last
     assert "ns/a" not in mirror.state.bind_backoff.failures
+
+
+def test_compat_kai_refuses_a_queue_with_a_lending_limit():
+    lending = queue("q", quota=3, limit=-1)
+    lending["spec"]["resources"]["gpu"]["lendingLimit"] = 1
+    kai = Mirror(compat_kai=True)
+    kai.on_queue("ADDED", lending)
+    assert "q" not in kai.state.queues
+    assert "spec.resources.gpu.lendingLimit is not available under compat: kai" in \
+        kai.invalid["queue/q"]
+    kai.on_podgroup("ADDED", podgroup("pg", "q"))
+    assert "lendingLimit is not available under compat: kai" in kai.invalid["podgroup/ns/pg"]
+    default = Mirror()
+    default.on_queue("ADDED", lending)
+    assert default.state.queues["q"].gpu.lending_limit == 1 and not default.invalid
+
+
+def test_queue_lending_limit_reaches_the_core_from_the_api_objects():
+    mirror = Mirror()
+    mirror.on_node("ADDED", static_node("n1", "4xL40S", "64", "512Gi", {}, NOW, taint=False))
+    owner = queue("owner", quota=3, limit=-1)
+    owner["spec"]["resources"]["gpu"]["lendingLimit"] = 1
+    mirror.on_queue("ADDED", owner)
+    mirror.on_queue("ADDED", queue("other", quota=1, limit=-1))
+    for name in ("a", "b", "c", "d"):
+        mirror.on_podgroup("ADDED", podgroup(f"pg-{name}", "other"))
+        mirror.on_pod("ADDED", pod(name, f"pg-{name}", gpus=1))
+    result = run_cycle(mirror.state, Config(), 1.0)
+    assert len(result.binds) == 2  # other's own GPU and the one owner lends
+    assert [r for r in result.pending_reasons.values() if r.startswith("LendingLimit")]

@@ -89,6 +89,25 @@ def test_queue_with_non_numeric_quota_names_the_field():
                         "spec": {"resources": {"gpu": {"quota": "lots"}}}})
 
 
+def test_queue_lending_limit_in_the_resource_units():
+    queue = queue_from_api({"metadata": {"name": "q"}, "spec": {"resources": {
+        "gpu": {"quota": 3, "lendingLimit": 1}, "memory": {"quota": 100, "lendingLimit": 40}}}})
+    assert queue.gpu.lending_limit == 1 and queue.gpu.kept == 2
+    assert queue.memory.lending_limit == 40 * 1000 * 1000  # MB, like the quota
+    assert queue.cpu.lending_limit is None  # unset: everything unused may be lent
+
+
+@pytest.mark.parametrize(("block", "message"), [
+    ({"quota": 3, "lendingLimit": -1}, r"spec\.resources\.gpu\.lendingLimit must be at least 0"),
+    ({"quota": 3, "lendingLimit": 4}, r"spec\.resources\.gpu\.lendingLimit may not exceed quota"),
+    ({"quota": 3, "lendingLimit": "x"}, r"spec\.resources\.gpu\.lendingLimit must be a number"),
+    ({"quota": -1, "lendingLimit": 1}, r"spec\.resources\.gpu\.lendingLimit needs a finite"),
+])
+def test_queue_bad_lending_limit_names_the_field(block, message):
+    with pytest.raises(TranslateError, match=message):
+        queue_from_api({"metadata": {"name": "q"}, "spec": {"resources": {"gpu": block}}})
+
+
 def test_podgroup_priority_and_preemptibility():
     pg = {"metadata": {"name": "pg", "namespace": "ns"},
           "spec": {"queue": "q", "minMember": 4, "priorityClassName": "build"}}

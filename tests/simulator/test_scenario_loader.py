@@ -1,3 +1,5 @@
+from fractions import Fraction
+
 import pytest
 import yaml
 
@@ -120,3 +122,43 @@ def test_reservation_keys_are_read_and_bad_values_name_their_path():
         load(**{"expect/reservations": {"j": "node0"}})
     got = run(load(**{"expect/reservations": {"j": ["node0"]}}))
     assert got.mismatches == ["after cycle 1: reservation of j: None, expected ['node0']"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, r"queues\[0\]\.resources\.gpu\.lendingLimit: must be at least 0, got -1"),
+        (3, r"queues\[0\]\.resources\.gpu\.lendingLimit: may not exceed quota \(2\), got 3"),
+        ("lots", r"queues\[0\]\.resources\.gpu\.lendingLimit: "),
+    ],
+)
+def test_bad_lending_limit_names_its_path(value, message):
+    with pytest.raises(ScenarioError, match=message):
+        load(**{"queues/0/resources/gpu/lendingLimit": value})
+
+
+def test_lending_limit_needs_a_finite_quota():
+    data = yaml.safe_load(BASE)
+    data["queues"][0]["resources"]["gpu"] = {"quota": -1, "lendingLimit": 1}
+    with pytest.raises(ScenarioError, match=r"gpu\.lendingLimit: needs a finite quota"):
+        parse(data)
+
+
+def test_lending_limit_is_read_in_natural_units():
+    data = yaml.safe_load(BASE)
+    data["queues"][0]["resources"]["memory"] = {"quota": 1024, "lendingLimit": 256}
+    data["queues"][0]["resources"]["gpu"]["lendingLimit"] = 0.5
+    queue = parse(data).queues[0]
+    assert queue.gpu.lending_limit == Fraction(1, 2)
+    assert queue.memory.lending_limit == 256 * 2**20
+    assert queue.kept_quota() == {"gpu": Fraction(3, 2), "memory": 768 * 2**20}
+    assert queue.cpu.lending_limit is None
+
+
+def test_lending_limit_is_refused_under_compat_kai():
+    data = yaml.safe_load(BASE)
+    data["config"] = {"compat": "kai"}
+    data["queues"][0]["resources"]["gpu"]["lendingLimit"] = 1
+    with pytest.raises(ScenarioError, match=r"^queues\[0\]\.resources\.gpu\.lendingLimit: not "
+                                            r"available under compat: kai"):
+        parse(data)

@@ -22,6 +22,12 @@ def _resource_limits(what: str, unit: str) -> dict[str, Any]:
             "overQuotaWeight": {"type": "number", "description": "Share of the unused "
                                                                  "resources above quota, "
                                                                  "relative to sibling queues."},
+            "lendingLimit": {"type": "number", "minimum": 0,
+                             "description": f"At most this much of the queue's unused {what} "
+                                            f"quota ({unit}) may be used by queues outside "
+                                            "its subtree; the rest stays idle for it. At "
+                                            "most the quota, which must be finite; unset: "
+                                            "all of it may be lent."},
         },
     }
 
@@ -80,7 +86,8 @@ def queue_crd() -> dict[str, Any]:
             "maxRuntime": _MAX_RUNTIME,
             "resources": {
                 "type": "object",
-                "description": "Quota, limit and over-quota weight per resource.",
+                "description": "Quota, limit, over-quota weight and lending limit per "
+                               "resource.",
                 "properties": {
                     "gpu": _resource_limits("GPU", "GPUs; fractions allowed"),
                     "cpu": _resource_limits("CPU", "millicores"),

@@ -14,12 +14,22 @@ UNLIMITED = Fraction(-1)
 class ResourceSpec:
     """One resource of a queue, in the resource's natural unit (GPUs, millicores, bytes).
 
-    ``-1`` means unlimited for quota and limit.
+    ``-1`` means unlimited for quota and limit. ``lending_limit``: at most this much of the
+    queue's unused quota may be used by queues outside its subtree; the rest stays idle for
+    it (None: all of it may be, the default; only with a finite quota, at most the quota).
     """
 
     quota: Fraction = Fraction(0)
     limit: Fraction = UNLIMITED
     over_quota_weight: Fraction = Fraction(1)
+    lending_limit: Fraction | None = None
+
+    @property
+    def kept(self) -> Fraction | None:
+        """The part of the quota never lent (quota − lending limit); None: no limit."""
+        if self.lending_limit is None:
+            return None
+        return self.quota - self.lending_limit
 
     @property
     def unlimited_limit(self) -> bool:
@@ -62,6 +72,12 @@ class Queue:
     def is_leaf(self) -> bool:
         return not self.children
 
+    def kept_quota(self) -> dict[str, Fraction] | None:
+        """Per resource with a lending limit, the part of the quota never lent
+        (quota − lending limit); None when no resource has one."""
+        kept = {r: s.kept for r, s in self.resources.items() if s.kept is not None}
+        return kept or None
+
 
 def root_quota_overcommit(root_quotas: dict[str, float], capacity_gpus: float) -> str | None:
     """Top-level queues whose GPU quotas together exceed the cluster's GPUs promise
@@ -74,3 +90,15 @@ def root_quota_overcommit(root_quotas: dict[str, float], capacity_gpus: float) -
     listed = ", ".join(f"{name} {q:g}" for name, q in sorted(promised.items()))
     return (f"top-level GPU quotas sum to {total:g} ({listed}) but the cluster has "
             f"{capacity_gpus:g} GPU(s): not every guarantee can be met at once")
+
+
+def lending_limit_error(quota: float | Fraction, lending_limit: float | Fraction) -> str | None:
+    """Why a ``lendingLimit`` does not go with its ``quota`` (None: it does): it must be at
+    least 0 and at most the quota, and the quota must be finite (not -1)."""
+    if lending_limit < 0:
+        return f"must be at least 0, got {float(lending_limit):g}"
+    if quota == UNLIMITED:
+        return "needs a finite quota (quota is -1, unlimited, so nothing is ever kept idle)"
+    if lending_limit > quota:
+        return f"may not exceed quota ({float(quota):g}), got {float(lending_limit):g}"
+    return None

@@ -228,6 +228,7 @@ def _run_fairshare(sc: Scenario) -> ScenarioResult:
             weight={r: q.resources[r].over_quota_weight for r in RESOURCES},
             request=sc.requests.get(q.name, {}),
             usage={r: Fraction(str(v)) for r, v in q.usage.items()},
+            kept=None if sc.config.kai else q.kept_quota(),
         )
         for q in sc.queues
     ]

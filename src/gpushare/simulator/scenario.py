@@ -13,7 +13,7 @@ from gpushare.model.job import Job, SubGroup
 from gpushare.model.node import Node
 from gpushare.model.pod import GpuRequest, Pod, PodStatus
 from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, mib_to_bytes
-from gpushare.model.queue import UNLIMITED, Queue, ResourceSpec
+from gpushare.model.queue import UNLIMITED, Queue, ResourceSpec, lending_limit_error
 from gpushare.model.schema import (
     ScenarioError,
     as_bool,
@@ -46,7 +46,7 @@ QUEUE_KEYS = frozenset({
     "reclaimMinRuntimeSeconds", "createdSecondsAgo", "usage", "request", "allocated",
     "reservationAfterSeconds",
 })
-RESOURCE_KEYS = frozenset({"quota", "limit", "overQuotaWeight"})
+RESOURCE_KEYS = frozenset({"quota", "limit", "overQuotaWeight", "lendingLimit"})
 JOB_KEYS = frozenset({
     "name", "namespace", "queue", "priority", "preemptibility", "minMember", "minSubGroup",
     "createdSecondsAgo", "pendingSecondsAgo", "resources", "preemptionDelaySeconds",
@@ -138,7 +138,7 @@ def parse(data: Any, path: str = "<scenario>") -> Scenario:
         sc.nodes.append(node)
     queue_names: set[str] = set()
     for i, raw in enumerate(as_list(top.get("queues"), "queues")):
-        queue, request = _queue(raw, join("queues", i), kind)
+        queue, request = _queue(raw, join("queues", i), kind, config.kai)
         if queue.name in queue_names:
             raise ScenarioError(join(join("queues", i), "name"), f"duplicate queue {queue.name!r}")
         queue_names.add(queue.name)
@@ -194,7 +194,8 @@ def _resources_of(raw: Any, path: str) -> dict[str, Fraction]:
     return {r: _quantity(r, as_number(v, join(path, r), 0)) for r, v in m.items()}
 
 
-def _queue(raw: Any, path: str, kind: str) -> tuple[Queue, dict[str, Fraction] | None]:
+def _queue(raw: Any, path: str, kind: str,
+           kai: bool = False) -> tuple[Queue, dict[str, Fraction] | None]:
     q = check_keys(raw, path, QUEUE_KEYS)
     name = get(q, "name", path, as_str)
     if name is None:
@@ -213,7 +214,9 @@ def _queue(raw: Any, path: str, kind: str) -> tuple[Queue, dict[str, Fraction] |
         for key, value in (("quota", quota), ("limit", limit)):
             if value < 0 and value != UNLIMITED:
                 raise ScenarioError(join(rpath, key), f"must be -1 or at least 0, got {value}")
-        resources[r] = ResourceSpec(_quantity(r, quota), _quantity(r, limit), weight)
+        lending = _lending_limit(spec, rpath, quota, kai)
+        resources[r] = ResourceSpec(_quantity(r, quota), _quantity(r, limit), weight,
+                                    None if lending is None else _quantity(r, lending))
     usage = {}
     if "usage" in q:
         u = check_keys(q["usage"], join(path, "usage"), frozenset(RESOURCES))
@@ -242,6 +245,22 @@ def _queue(raw: Any, path: str, kind: str) -> tuple[Queue, dict[str, Fraction] |
         reservation_after=_opt_seconds(q, "reservationAfterSeconds", path, minimum=-1),
     )
     return queue, request
+
+
+def _lending_limit(spec: dict[str, Any], rpath: str, quota: Fraction,
+                   kai: bool) -> Fraction | None:
+    """A resource's ``lendingLimit`` (None: unset), checked against its quota; refused
+    under ``compat: kai`` (KAI has no such field)."""
+    if spec.get("lendingLimit") is None:
+        return None
+    lpath = join(rpath, "lendingLimit")
+    if kai:
+        raise ScenarioError(lpath, "not available under compat: kai (KAI has no lending limit)")
+    lending = as_number(spec["lendingLimit"], lpath)
+    problem = lending_limit_error(quota, lending)
+    if problem is not None:
+        raise ScenarioError(lpath, problem)
+    return lending
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ from gpushare.api.contracts import GPU_MEMORY_ANNOTATION as GPU_MEMORY
 from gpushare.api.contracts import GPU_RESOURCE
 from gpushare.apiserver.errors import Cause
 from gpushare.apiserver.schema import pod_updates
+from gpushare.model.queue import lending_limit_error
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(
@@ -198,6 +199,18 @@ def _number(value: Any) -> float | None:
     return None
 
 
+def _lending_limit_causes(base: str, entry: dict[str, Any],
+                          values: dict[str, float]) -> list[Cause]:
+    """``lendingLimit``: at least 0, at most the quota (0 when unset), a finite quota."""
+    lending = values.get("lendingLimit")
+    if lending is None:
+        return []
+    problem = lending_limit_error(values.get("quota", 0.0), lending)
+    if problem is None:
+        return []
+    return [Cause(f"{base}.lendingLimit", f"Invalid value: {entry['lendingLimit']}: {problem}")]
+
+
 def validate_queue(obj: dict[str, Any], lookup: QueueLookup) -> list[Cause]:
     name = obj["metadata"]["name"]
     spec = obj.get("spec")
@@ -223,7 +236,7 @@ def validate_queue(obj: dict[str, Any], lookup: QueueLookup) -> list[Cause]:
                 causes.append(Cause(base, "must be an object", "FieldValueTypeInvalid"))
                 continue
             values: dict[str, float] = {}
-            for key in ("quota", "limit", "overQuotaWeight"):
+            for key in ("quota", "limit", "overQuotaWeight", "lendingLimit"):
                 if key not in entry or entry[key] is None:
                     continue
                 num = _number(entry[key])
@@ -232,13 +245,16 @@ def validate_queue(obj: dict[str, Any], lookup: QueueLookup) -> list[Cause]:
                                                          "be a number",
                                         "FieldValueTypeInvalid"))
                     continue
-                if key == "overQuotaWeight" and num < 0:
+                if key == "lendingLimit":
+                    pass  # checked with the quota below
+                elif key == "overQuotaWeight" and num < 0:
                     causes.append(Cause(f"{base}.{key}", f"Invalid value: {entry[key]}: must be "
                                                          "greater than or equal to 0"))
                 elif key != "overQuotaWeight" and num < 0 and num != -1:
                     causes.append(Cause(f"{base}.{key}", f"Invalid value: {entry[key]}: must be "
                                                          "non-negative or -1 (unlimited)"))
                 values[key] = num
+            causes += _lending_limit_causes(base, entry, values)
             quota, limit = values.get("quota"), values.get("limit")
             if quota is not None and limit is not None and limit != -1 and (
                 quota == -1 or quota > limit

@@ -35,6 +35,7 @@ from gpushare.controllers.scheduling.translate import (
     pod_from_api,
     priority_class_of,
     queue_from_api,
+    refuse_lending_under_kai,
 )
 from gpushare.model import Job, PodStatus, Queue
 from gpushare.model.pod import ON_NODE
@@ -83,6 +84,9 @@ class JobMemory:
 class Mirror:
     state: ClusterState = field(default_factory=ClusterState)
     scheduler_names: tuple[str, ...] = SCHEDULER_NAMES
+    #: The scheduler runs with ``compat: kai``: a queue that sets a lending limit is
+    #: refused (kept out of the tree, its reason in ``invalid``).
+    compat_kai: bool = False
     priorities: dict[str, int] = field(default_factory=dict)
     # PriorityClasses whose preemptionPolicy is Never.
     never_preempt: set[str] = field(default_factory=set)
@@ -203,6 +207,8 @@ class Mirror:
         self._removed_queues.discard(name)
         try:
             queue = queue_from_api(obj)
+            if self.compat_kai:
+                refuse_lending_under_kai(queue)
         except TranslateError as error:
             self.invalid[f"queue/{name}"] = str(error)
             return
@@ -322,7 +328,10 @@ class Mirror:
             # First sight of the job (a restarted scheduler): its reservation comes back.
             self.state.reservations[key] = held
         if job.queue not in self.raw_queues or job.queue not in self.state.queues:
-            self.invalid[f"podgroup/{key}"] = f"queue {job.queue!r} does not exist"
+            unusable = self.invalid.get(f"queue/{job.queue}")
+            self.invalid[f"podgroup/{key}"] = (
+                f"queue {job.queue!r} does not exist" if unusable is None
+                else f"queue {job.queue!r} is not usable: {unusable}")
             self._orphan_job(job, existing)
             return
         self.invalid.pop(f"podgroup/{key}", None)

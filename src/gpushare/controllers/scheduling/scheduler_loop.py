@@ -218,7 +218,7 @@ class SchedulerLoop:
         )
         self.min_interval = min_interval
         self.period = period
-        self.mirror = Mirror(scheduler_names=scheduler_names)
+        self.mirror = Mirror(scheduler_names=scheduler_names, compat_kai=self.config.kai)
         self.stats = LoopStats()
         self.metrics = SchedulerMetrics()
         self._beneficiaries: dict[str, str] = {}

@@ -27,6 +27,7 @@ from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
 from gpushare.model.gpu_products import PRODUCTS
 from gpushare.model.node import TAINTS_LABEL
 from gpushare.model.quantities import CPU, MEMORY, to_fraction
+from gpushare.model.queue import lending_limit_error
 from gpushare.scheduler.config import NODE_POOL_LABEL
 from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
 
@@ -129,10 +130,12 @@ def queue_from_api(queue: Obj) -> Queue:
     given = spec.get("resources") or {}
     for resource, scale in ((GPU, 1), (CPU, 1), (MEMORY, MB)):
         block = given.get(resource) or {}
+        quota = _amount(block, "quota", Fraction(0), scale, name, resource)
         resources[resource] = ResourceSpec(
-            quota=_amount(block, "quota", Fraction(0), scale, name, resource),
+            quota=quota,
             limit=_amount(block, "limit", Fraction(-1), scale, name, resource),
             over_quota_weight=_amount(block, "overQuotaWeight", Fraction(1), 1, name, resource),
+            lending_limit=_lending_limit(block, quota, scale, name, resource),
         )
     try:
         priority = int(spec.get("priority", 100))
@@ -148,6 +151,28 @@ def queue_from_api(queue: Obj) -> Queue:
         created_at=timestamp(meta.get("creationTimestamp")),
         reservation_after=_reservation_after(spec, name),
     )
+
+
+def _lending_limit(block: Obj, quota: Fraction, scale: int, queue: str,
+                   resource: str) -> Fraction | None:
+    """``spec.resources.<r>.lendingLimit`` (None: unset), checked against the quota."""
+    if block.get("lendingLimit") is None:
+        return None
+    lending = _amount(block, "lendingLimit", Fraction(0), scale, queue, resource)
+    problem = lending_limit_error(quota, lending)
+    if problem is not None:
+        raise TranslateError(f"queue {queue}: spec.resources.{resource}.lendingLimit {problem}")
+    return lending
+
+
+def refuse_lending_under_kai(queue: Queue) -> None:
+    """Under ``compat: kai`` a queue may not set ``lendingLimit`` (KAI has no such field):
+    a TranslateError naming the first field that does."""
+    for resource in (GPU, CPU, MEMORY):
+        if queue.resources[resource].lending_limit is not None:
+            raise TranslateError(
+                f"queue {queue.name}: spec.resources.{resource}.lendingLimit is not available "
+                "under compat: kai (KAI has no lending limit)")
 
 
 def _reservation_after(spec: Obj, queue: str) -> float | None:

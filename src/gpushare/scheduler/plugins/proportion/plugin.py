@@ -42,6 +42,7 @@ from gpushare.model.quantities import (
 )
 from gpushare.model.queue import UNLIMITED
 from gpushare.scheduler.config import Config
+from gpushare.scheduler.plugins.proportion.lending import Kept, LendingLimits, kept_of
 from gpushare.scheduler.plugins.proportion.reclaim_rules import ReclaimRules
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
 from gpushare.scheduler.plugins.proportion.resource_share import allocatable
@@ -100,9 +101,19 @@ class Proportion:
         #: Per queue: quota and limit, the one form every rule reads.
         self.quota: dict[str, Vec] = {}
         self.limit: dict[str, Vec] = {}
+        kept: dict[str, Kept] = {}
         for name, q in state.queues.items():
             self.quota[name] = (q.gpu.quota, q.cpu.quota, q.memory.quota)
             self.limit[name] = (q.gpu.limit, q.cpu.limit, q.memory.limit)
+            if not config.kai:
+                k = kept_of(q)
+                if k is not None:
+                    kept[name] = k
+        #: The queues' lending limits (:mod:`.lending`); None when no queue has one, and
+        #: always under ``compat: kai`` (KAI has none; the loaders refuse them there).
+        self.lending = LendingLimits(
+            state.queues, kept, self.allocated,
+            lambda name: state.queue_usage[name].version) if kept else None
         self.requested: dict[str, Vec] = {}
         self.fair_share: dict[str, Vec] = self._divide()
         #: Per leaf: whether the leaf or an ancestor has a limit, and a quota, in any
@@ -156,6 +167,7 @@ class Proportion:
                     weight={r: q.resources[r].over_quota_weight for r in RESOURCES},
                     request=as_quantities(request) if q.is_leaf() else {},
                     usage={r: Fraction(str(v)) for r, v in q.usage.items()},
+                    kept=self.kept_quota(name),
                 )
             )
             made[name] = (source, inputs[-1], request)
@@ -171,6 +183,13 @@ class Proportion:
         )
         self.state.kept.fair_share_memo = memo_out
         return {n: (s[GPU], s[CPU], s[MEMORY]) for n, s in shares.items()}
+
+    def kept_quota(self, name: str) -> dict[str, Fraction] | None:
+        """The division's view of a queue's lending limits (None: none, or ``compat:
+        kai``)."""
+        if self.lending is None or name not in self.lending.kept:
+            return None
+        return self.state.queues[name].kept_quota()
 
     # --------------------------------------------------------- queue figures
     def fair_share_report(self, name: str) -> dict[str, float]:
@@ -227,6 +246,10 @@ class Proportion:
         pods = list(pods)
         bound = self._non_preemptible_part(job, pods)
         limited, quota_bound = self._bounds(job.queue)
+        if self.lending is not None:
+            lent = self._check_lending(job.queue, self._checked_request(pods))
+            if lent is not None:
+                return lent
         if not limited and (not bound or not quota_bound):
             return CheckResult(True)  # no bound on the chain that the checks below read
         request = self._checked_request(pods)
@@ -260,6 +283,22 @@ class Proportion:
                         f"{_fmt(r, quota[i])}",
                     )
         return CheckResult(True)
+
+    def _check_lending(self, leaf: str, request: Vec) -> CheckResult | None:
+        """``LendingLimit``: a step may not use what other queues keep idle."""
+        assert self.lending is not None
+        refused = self.lending.refusal(self.state.ancestors(leaf), self.capacity, request)
+        if refused is None:
+            return None
+        i, left, withheld = refused
+        r = RESOURCES[i]
+        return CheckResult(
+            False,
+            "LendingLimit",
+            f"queue {leaf}: request {_fmt(r, request[i])}{_UNIT[r]} > "
+            f"{_fmt(r, max(left, F0))} free beyond what other queues keep idle "
+            f"({_fmt(r, withheld)} of their unused quota, by their lending limits)",
+        )
 
     def non_preemptible_within_quota(self, job: Job, pods: Iterable[Pod]) -> bool:
         """A job never takes more than its queues' quota as non-preemptible use (the
@@ -308,7 +347,8 @@ class Proportion:
         ``gpu_memory_mib`` each, the request counts as what it would be charged there, its
         two-decimal portion of that GPU on each device, checked against every ancestor's
         limit, and for a non-preemptible job against non-preemptible allocated plus that
-        within quota. ``compat: kai`` counts it as KAI's predicate does
+        within quota, and against other queues' lending limits (:mod:`.lending`). ``compat:
+        kai`` counts it as KAI's predicate does
         (``IsTaskAllocationOnNodeOverCapacity``): rounded up to two decimals, one device.
         On small GPUs the fraction is larger than the step's check (largest GPU) assumed."""
         if not pod.gpu.is_memory or not gpu_memory_mib:
@@ -328,6 +368,8 @@ class Proportion:
                 quota = self.quota[name][0]
                 if quota != UNLIMITED and self.allocated_np(name)[0] + gpu > quota:
                     return False
+        if self.lending is not None:
+            return self._check_lending(job.queue, (gpu, F0, F0)) is None
         return True
 
     # --------------------------------------------------------------- reclaim
@@ -338,5 +380,6 @@ class Proportion:
         if steady:
             shares = SteadyShares.of(
                 self.state, self.config, self.capacity, self.quota, self.limit,
-                lambda name: self.requested.get(name, self.allocated(name)))
+                lambda name: self.requested.get(name, self.allocated(name)),
+                None if self.lending is None else self.kept_quota)
         return ReclaimRules(shares, saturation_multiplier)

@@ -46,6 +46,11 @@ class ShareInput:
     weight: dict[str, Fraction]
     request: dict[str, Fraction] = field(default_factory=dict)  # leaves; parents are summed
     usage: dict[str, Fraction] = field(default_factory=dict)
+    #: Per resource with a lending limit, the part of the quota never lent (quota −
+    #: lending limit): the queue asks for at least this much, so the part of it that it
+    #: does not use stays in its share, out of the other queues' over-quota division.
+    #: None: no lending limit (the division is KAI's).
+    kept: dict[str, Fraction] | None = None
     #: Per resource, the part of a division memo's key that comes from this input alone
     #: (made on first use; an input is never changed once made).
     memo_part: dict[str, tuple[Any, ...]] = field(default_factory=dict, compare=False,
@@ -56,10 +61,13 @@ class ShareInput:
         if part is None:
             quota, limit, weight = self.quota[r], self.limit[r], self.weight[r]
             usage = self.usage.get(r, ZERO)
-            part = self.memo_part[r] = (
+            part = (
                 self.name, self.priority, self.created_at, quota.numerator, quota.denominator,
                 limit.numerator, limit.denominator, weight.numerator, weight.denominator,
                 usage.numerator, usage.denominator)
+            if self.kept is not None and r in self.kept:
+                part += _pair(self.kept[r])
+            self.memo_part[r] = part
         return part
 
 
@@ -107,6 +115,13 @@ def divide(
                 sub = total_request(kid)
                 for r in RESOURCES:
                     req[r] += sub[r]
+        kept = by_name[name].kept
+        if kept is not None:
+            # The part of its quota a queue never lends counts as asked for: what of it is
+            # unused stays idle for the queue (and counts in its parent's request).
+            for r, amount in kept.items():
+                if amount > req[r]:
+                    req[r] = amount
         request[name] = req
         return req
 

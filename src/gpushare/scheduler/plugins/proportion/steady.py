@@ -50,10 +50,13 @@ class SteadyShares:
 
     @staticmethod
     def of(state: ClusterState, config: Config, cluster: Vec, quota: Mapping[str, Vec],
-           limit: Mapping[str, Vec], requested: Callable[[str], Vec]) -> SteadyShares:
+           limit: Mapping[str, Vec], requested: Callable[[str], Vec],
+           kept_quota: Callable[[str], dict[str, Fraction] | None] | None = None,
+           ) -> SteadyShares:
         """The steady shares of the queues in ``state`` on a cluster of ``cluster``
         resources, each leaf asking for ``requested(name)`` (or, with an over-quota weight
-        and a finite GPU quota, for every GPU)."""
+        and a finite GPU quota, for every GPU); ``kept_quota``: a queue's kept quota under its
+        lending limits (:class:`.resource_division.ShareInput`), None for none."""
         capacity = as_quantities(cluster)
         inputs: list[ShareInput] = []
         kept, made = state.kept.steady_inputs, {}
@@ -81,6 +84,7 @@ class SteadyShares:
                 weight={r: queue.resources[r].over_quota_weight for r in RESOURCES},
                 request=request,
                 usage={r: Fraction(str(v)) for r, v in queue.usage.items()},
+                kept=None if kept_quota is None else kept_quota(name),
             ))
             made[name] = (source, inputs[-1])
         state.kept.steady_inputs = made
