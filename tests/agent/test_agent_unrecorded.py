@@ -18,9 +18,17 @@ from gpushare.agent.runtime.logstore import META_DIR
 
 
 def _start(pod_dir: Path, name: str) -> proc.ContainerProcess:
+    """Start a wrapper, and wait until its command line shows: the starter returns once
+    the old image is gone, a moment before the new one's arguments are readable."""
     meta = pod_dir / META_DIR
-    return proc.start(("sleep", "60"), {"PATH": "/usr/bin:/bin"}, pod_dir,
-                      meta / "logs" / f"{name}.log", meta / "exit" / f"{name}.0")
+    started = proc.start(("sleep", "60"), {"PATH": "/usr/bin:/bin"}, pod_dir,
+                         meta / "logs" / f"{name}.log", meta / "exit" / f"{name}.0")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if Path(f"/proc/{started.pid}/cmdline").read_bytes():
+            break
+        time.sleep(0.005)
+    return started
 
 
 def _gone(pid: int, timeout: float = 10.0) -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,7 +43,8 @@ def started_groups(directory: Path) -> set[int]:
         if not entry.isdigit():
             continue
         try:
-            args = _arguments(entry).split(b"\0")
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
             if marker not in args:
                 continue
             at = args.index(marker) + 1
@@ -53,28 +53,6 @@ def started_groups(directory: Path) -> set[int]:
         except (OSError, ValueError):
             continue
     return found
-
-
-_PF_KTHREAD = 0x00200000  # a kernel thread's flag in /proc/<pid>/stat (field 9)
-_EXEC_WAIT_S = 0.2
-
-
-def _arguments(pid: str) -> bytes:
-    """The command line of process `pid`. A process caught inside exec (the parent that
-    started it has already returned: it resumes once the old image is gone, before the
-    new one's arguments are laid out) shows an empty one for a moment: read it again
-    until it is there, unless the process is a kernel thread or a zombie (never any)."""
-    deadline = time.monotonic() + _EXEC_WAIT_S
-    while True:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            args = f.read()
-        if args or time.monotonic() > deadline:
-            return args
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        if fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_KTHREAD:
-            return args
-        time.sleep(0.005)
 
 
 def kill_leftovers(directory: Path, before_signal: BeforeSignal | None = None) -> list[int]:
