@@ -277,3 +277,28 @@ def test_default_queue_and_priority_classes_are_those_gpushare_up_creates():
         classes = {o["metadata"]["name"]: o["value"] for o in objects
                    if o["kind"] == "PriorityClass"}
         assert classes == PRIORITY_CLASSES
+
+
+def test_every_namespaced_object_of_an_overlay_names_its_namespace():
+    """`kubectl apply -k` (and `gpushare install`) put an object without a namespace into
+    the kubeconfig's current one: on a real cluster the tenant plane's Deployment, Service
+    and claim landed in `default`, where `gpushare-apiserver.gpushare.svc` (the address in
+    the tenants' kubeconfigs and in its certificate) does not reach them."""
+    from gpushare.apiserver.registry.builtin_kinds import builtin_resources
+
+    scoped = {(r.group, r.kind): r.namespaced for r in builtin_resources()}
+    # kinds the embedded server does not serve: the Prometheus operator's, the claim
+    scoped[("monitoring.coreos.com", "ServiceMonitor")] = True
+    scoped[("", "PersistentVolumeClaim")] = True
+    for where, objects in _rendered().items():
+        if not where.startswith("overlay "):
+            continue  # helm installs into the release namespace
+        for crd in (o for o in objects if o["kind"] == "CustomResourceDefinition"):
+            scoped[(crd["spec"]["group"], crd["spec"]["names"]["kind"])] = (
+                crd["spec"]["scope"] == "Namespaced")
+        for o in objects:
+            group = o["apiVersion"].rpartition("/")[0]
+            what = f"{where}: {o['kind']}/{o['metadata']['name']}"
+            assert (group, o["kind"]) in scoped, f"{what}: unknown kind"
+            if scoped[(group, o["kind"])]:
+                assert o["metadata"].get("namespace"), what
