@@ -302,3 +302,31 @@ def test_every_namespaced_object_of_an_overlay_names_its_namespace():
             assert (group, o["kind"]) in scoped, f"{what}: unknown kind"
             if scoped[(group, o["kind"])]:
                 assert o["metadata"].get("namespace"), what
+
+
+HOST_ACCESS = ("hostPID", "hostNetwork", "hostIPC")
+
+
+def _needs_privileged_level(pod: dict) -> bool:
+    """Whether Pod Security's baseline level refuses the pod: host namespaces, hostPath
+    volumes, host ports or a privileged container."""
+    containers = pod.get("containers", []) + pod.get("initContainers", [])
+    return (any(pod.get(k) for k in HOST_ACCESS)
+            or any("hostPath" in v for v in pod.get("volumes") or [])
+            or any(p.get("hostPort") for c in containers for p in c.get("ports") or [])
+            or any((c.get("securityContext") or {}).get("privileged") for c in containers))
+
+
+def test_an_overlay_with_host_access_pods_lets_its_namespace_run_them():
+    """A cluster whose PodSecurity admission enforces baseline by default (a common
+    hardening) refuses every pod of such a DaemonSet, unless the namespace says otherwise:
+    kube-apiserver refused the node daemon's pods ("violates PodSecurity baseline:latest:
+    host namespaces (hostPID=true), hostPath volumes")."""
+    for overlay in OVERLAYS:
+        objects = _kustomize(overlay)
+        namespace = next(o for o in objects if o["kind"] == "Namespace")
+        enforce = (namespace["metadata"].get("labels") or {}).get(
+            "pod-security.kubernetes.io/enforce")
+        hosted = [o["metadata"]["name"] for o, pod in _pods(objects)
+                  if _needs_privileged_level(pod)]
+        assert (enforce == "privileged") == bool(hosted), (overlay, hosted, enforce)
