@@ -487,3 +487,30 @@ def test_services_get_cluster_ips_and_node_ports(cluster: Cluster) -> None:
                            '{"spec": {"clusterIP": "10.96.9.9"}}', check=False)
     assert done.returncode != 0 and "spec.clusterIP" in done.stderr
     cluster.kubectl("delete", "service", "np", "headless")
+
+
+def test_a_volume_mount_must_name_a_volume_of_the_pod(cluster: Cluster) -> None:
+    """As kube-apiserver: a mount of no volume is refused, in a pod and in a template (the
+    tenancy syncer once made such host pods, which only a real cluster refused)."""
+    from apiserver_harness import http_client
+
+    http = http_client(cluster.server)
+    container = {"name": "c", "image": "python",
+                 "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                                  {"name": "kube-api-access-x1", "mountPath": "/var/run/t"}]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dangling"},
+           "spec": {"volumes": [{"name": "data", "emptyDir": {}}], "containers": [container]}}
+    bad = http.post("/api/v1/namespaces/default/pods", json=pod)
+    assert bad.status_code == 422, bad.text
+    assert bad.json()["details"]["causes"] == [{
+        "reason": "FieldValueNotFound", "message": 'Not found: "kube-api-access-x1"',
+        "field": "spec.containers[0].volumeMounts[1].name"}]
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "dangling"},
+           "spec": {"template": {"spec": {**pod["spec"], "restartPolicy": "Never"}}}}
+    bad = http.post("/apis/batch/v1/namespaces/default/jobs", json=job)
+    assert bad.status_code == 422, bad.text
+    assert [c["field"] for c in bad.json()["details"]["causes"]] == [
+        "spec.template.spec.containers[0].volumeMounts[1].name"]
+    container["volumeMounts"] = container["volumeMounts"][:1]
+    assert http.post("/api/v1/namespaces/default/pods", json=pod).status_code == 201
+    http.close()

@@ -52,7 +52,7 @@ def test_rendered_deploy_applies_server_side_and_runs_the_three_teams(server, ku
 
     cluster = _settings(_render("cluster"), tmp_path)[0]
     assert cluster == ("pod-grouper", "scheduler", "queue-status", "podgroup-status",
-                       "max-runtime", "node-lifecycle")
+                       "max-runtime", "node-lifecycle", "static-node-pods")
     objects = _render("standalone")
     rendered = subprocess.run([KUBECTL, "kustomize", str(DEPLOY / "overlays" / "standalone")],
                               capture_output=True, text=True, check=True).stdout
@@ -147,3 +147,40 @@ def test_the_gpu_sharing_overlay_installs_and_its_webhook_configuration_is_serve
     assert done.returncode == 0, done.stderr
     assert kubectl.run("get", "mutatingwebhookconfiguration", "gpushare-gpu-fractions",
                        check=False).returncode != 0
+
+
+def _burst_pod(team: str, name: str) -> str:
+    return team_pod(team).replace(f"name: {team}-notebook", f"name: {name}")
+
+
+def test_the_cluster_overlay_reclaims_from_a_static_node(server, kubectl, tmp_path):
+    """The `cluster` overlay's controllers alone (kube-controller-manager runs the rest)
+    finish a reclaim on a `gpushare node add` node: the evicted pods' graceful deletion
+    waits for a node agent that such a node never has (kube-apiserver, like the embedded
+    server, keeps a bound pod Terminating until its node finishes it), so without the
+    static-node-pods controller the reclaimers stayed pipelined behind them for ever."""
+    from gpushare.controller_manager import start_controllers
+
+    only, config_path = _settings(_render("cluster"), tmp_path)
+    assert only is not None and "static-node-pods" in only
+    running = start_controllers(str(server.kubeconfig), enabled=only,
+                                scheduler_config=load_scheduler_config(config_path))
+    try:
+        add_node(server.kubeconfig, "gpu-node-1", "1xL40S")
+        kubectl.run("apply", "-f", "-", stdin=QUEUES)
+        kubectl.run("apply", "-f", "-", stdin="".join(
+            _burst_pod("nlp", f"nlp-{i}") for i in range(3)))
+
+        def bound(names):
+            pods = {p["metadata"]["name"]: p for p in kubectl.json("get", "pods")["items"]}
+            return all((pods.get(n) or {}).get("spec", {}).get("nodeName") for n in names)
+
+        wait_for(lambda: bound([f"nlp-{i}" for i in range(3)]), what="nlp burst to 990m")
+        kubectl.run("apply", "-f", "-", stdin=team_pod("vision") + team_pod("recsys"))
+        wait_for(lambda: bound(["vision-notebook", "recsys-notebook"]),
+                 what="vision and recsys bound once two nlp pods are reclaimed")
+        left = [p["metadata"]["name"] for p in kubectl.json("get", "pods")["items"]
+                if p["metadata"]["name"].startswith("nlp-")]
+        assert len(left) == 1, left
+    finally:
+        running.stop()

@@ -277,3 +277,56 @@ def test_default_queue_and_priority_classes_are_those_gpushare_up_creates():
         classes = {o["metadata"]["name"]: o["value"] for o in objects
                    if o["kind"] == "PriorityClass"}
         assert classes == PRIORITY_CLASSES
+
+
+def test_every_namespaced_object_of_an_overlay_names_its_namespace():
+    """`kubectl apply -k` (and `gpushare install`) put an object without a namespace into
+    the kubeconfig's current one: on a real cluster the tenant plane's Deployment, Service
+    and claim landed in `default`, where `gpushare-apiserver.gpushare.svc` (the address in
+    the tenants' kubeconfigs and in its certificate) does not reach them."""
+    from gpushare.apiserver.registry.builtin_kinds import builtin_resources
+
+    scoped = {(r.group, r.kind): r.namespaced for r in builtin_resources()}
+    # kinds the embedded server does not serve: the Prometheus operator's, the claim
+    scoped[("monitoring.coreos.com", "ServiceMonitor")] = True
+    scoped[("", "PersistentVolumeClaim")] = True
+    for where, objects in _rendered().items():
+        if not where.startswith("overlay "):
+            continue  # helm installs into the release namespace
+        for crd in (o for o in objects if o["kind"] == "CustomResourceDefinition"):
+            scoped[(crd["spec"]["group"], crd["spec"]["names"]["kind"])] = (
+                crd["spec"]["scope"] == "Namespaced")
+        for o in objects:
+            group = o["apiVersion"].rpartition("/")[0]
+            what = f"{where}: {o['kind']}/{o['metadata']['name']}"
+            assert (group, o["kind"]) in scoped, f"{what}: unknown kind"
+            if scoped[(group, o["kind"])]:
+                assert o["metadata"].get("namespace"), what
+
+
+HOST_ACCESS = ("hostPID", "hostNetwork", "hostIPC")
+
+
+def _needs_privileged_level(pod: dict) -> bool:
+    """Whether Pod Security's baseline level refuses the pod: host namespaces, hostPath
+    volumes, host ports or a privileged container."""
+    containers = pod.get("containers", []) + pod.get("initContainers", [])
+    return (any(pod.get(k) for k in HOST_ACCESS)
+            or any("hostPath" in v for v in pod.get("volumes") or [])
+            or any(p.get("hostPort") for c in containers for p in c.get("ports") or [])
+            or any((c.get("securityContext") or {}).get("privileged") for c in containers))
+
+
+def test_an_overlay_with_host_access_pods_lets_its_namespace_run_them():
+    """A cluster whose PodSecurity admission enforces baseline by default (a common
+    hardening) refuses every pod of such a DaemonSet, unless the namespace says otherwise:
+    kube-apiserver refused the node daemon's pods ("violates PodSecurity baseline:latest:
+    host namespaces (hostPID=true), hostPath volumes")."""
+    for overlay in OVERLAYS:
+        objects = _kustomize(overlay)
+        namespace = next(o for o in objects if o["kind"] == "Namespace")
+        enforce = (namespace["metadata"].get("labels") or {}).get(
+            "pod-security.kubernetes.io/enforce")
+        hosted = [o["metadata"]["name"] for o, pod in _pods(objects)
+                  if _needs_privileged_level(pod)]
+        assert (enforce == "privileged") == bool(hosted), (overlay, hosted, enforce)

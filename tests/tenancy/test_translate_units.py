@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpushare.api import shapes
 from gpushare.controllers.scheduling.grouping import PodGroupPlan
 from gpushare.tenancy import names, translate, views
 from gpushare.tenancy.policy import TenantPolicy, validate_virtual_cluster
@@ -98,6 +101,27 @@ def test_a_host_pod_carries_only_what_runs_the_workload():
         "env-secret", "research", 253)
     refs = translate.references(TENANT_POD)
     assert refs.config_maps == {"cfg"} and refs.secrets == {"tok", "env-secret"}
+
+
+def test_mounts_of_volumes_a_host_pod_does_not_get_go_with_them():
+    """The tenant's API server gives a pod its ServiceAccount token as a projected volume
+    mounted in each container; the host pod gets no token, and kube-apiserver refuses a
+    mount that names no volume (422), so the host pod never reached a real cluster."""
+    pod = copy.deepcopy(TENANT_POD)
+    spec = pod["spec"]
+    spec["volumes"].append({"name": "kube-api-access-7x", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}]}})
+    spec["containers"][0]["volumeMounts"] = [
+        {"name": "kube-api-access-7x", "mountPath": "/var/run/secrets/kubernetes.io/"
+         "serviceaccount", "readOnly": True},
+        {"name": "c", "mountPath": "/etc/cfg"}, {"name": "h", "mountPath": "/host"}]
+    spec["initContainers"] = [{"name": "i", "image": "python", "volumeMounts": [
+        {"name": "kube-api-access-7x", "mountPath": "/var/run/secrets/kubernetes.io/"
+         "serviceaccount"}]}]
+    host = translate.host_pod("nlp", pod, "nlp", "pg-x")["spec"]
+    assert host["containers"][0]["volumeMounts"] == [{"name": "c", "mountPath": "/etc/cfg"}]
+    assert "volumeMounts" not in host["initContainers"][0]
+    assert shapes.volume_mount_causes(host, "spec") == []
 
 
 def test_a_tenant_podgroup_keeps_its_gang_but_takes_the_platforms_queue():

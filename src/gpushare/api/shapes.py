@@ -240,6 +240,25 @@ def _containers(spec: dict[str, Any], path: str, causes: list[Cause]) -> None:
                 seen.add(name)
 
 
+def volume_mount_causes(spec: Any, path: str) -> list[Cause]:
+    """Each container's volume mounts name volumes of the pod spec, as kube-apiserver
+    requires of a pod and of a Job's, Deployment's or ReplicaSet's template (not of a
+    StatefulSet's, whose claim templates add volumes). A pod made from another, a tenant's
+    host pod say, must never carry a dangling mount: a real cluster refuses it."""
+    if not isinstance(spec, dict):
+        return []
+    causes: list[Cause] = []
+    volumes = {v.get("name") for _, v in _objects(spec.get("volumes"), "", [])}
+    for key in ("containers", "initContainers", "ephemeralContainers"):
+        for cpath, c in _objects(spec.get(key), f"{path}.{key}", []):
+            for mpath, mount in _objects(c.get("volumeMounts"), f"{cpath}.volumeMounts", []):
+                name = mount.get("name")
+                if isinstance(name, str) and name and name not in volumes:
+                    causes.append(Cause(f"{mpath}.name", f'Not found: "{name}"',
+                                        "FieldValueNotFound"))
+    return causes
+
+
 def pod_spec_causes(spec: Any, path: str) -> list[Cause]:
     """Every shape rule of a pod spec (a pod's, or a workload's template): the containers
     and their fields, the lists and maps readers walk, restart policy and grace period."""

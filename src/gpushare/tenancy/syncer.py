@@ -669,10 +669,8 @@ class TenantSyncer:
         self._sync_view(NODES, self.tenant_nodes, want_nodes, ("spec", "status"), status=True)
         want_queues = {str(metadata(q).get("name")): views.tenant_queue(q) for q in queues}
         self._sync_view(QUEUES, self.tenant_queues, want_queues, ("spec", "status"), status=True)
-        classes = self.policy.priority_classes
-        want_classes = {str(metadata(pc).get("name")): views.tenant_priority_class(pc)
-                        for pc in self.h.priority_classes.items()
-                        if classes is None or metadata(pc).get("name") in classes}
+        want_classes = views.tenant_priority_classes(self.h.priority_classes.items(),
+                                                     self.policy.priority_classes)
         self._sync_view(PRIORITY_CLASSES, self.tenant_classes, want_classes,
                         ("value", "description", "preemptionPolicy"), status=False,
                         remove_unlabelled=True)

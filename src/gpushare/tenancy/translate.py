@@ -164,6 +164,22 @@ def _volumes(spec: Obj, ns: str) -> list[Obj]:
     return out
 
 
+def _drop_dangling_mounts(host_spec: Obj, volumes: set[str]) -> None:
+    """Mounts of volumes the host pod does not get (the ServiceAccount token's volume that
+    the tenant's API server adds, hostPath, ...) go with them: kube-apiserver refuses a pod
+    whose mount names no volume of it."""
+    for key in ("containers", "initContainers"):
+        for container in host_spec.get(key) or ():
+            mounts = container.get("volumeMounts")
+            if not isinstance(mounts, list):
+                continue
+            kept = [m for m in mounts if isinstance(m, dict) and m.get("name") in volumes]
+            if kept:
+                container["volumeMounts"] = kept
+            else:
+                container.pop("volumeMounts")
+
+
 # -- pods ---------------------------------------------------------------------------------
 
 
@@ -196,6 +212,7 @@ def host_pod(tenant: str, pod: Obj, queue: str, podgroup: str) -> Obj:
     volumes = _volumes(spec, ns)
     if volumes:
         host_spec["volumes"] = volumes
+    _drop_dangling_mounts(host_spec, {str(v["name"]) for v in volumes})
     host_spec["schedulerName"] = HOST_SCHEDULER
     host_spec["automountServiceAccountToken"] = False
     host_spec["enableServiceLinks"] = False

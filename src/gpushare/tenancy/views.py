@@ -190,6 +190,29 @@ def tenant_queue(queue: Obj) -> Obj:
             "spec": spec, "status": status}
 
 
+#: The highest value a user's PriorityClass may have; above it (and under the reserved
+#: ``system-`` prefix) are Kubernetes' own classes, which kube-apiserver makes itself.
+HIGHEST_USER_PRIORITY = 1_000_000_000
+
+
+def is_system_priority_class(pc: Obj) -> bool:
+    """``system-cluster-critical``, ``system-node-critical``: every real cluster has them,
+    no tenant may use them, and the tenant's API server refuses to store them."""
+    value = pc.get("value")
+    return str(metadata(pc).get("name") or "").startswith("system-") or (
+        isinstance(value, int) and value > HIGHEST_USER_PRIORITY)
+
+
+def tenant_priority_classes(host_classes: Iterable[Obj], allowed: Iterable[str] | None
+                            ) -> dict[str, Obj]:
+    """The tenant's PriorityClass views: the host's classes it may use (all of them when
+    ``allowed`` is None), never the system ones."""
+    names_allowed = None if allowed is None else set(allowed)
+    return {str(metadata(pc).get("name")): tenant_priority_class(pc) for pc in host_classes
+            if not is_system_priority_class(pc)
+            and (names_allowed is None or metadata(pc).get("name") in names_allowed)}
+
+
 def tenant_priority_class(pc: Obj) -> Obj:
     return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
             "metadata": {"name": metadata(pc).get("name"), "labels": {names.VIEW_LABEL: "true"}},

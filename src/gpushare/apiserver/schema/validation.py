@@ -113,7 +113,7 @@ def validate_gpu_annotations(annotations: dict[str, Any], spec: dict[str, Any],
 
 def validate_pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Cause]:
     spec = obj.get("spec")
-    causes = shapes.pod_spec_causes(spec, "spec")
+    causes = shapes.pod_spec_causes(spec, "spec") + shapes.volume_mount_causes(spec, "spec")
     annotations = obj["metadata"].get("annotations") or {}
     if isinstance(spec, dict):
         causes += validate_gpu_annotations(annotations, spec)
@@ -159,6 +159,7 @@ def validate_workload(gr: str, obj: dict[str, Any]) -> list[Cause]:
     if not isinstance(template, dict):
         return [Cause("spec.template", "Required value", "FieldValueRequired")]
     causes += shapes.pod_spec_causes(template.get("spec"), "spec.template.spec")
+    causes += shapes.volume_mount_causes(template.get("spec"), "spec.template.spec")
     tmeta = template.get("metadata") or {}
     annotations = tmeta.get("annotations") or {}
     if isinstance(template.get("spec"), dict):
