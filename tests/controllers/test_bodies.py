@@ -22,6 +22,7 @@ def test_meta_reads_the_metadata_fields_it_names():
     obj = {"metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "42",
                         "generation": 3, "creationTimestamp": "2026-01-02T03:04:05Z",
                         "deletionTimestamp": "2026-01-02T03:05:05Z",
+                        "deletionGracePeriodSeconds": 0,
                         "finalizers": ["a/b", "c/d"], "labels": {"k": "v"},
                         "annotations": {"n": "m"},
                         "ownerReferences": [{"kind": "Job", "uid": "j"}]}}
@@ -31,6 +32,7 @@ def test_meta_reads_the_metadata_fields_it_names():
     assert meta.generation == 3
     assert meta.creation_timestamp == "2026-01-02T03:04:05Z"
     assert meta.deletion_timestamp == "2026-01-02T03:05:05Z" and meta.deleting
+    assert meta.deletion_grace_seconds == 0
     assert meta.finalizers == ["a/b", "c/d"]
     assert meta.labels == {"k": "v"} and meta.annotations == {"n": "m"}
     assert meta.owner_references == [{"kind": "Job", "uid": "j"}]
@@ -45,6 +47,7 @@ def test_meta_of_a_malformed_object_reads_as_empty():
         assert (meta.name, meta.namespace, meta.uid, meta.resource_version) == ("", "", "", "")
         assert (meta.creation_timestamp, meta.deletion_timestamp, meta.deleting) == ("", "", False)
         assert meta.generation == 0
+        assert meta.deletion_grace_seconds is None
         assert (meta.finalizers, meta.labels, meta.annotations, meta.owner_references) == (
             [], {}, {}, [])
     assert Meta.of({"metadata": {"generation": True, "finalizers": ["a", 1]}}).generation == 0

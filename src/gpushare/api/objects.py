@@ -100,6 +100,12 @@ class Meta:
         return str(self.raw.get("deletionTimestamp") or "")
 
     @property
+    def deletion_grace_seconds(self) -> int | None:
+        """``metadata.deletionGracePeriodSeconds``: None when not set (or not an integer)."""
+        value = self.raw.get("deletionGracePeriodSeconds")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
     def finalizers(self) -> list[str]:
         return [f for f in field_list(self.raw, "finalizers") if isinstance(f, str)]
 
