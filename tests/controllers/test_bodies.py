@@ -31,7 +31,7 @@ def test_meta_reads_the_metadata_fields_it_names():
     assert meta.resource_version == "42"
     assert meta.generation == 3
     assert meta.creation_timestamp == "2026-01-02T03:04:05Z"
-    assert meta.deletion_timestamp == "2026-01-02T03:05:05Z" and meta.deleting
+    assert meta.deleting
     assert meta.deletion_grace_seconds == 0
     assert meta.finalizers == ["a/b", "c/d"]
     assert meta.labels == {"k": "v"} and meta.annotations == {"n": "m"}
@@ -45,7 +45,7 @@ def test_meta_of_a_malformed_object_reads_as_empty():
                               "finalizers": "a", "labels": ["k"], "ownerReferences": [1]}}):
         meta = Meta.of(obj)
         assert (meta.name, meta.namespace, meta.uid, meta.resource_version) == ("", "", "", "")
-        assert (meta.creation_timestamp, meta.deletion_timestamp, meta.deleting) == ("", "", False)
+        assert (meta.creation_timestamp, meta.deleting) == ("", False)
         assert meta.generation == 0
         assert meta.deletion_grace_seconds is None
         assert (meta.finalizers, meta.labels, meta.annotations, meta.owner_references) == (

@@ -95,11 +95,6 @@ class Meta:
         return str(self.raw.get("creationTimestamp") or "")
 
     @property
-    def deletion_timestamp(self) -> str:
-        """The RFC 3339 text of ``metadata.deletionTimestamp``, "" when not being deleted."""
-        return str(self.raw.get("deletionTimestamp") or "")
-
-    @property
     def deletion_grace_seconds(self) -> int | None:
         """``metadata.deletionGracePeriodSeconds``: None when not set (or not an integer)."""
         value = self.raw.get("deletionGracePeriodSeconds")
