@@ -35,6 +35,12 @@ def test_resource_paths():
     assert QUEUES.collection() == "/apis/scheduling.run.ai/v2/queues"
 
 
+def test_an_object_path_without_a_name_is_refused_not_the_collection():
+    for call in (lambda: NODES.item(""), lambda: JOBS.item("", "ns", "status")):
+        with pytest.raises(ValueError, match=r"needs its metadata\.name"):
+            call()
+
+
 class _Recorder(http.server.BaseHTTPRequestHandler):
     """Answers every request with a fixed JSON body and remembers what it was sent."""
 

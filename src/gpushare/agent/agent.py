@@ -58,7 +58,7 @@ from gpushare.agent.runtime.supervisor import PodSupervisor, SupervisorConfig
 from gpushare.agent.runtime.telemetry import AgentMetrics, AgentTelemetry, ContainerGroup, PodView
 from gpushare.api import shapes
 from gpushare.api.contracts import GPU_USAGE_ANNOTATION
-from gpushare.api.objects import field_dict
+from gpushare.api.objects import Meta
 from gpushare.api.timefmt import rfc3339, rfc3339_micro
 from gpushare.kube.client import (
     NODES,
@@ -350,8 +350,8 @@ class Agent:
                 node,
                 {
                     "metadata": {
-                        "labels": body["metadata"]["labels"],
-                        "annotations": body["metadata"]["annotations"],
+                        "labels": Meta.of(body).labels,
+                        "annotations": Meta.of(body).annotations,
                     }
                 },
             )
@@ -410,10 +410,8 @@ class Agent:
         killed and are removed."""
         pods, _ = self._list_pods()
         live = {
-            (p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p["metadata"].get(
-                "uid"
-            )
-            for p in pods
+            (meta.namespace or "default", meta.name): meta.uid
+            for meta in (Meta.of(p) for p in pods)
         }
         self.network.cleanup(uid for uid in live.values() if uid)
         root = pods_root(self.config.data_dir)
@@ -443,13 +441,13 @@ class Agent:
     def _on_pod_event(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         """A change of a pod bound here, from the informer (its first list gives every pod
         as ADDED; a relist after the server compacted gives only what changed)."""
-        meta = field_dict(pod, "metadata")
+        meta = Meta.of(pod)
         if kind == "DELETED":
-            self._forget(meta.get("uid"))
+            self._forget(meta.uid)
             return
         if old is not None:
-            before = (old.get("metadata") or {}).get("uid")
-            if before != meta.get("uid"):
+            before = Meta.of(old).uid
+            if before != meta.uid:
                 self._forget(before)  # deleted and created again under the same name
         self._sync_guarded(pod)
 
@@ -460,7 +458,7 @@ class Agent:
     def _list_pods(self) -> tuple[list[dict[str, Any]], str]:
         """The pods bound to this node, and the list's resourceVersion to watch from."""
         body = self.kube.list(PODS.collection(), fieldSelector=self._on_this_node)
-        version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        version = Meta.of(body).resource_version
         return list(body.get("items") or []), version
 
     def _sync_guarded(self, pod: dict[str, Any]) -> None:
@@ -470,12 +468,12 @@ class Agent:
         causes = shapes.pod_causes(pod)
         if causes:
             self._skip(pod, "; ".join(f"{c.field}: {c.message}" for c in causes[:5]))
-            meta = field_dict(pod, "metadata")
-            if meta.get("deletionTimestamp") and meta.get("name"):
+            meta = Meta.of(pod)
+            if meta.deleting and meta.name:
                 # never run here (or no longer readable): stop what runs, finish the delete
-                self._forget(str(meta.get("uid") or ""))
-                self._writes.put(("delete", str(meta.get("namespace") or "default"),
-                                  str(meta["name"]), str(meta.get("uid") or ""), None))
+                self._forget(meta.uid)
+                self._writes.put(("delete", meta.namespace or "default",
+                                  meta.name, meta.uid, None))
             return
         try:
             self._sync(pod)
@@ -483,10 +481,10 @@ class Agent:
             self._skip(pod, repr(exc))
 
     def _skip(self, pod: dict[str, Any], why: str) -> None:
-        meta = field_dict(pod, "metadata")
-        uid = str(meta.get("uid") or "")
-        log.warning("skipping pod %s/%s: it cannot be run: %s", meta.get("namespace"),
-                    meta.get("name"), why)
+        meta = Meta.of(pod)
+        uid = meta.uid
+        log.warning("skipping pod %s/%s: it cannot be run: %s", meta.namespace,
+                    meta.name, why)
         if uid not in self._skipped:
             self._skipped.add(uid)
             self.event(pod, "FailedCreatePodSandBox", f"the pod cannot be run by this agent: {why}")
@@ -496,8 +494,7 @@ class Agent:
         """The node's admission (the kubelet's): its GPU share fits beside the running
         pods', its network and limits can be given. None: refused (the pod Failed, why)."""
         try:
-            share = share_from_annotations(field_dict(pod, "metadata").get("annotations"),
-                                           self.inventory)
+            share = share_from_annotations(Meta.of(pod).annotations, self.inventory)
         except GpuAssignmentError as exc:
             self._fail_unstartable(pod, "UnexpectedAdmissionError", str(exc))
             return None
@@ -516,14 +513,14 @@ class Agent:
             return None
 
     def _sync(self, pod: dict[str, Any]) -> None:
-        meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
-        namespace, name = meta.get("namespace", "default"), meta.get("name", "")
+        meta = Meta.of(pod)
+        uid = meta.uid
+        namespace, name = meta.namespace or "default", meta.name
         if (pod.get("spec") or {}).get("nodeName") != self.config.node_name:
             self._forget(uid)
             return
-        deleting = meta.get("deletionTimestamp") is not None
-        grace = meta.get("deletionGracePeriodSeconds")
+        deleting = meta.deleting
+        grace: Any = meta.deletion_grace_seconds
         if grace is None:
             grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
         with self._lock:
@@ -591,12 +588,12 @@ class Agent:
                      adopted: bool) -> sb.SandboxState:
         """The pod's sandbox: the recorded one of a pod this agent (or the one before) ran,
         else a new one with the lowest free id; its token written when the pod has one."""
-        meta = pod.get("metadata") or {}
+        meta = Meta.of(pod)
         state = sb.load_state(directory) if adopted else None
         if state is None:
             mps_gpu, writable = self._mps_client(share)
             state = sb.new_state(
-                self.sandbox, directory, str(meta.get("name") or "pod")[:63],
+                self.sandbox, directory, (meta.name or "pod")[:63],
                 sb.ids_in_use(pods_root(self.config.data_dir)), mps_gpu,
                 sb.gpu_devices(d.index for d in share.devices) if share is not None else (),
                 writable)
@@ -607,8 +604,8 @@ class Agent:
                 state = replace(state, service_account=written)
                 sb.save_state(state)
         if not adopted:
-            self._writes.put(("annotations", meta.get("namespace", "default"),
-                              meta.get("name", ""), "",
+            self._writes.put(("annotations", meta.namespace or "default",
+                              meta.name, "",
                               {nodes.ANN_SANDBOX: sb.describe_state(state)}))
         return state
 
@@ -659,7 +656,7 @@ class Agent:
         threading.Thread(target=reap, daemon=True).start()
 
     def _fail_unstartable(self, pod: dict[str, Any], reason: str, message: str) -> None:
-        meta = pod["metadata"]
+        meta = Meta.of(pod)
         status: dict[str, Any] = {
             "phase": "Failed",
             "reason": reason,
@@ -669,14 +666,14 @@ class Agent:
         if reason == ledger.OVERCOMMITTED:
             status["conditions"] = ledger.refused_conditions(message, rfc3339(time.time()))
         self._writes.put(
-            ("status", meta.get("namespace", "default"), meta["name"], meta.get("uid", ""), status)
+            ("status", meta.namespace or "default", meta.name, meta.uid, status)
         )
         self.event(pod, reason, message)
 
     def _runtime_env(self, pod: dict[str, Any]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
                if k in INHERITED_ENV or k.startswith(INHERITED_PREFIXES)}
-        env["HOSTNAME"] = (pod.get("metadata") or {}).get("name", "")
+        env["HOSTNAME"] = Meta.of(pod).name
         # as the kubelet: where the API is (the pod's token, if any, is in its sandbox); on
         # its own network, a pod reaches it through the `kubernetes` Service only
         api = urlsplit(self.kube.host)

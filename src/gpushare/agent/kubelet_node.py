@@ -41,6 +41,7 @@ from gpushare.agent.gpu.watchdog import (
     violations,
 )
 from gpushare.agent.node.inventory import GpuInventory
+from gpushare.api.objects import Meta
 from gpushare.kube.client import EVENTS, PODS, ApiError, KubeClient
 
 log = logging.getLogger(__name__)
@@ -88,19 +89,19 @@ def node_pods(pods: Iterable[dict[str, Any]], node: str,
     out: list[KubeletPod] = []
     errors: list[str] = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
+        meta = Meta.of(pod)
         if (pod.get("spec") or {}).get("nodeName") != node:
             continue
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        key = f"{meta.namespace}/{meta.name}"
         try:
-            share = share_from_annotations(meta.get("annotations"), inventory)
+            share = share_from_annotations(meta.annotations, inventory)
         except GpuAssignmentError as error:
             errors.append(f"{key}: {error}")
             continue
-        if share is not None and meta.get("uid"):
-            out.append(KubeletPod(key, str(meta["uid"]), share))
+        if share is not None and meta.uid:
+            out.append(KubeletPod(key, meta.uid, share))
     return out, errors
 
 

@@ -79,6 +79,31 @@ class Meta:
         """Whether the object is being deleted (it has a deletionTimestamp)."""
         return bool(self.raw.get("deletionTimestamp"))
 
+    @property
+    def resource_version(self) -> str:
+        return str(self.raw.get("resourceVersion") or "")
+
+    @property
+    def generation(self) -> int:
+        """``metadata.generation``, 0 when missing or not an integer."""
+        value = self.raw.get("generation")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def creation_timestamp(self) -> str:
+        """The RFC 3339 text of ``metadata.creationTimestamp``, "" when missing."""
+        return str(self.raw.get("creationTimestamp") or "")
+
+    @property
+    def deletion_grace_seconds(self) -> int | None:
+        """``metadata.deletionGracePeriodSeconds``: None when not set (or not an integer)."""
+        value = self.raw.get("deletionGracePeriodSeconds")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def finalizers(self) -> list[str]:
+        return [f for f in field_list(self.raw, "finalizers") if isinstance(f, str)]
+
 
 #: The fields of a Node's ``status.nodeInfo`` (NodeSystemInfo) that Kubernetes' schema
 #: requires: typed clients (the official Python client among them) refuse a Node whose

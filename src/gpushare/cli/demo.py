@@ -34,6 +34,7 @@ from typing import Annotated, Any
 import typer
 
 from gpushare.api.contracts import GPU_RESOURCE
+from gpushare.api.objects import Meta
 from gpushare.cli.demo_gpu import (
     ENFORCEMENT,
     gpu_manifest,
@@ -95,7 +96,7 @@ def demo(
                                "matmul per team, measured shares, an over-share pod) are "
                                "skipped.")
                 else:
-                    typer.secho(f"Real GPU on node {node['metadata']['name']}: enforcement in "
+                    typer.secho(f"Real GPU on node {Meta.of(node).name}: enforcement in "
                                 f"force (from the Node's {ENFORCEMENT}): {enforcement}",
                                 bold=True)
                 tenants = _run_story(host, manifests, root, timeout)
@@ -201,11 +202,11 @@ class _Manifests:
 
 
 def _annotation(obj: dict[str, Any], key: str) -> str | None:
-    return ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
+    return Meta.of(obj).annotations.get(key)
 
 
 def _running_pod(tenant: _Kubectl) -> str | None:
-    names = sorted(p["metadata"]["name"] for p in tenant.pods()
+    names = sorted(Meta.of(p).name for p in tenant.pods()
                    if p.get("status", {}).get("phase") == "Running")
     return names[0] if names else None
 
@@ -255,7 +256,7 @@ def _measure_shares(host: _Kubectl, tenants: dict[str, _Kubectl],
 def _over_share_pod(host: _Kubectl, tenants: dict[str, _Kubectl], manifests: _Manifests,
                     node: dict[str, Any], before: dict[str, tuple[str, float]],
                     timeout: float) -> None:
-    memory = int((node["metadata"].get("labels") or {}).get("nvidia.com/gpu.memory") or 0)
+    memory = int(Meta.of(node).labels.get("nvidia.com/gpu.memory") or 0)
     if memory <= 0:
         raise DemoFailed("the Node has no nvidia.com/gpu.memory label")
     ask = int(memory * 0.6)
@@ -331,10 +332,10 @@ class _Kubectl:
 
     def pods(self) -> list[dict[str, Any]]:
         return [p for p in self.json("get", "pods", "-A").get("items", [])
-                if not p["metadata"].get("deletionTimestamp")]
+                if not Meta.of(p).deleting]
 
     def pod_names(self) -> list[str]:
-        return sorted(p["metadata"]["name"] for p in self.pods())
+        return sorted(Meta.of(p).name for p in self.pods())
 
     def running(self) -> int:
         return sum(1 for p in self.pods() if p.get("status", {}).get("phase") == "Running")

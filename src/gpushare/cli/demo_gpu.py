@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from gpushare.api.contracts import NODE_ENFORCEMENT_ANNOTATION, NODE_GPUS_DECLARED_ANNOTATION
+from gpushare.api.objects import Meta
 
 ENFORCEMENT = NODE_ENFORCEMENT_ANNOTATION
 DECLARED = NODE_GPUS_DECLARED_ANNOTATION
@@ -19,7 +20,7 @@ RATE_LINE = re.compile(r"^rate (\d+(?:\.\d+)?) TFLOP/s$", re.MULTILINE)
 
 def real_enforcement(node: Mapping[str, Any]) -> str | None:
     """The enforcement in force on a Node with real GPUs, or None (declared GPUs / none)."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    annotations = Meta.of(node).annotations
     value = annotations.get(ENFORCEMENT)
     if DECLARED in annotations or not value or value.startswith("none"):
         return None

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from gpushare.api.objects import Meta
 from gpushare.cli import helpformat
 from gpushare.tools import require_tool
 
@@ -49,7 +50,7 @@ def crd_documents() -> list[dict[str, Any]]:
     for crd in found:
         out.append({"apiVersion": "apiextensions.k8s.io/v1",
                     "kind": "CustomResourceDefinition",
-                    "metadata": {"name": crd["metadata"]["name"],
+                    "metadata": {"name": Meta.of(crd).name,
                                  "labels": {**LABELS, "app.kubernetes.io/component": "crds"}},
                     "spec": crd["spec"]})
     return out
@@ -176,11 +177,11 @@ def _path(client: Any, obj: dict[str, Any], wait: float = 30.0) -> str:
     api_version = obj["apiVersion"]
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     resource = _discover(client, api_version, obj["kind"], wait)
-    meta = obj["metadata"]
+    meta = Meta.of(obj)
     if resource.get("namespaced"):
-        return f"{base}/namespaces/{meta.get('namespace', 'default')}/{resource['name']}/" \
-               f"{meta['name']}"
-    return f"{base}/{resource['name']}/{meta['name']}"
+        return f"{base}/namespaces/{meta.namespace or 'default'}/{resource['name']}/" \
+               f"{meta.name}"
+    return f"{base}/{resource['name']}/{meta.name}"
 
 
 def apply_all(client: Any, objects: list[dict[str, Any]]) -> list[str]:
@@ -193,7 +194,7 @@ def apply_all(client: Any, objects: list[dict[str, Any]]) -> list[str]:
         client.request("PATCH", path, body=orjson.dumps(obj),
                        query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
                        content_type="application/apply-patch+yaml")
-        done.append(f"{obj['kind'].lower()}/{obj['metadata']['name']}")
+        done.append(f"{obj['kind'].lower()}/{Meta.of(obj).name}")
     return done
 
 
@@ -266,12 +267,12 @@ def purge_custom_objects(client: Any, crd: dict[str, Any]) -> int:
     while pending:  # a parent Queue goes once its children have gone
         refused = []
         for item in pending:
-            meta = item["metadata"]
-            where = (f"/apis/{spec['group']}/{version}/namespaces/{meta['namespace']}/"
-                     f"{spec['names']['plural']}/{meta['name']}" if meta.get("namespace")
-                     else f"{base}/{meta['name']}")
+            meta = Meta.of(item)
+            where = (f"/apis/{spec['group']}/{version}/namespaces/{meta.namespace}/"
+                     f"{spec['names']['plural']}/{meta.name}" if meta.namespace
+                     else f"{base}/{meta.name}")
             try:
-                if meta.get("finalizers"):
+                if meta.finalizers:
                     client.merge_patch(where, {"metadata": {"finalizers": None}})
                 client.delete(where, propagation="Background")
             except ApiError as error:
@@ -309,10 +310,10 @@ def uninstall(
             try:
                 path = _path(client, obj, wait=0)
             except RuntimeError:  # its kind is no longer served (its CRD went first)
-                typer.echo(f"{obj['kind'].lower()}/{obj['metadata']['name']} not found")
+                typer.echo(f"{obj['kind'].lower()}/{Meta.of(obj).name} not found")
                 continue
             gone = client.delete(path, propagation="Background")
-            typer.echo(f"{obj['kind'].lower()}/{obj['metadata']['name']} "
+            typer.echo(f"{obj['kind'].lower()}/{Meta.of(obj).name} "
                        f"{'deleted' if gone is not None else 'not found'}")
     finally:
         client.close()

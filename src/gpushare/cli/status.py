@@ -20,7 +20,7 @@ from gpushare.api.contracts import (
 from gpushare.api.contracts import GPU_RESOURCE as GPU
 from gpushare.api.contracts import SCHEDULER_NAMES as SCHEDULERS
 from gpushare.api.gpu import bound_gpus
-from gpushare.api.objects import Obj
+from gpushare.api.objects import Meta, Obj
 from gpushare.api.quantity import parse_quantity
 from gpushare.api.timefmt import rfc3339
 from gpushare.cli.kubeconfig import HELP as KUBECONFIG_HELP
@@ -39,7 +39,7 @@ def _gpus(text: Any) -> float | None:
 
 
 def _queues(queues: list[Obj]) -> list[Obj]:
-    names = {q["metadata"]["name"] for q in queues}
+    names = {Meta.of(q).name for q in queues}
     children: dict[str, list[Obj]] = {}
     for q in queues:
         parent = (q.get("spec") or {}).get("parentQueue")
@@ -48,10 +48,10 @@ def _queues(queues: list[Obj]) -> list[Obj]:
     rows: list[Obj] = []
 
     def walk(parent: str, depth: int) -> None:
-        for q in sorted(children.get(parent, []), key=lambda q: q["metadata"]["name"]):
+        for q in sorted(children.get(parent, []), key=lambda q: Meta.of(q).name):
             spec, status = q.get("spec") or {}, q.get("status") or {}
             gpu = (spec.get("resources") or {}).get("gpu") or {}
-            name = q["metadata"]["name"]
+            name = Meta.of(q).name
             rows.append({
                 "name": name, "depth": depth, "parent": spec.get("parentQueue") or None,
                 "priority": spec.get("priority", 100),
@@ -69,7 +69,7 @@ def _queues(queues: list[Obj]) -> list[Obj]:
 def _slices(pods: list[Obj]) -> dict[tuple[str, str], list[Obj]]:
     out: dict[tuple[str, str], list[Obj]] = {}
     for pod in pods:
-        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        meta, spec = Meta.of(pod), pod.get("spec") or {}
         node = spec.get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in FINISHED:
             continue
@@ -77,8 +77,8 @@ def _slices(pods: list[Obj]) -> dict[tuple[str, str], list[Obj]]:
         milli = milli or MILLI  # no portion written (or none readable): whole GPUs
         for index in indices:
             out.setdefault((node, str(index)), []).append({
-                "pod": f"{meta.get('namespace')}/{meta.get('name')}",
-                "queue": (meta.get("labels") or {}).get(QUEUE_LABEL, DEFAULT_QUEUE),
+                "pod": f"{meta.namespace}/{meta.name}",
+                "queue": meta.labels.get(QUEUE_LABEL, DEFAULT_QUEUE),
                 "portion": milli / MILLI,
                 "portion_milli": milli,
             })
@@ -88,9 +88,9 @@ def _slices(pods: list[Obj]) -> dict[tuple[str, str], list[Obj]]:
 def _gpu_rows(nodes: list[Obj], pods: list[Obj]) -> list[Obj]:
     slices = _slices(pods)
     rows = []
-    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-        name = node["metadata"]["name"]
-        labels = node["metadata"].get("labels") or {}
+    for node in sorted(nodes, key=lambda n: Meta.of(n).name):
+        meta = Meta.of(node)
+        name, labels = meta.name, meta.labels
         try:
             count = int(((node.get("status") or {}).get("capacity") or {}).get(GPU, 0))
         except (TypeError, ValueError):
@@ -99,8 +99,7 @@ def _gpu_rows(nodes: list[Obj], pods: list[Obj]) -> list[Obj]:
             held = sorted(slices.get((name, str(i)), []), key=lambda s: s["pod"])
             rows.append({
                 "node": name, "gpu": i, "product": labels.get("nvidia.com/gpu.product", ""),
-                "enforcement": (node["metadata"].get("annotations") or {}).get(
-                    NODE_ENFORCEMENT_ANNOTATION, ""),
+                "enforcement": meta.annotations.get(NODE_ENFORCEMENT_ANNOTATION, ""),
                 "slices": held,
                 "free": max(0, MILLI - sum(s["portion_milli"] for s in held)) / MILLI,
             })
@@ -119,15 +118,15 @@ def _pending(pods: list[Obj], events: list[Obj]) -> list[Obj]:
             reasons[key] = (when, str(e.get("message", "")))
     rows = []
     for pod in pods:
-        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        meta, spec = Meta.of(pod), pod.get("spec") or {}
         if spec.get("nodeName") or spec.get("schedulerName") not in SCHEDULERS:
             continue
-        if (pod.get("status") or {}).get("phase") in FINISHED or meta.get("deletionTimestamp"):
+        if (pod.get("status") or {}).get("phase") in FINISHED or meta.deleting:
             continue
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        key = f"{meta.namespace}/{meta.name}"
         rows.append({
             "pod": key,
-            "queue": (meta.get("labels") or {}).get(QUEUE_LABEL, DEFAULT_QUEUE),
+            "queue": meta.labels.get(QUEUE_LABEL, DEFAULT_QUEUE),
             "reason": reasons.get(key, ("", "not decided yet"))[1],
         })
     return sorted(rows, key=lambda r: (r["queue"], r["pod"]))

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from gpushare.api.objects import Meta
 from gpushare.cli import helpformat
 from gpushare.cli.kubeconfig import HELP_WITH_DATA_DIR, kubeconfig_path
 
@@ -164,11 +165,11 @@ def list_cmd(
     finally:
         client.close()
     rows = []
-    for vc in sorted(items, key=lambda v: v["metadata"]["name"]):
+    for vc in sorted(items, key=lambda v: Meta.of(v).name):
         spec, status = vc.get("spec") or {}, vc.get("status") or {}
         policy = TenantPolicy.from_object(vc)
         objects, held = used.get(policy.name, (None, None))
-        rows.append({"name": vc["metadata"]["name"], "queues": spec.get("queues") or [],
+        rows.append({"name": Meta.of(vc).name, "queues": spec.get("queues") or [],
                      "priorityClasses": spec.get("priorityClasses"),
                      "maxPods": spec.get("maxPods"), "paused": bool(spec.get("paused")),
                      "phase": status.get("phase", ""), "pods": status.get("pods", 0),
@@ -286,8 +287,7 @@ def _wait_phase(client: Any, name: str, phases: tuple[str, ...], timeout: float
     vc: dict[str, Any] = {}
     while time.monotonic() < deadline:
         vc = client.get(VIRTUALCLUSTERS.item(name)) or {}
-        if (vc.get("status") or {}).get("phase") in phases and (vc.get("metadata") or {}).get(
-                "uid"):
+        if (vc.get("status") or {}).get("phase") in phases and Meta.of(vc).uid:
             return vc
         time.sleep(0.2)
     phase = (vc.get("status") or {}).get("phase") or "no status"
@@ -300,7 +300,7 @@ def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
     from gpushare.api.kubeconfig import kubeconfig as make_kubeconfig
     from gpushare.tenancy.tokens import tenant_token
 
-    name = vc["metadata"]["name"]
+    name = Meta.of(vc).name
     tokens = data_dir / "tokens.yaml"
     # The controller keeps a Secret only with a tenant plane of its own: then it is the one
     # (a tokens.yaml at hand is another server's).
@@ -312,7 +312,7 @@ def _kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
         admin = yaml.safe_load(Path(kubeconfig_path(kubeconfig, data_dir)).read_text())
         server = str(admin["clusters"][0]["cluster"]["server"])
     server = server.split("/clusters/", 1)[0].rstrip("/")
-    user_name, token = tenant_token(tokens, name, vc["metadata"]["uid"], user)
+    user_name, token = tenant_token(tokens, name, Meta.of(vc).uid, user)
     ca_path = data_dir / "pki" / "ca.crt"
     ca = ca_path.read_bytes() if ca_path.exists() else None
     return make_kubeconfig(f"{server}/clusters/{name}", token, user_name, context=name,
@@ -348,7 +348,7 @@ def _kept_kubeconfig(data_dir: Path, kubeconfig: Path | None, name: str, user: s
 
 def _write_kubeconfig(data_dir: Path, kubeconfig: Path | None, vc: dict[str, Any],
                       user: str | None, output: Path | None, server: str | None = None) -> Path:
-    path = output or data_dir / "tenants" / f"{vc['metadata']['name']}.kubeconfig"
+    path = output or data_dir / "tenants" / f"{Meta.of(vc).name}.kubeconfig"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(yaml.safe_dump(_kubeconfig(data_dir, kubeconfig, vc, user, server),

@@ -18,6 +18,7 @@ import typer
 
 from gpushare.api.contracts import DEFAULT_QUEUE as DEFAULT_QUEUE_NAME
 from gpushare.api.contracts import GPU_RESOURCE
+from gpushare.api.objects import Meta
 from gpushare.cli import helpformat
 from gpushare.cli.kubeconfig import HELP as KUBECONFIG_HELP
 from gpushare.cli.kubeconfig import kubeconfig_path
@@ -236,7 +237,7 @@ def node_add(
     capacity = body["status"]["capacity"]
     typer.echo(
         f"node/{name} registered: {capacity.get('nvidia.com/gpu', '0')} GPU(s)"
-        f" {body['metadata']['labels'].get('nvidia.com/gpu.product', '')},"
+        f" {Meta.of(body).labels.get('nvidia.com/gpu.product', '')},"
         f" cpu {capacity['cpu']}, memory {capacity['memory']}"
     )
 
@@ -445,7 +446,7 @@ def queue_list(
 def format_queue_table(queues: list[dict]) -> str:
     """Rows in tree order (children indented under their parent), GPU columns."""
     by_parent: dict[str | None, list[dict]] = {}
-    names = {q["metadata"]["name"] for q in queues}
+    names = {Meta.of(q).name for q in queues}
     for queue in queues:
         parent = (queue.get("spec") or {}).get("parentQueue")
         by_parent.setdefault(parent if parent in names else None, []).append(queue)
@@ -453,10 +454,10 @@ def format_queue_table(queues: list[dict]) -> str:
     rows: list[tuple[str, ...]] = [header]
 
     def walk(parent: str | None, depth: int) -> None:
-        for queue in sorted(by_parent.get(parent, []), key=lambda q: q["metadata"]["name"]):
+        for queue in sorted(by_parent.get(parent, []), key=lambda q: Meta.of(q).name):
             spec, status = queue.get("spec") or {}, queue.get("status") or {}
             gpu = (spec.get("resources") or {}).get("gpu") or {}
-            name = queue["metadata"]["name"]
+            name = Meta.of(queue).name
             rows.append((
                 "  " * depth + name,
                 str(spec.get("priority", 100)),

@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from gpushare.api.objects import Meta
 from gpushare.api.timefmt import rfc3339
 from gpushare.kube.client import EVENTS, ApiError, KubeClient, Stopper
 
@@ -54,8 +55,8 @@ class EventRecorder:
 
     def emit(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """Queue an Event about ``involved`` (a pod, PodGroup, ...); never blocks."""
-        meta = involved.get("metadata") or {}
-        key = (str(meta.get("uid") or meta.get("name")), reason, message)
+        meta = Meta.of(involved)
+        key = (meta.uid or meta.name, reason, message)
         with self._lock:
             seen = self._seen.get(key)
             if seen is not None and time.monotonic() - seen.written_at < REPEAT_SECONDS:
@@ -63,7 +64,7 @@ class EventRecorder:
         try:
             self._queue.put_nowait((involved, event_type, reason, message))
         except queue.Full:
-            log.debug("event queue full; dropped %s %s", reason, meta.get("name"))
+            log.debug("event queue full; dropped %s %s", reason, meta.name)
 
     def _run(self) -> None:
         while not self.stopper.stopped:
@@ -77,9 +78,9 @@ class EventRecorder:
                 log.debug("event not written: %s", error)
 
     def _write(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
-        meta = involved.get("metadata") or {}
-        namespace = str(meta.get("namespace") or "default")
-        key = (str(meta.get("uid") or meta.get("name")), reason, message)
+        meta = Meta.of(involved)
+        namespace = meta.namespace or "default"
+        key = (meta.uid or meta.name, reason, message)
         now = now_rfc3339()
         with self._lock:
             seen = self._seen.get(key)
@@ -97,7 +98,7 @@ class EventRecorder:
                 return
             except ApiError:
                 pass  # expired or deleted: write a fresh one
-        name = f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}"
+        name = f"{meta.name or 'object'}.{uuid.uuid4().hex[:16]}"
         body = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -105,9 +106,9 @@ class EventRecorder:
             "involvedObject": {
                 "apiVersion": involved.get("apiVersion", "v1"),
                 "kind": involved.get("kind", "Pod"),
-                "name": meta.get("name", ""),
+                "name": meta.name,
                 "namespace": namespace,
-                "uid": meta.get("uid", ""),
+                "uid": meta.uid,
             },
             "reason": reason,
             "message": message,

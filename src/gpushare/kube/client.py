@@ -69,6 +69,10 @@ class Resource:
         return f"{self.base()}/{self.plural}"
 
     def item(self, name: str, namespace: str | None = None, sub: str = "") -> str:
+        """One object's path; an empty name is refused (its path would be the collection's,
+        and a DELETE there removes them all)."""
+        if not name:
+            raise ValueError(f"{self.plural}: an object's path needs its metadata.name")
         path = f"{self.collection(namespace)}/{name}"
         return f"{path}/{sub}" if sub else path
 
@@ -400,7 +404,8 @@ def _abort(raw: Any) -> None:
 
 
 def key_of(obj: dict[str, Any]) -> str:
-    """``namespace/name`` (or ``name`` for cluster-scoped objects), as informers key them."""
+    """``namespace/name`` (or ``name`` for cluster-scoped objects), as informers key them.
+    Called per watch event: a dict walk, not `Meta.of` (about 1 µs more a call)."""
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")
     name = meta.get("name", "")

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from gpushare.api.objects import Obj
+from gpushare.api.objects import Meta, Obj
 from gpushare.kube.client import ApiError, KubeClient, Resource, Stopper, key_of
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class Informer:
         with self._lock:
             old = self._store
             self._store = fresh
-        self.resource_version = str((listing.get("metadata") or {}).get("resourceVersion", ""))
+        self.resource_version = Meta.of(listing).resource_version
         self.relists += 1
         # Deletions first: what was freed in the gap (a GPU share, a name) is free before
         # the objects that may have taken it arrive, as the watch would have told it.
@@ -190,7 +190,7 @@ class Informer:
             if kind == "ERROR":
                 code = int(obj.get("code") or 0)
                 raise ApiError(code or 500, str(obj.get("reason", "")), obj)
-            version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            version = _version(obj)
             if kind == "BOOKMARK":
                 if version:
                     self.resource_version = version
@@ -218,6 +218,8 @@ class Informer:
 
 
 def _version(obj: Obj) -> str:
+    # Per object of a relist and per watch event: a dict walk, not `Meta.of` (which costs
+    # about 1 µs more a call).
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 

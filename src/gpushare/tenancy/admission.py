@@ -22,6 +22,7 @@ import math
 from typing import Any
 
 from gpushare.api.contracts import PRIORITY_LABEL, QUEUE_LABEL
+from gpushare.api.objects import Meta, metadata
 from gpushare.api.plugins import (
     Caller,
     LimitsOf,
@@ -80,15 +81,14 @@ class TenantAdmission:
             if gr == names.VC_GR:
                 causes = validate_virtual_cluster(obj)
                 if causes:
-                    raise invalid(names.GROUP, names.KIND, obj["metadata"].get("name", ""),
-                                  causes)
+                    raise invalid(names.GROUP, names.KIND, Meta.of(obj).name, causes)
             return
         if gr not in ("pods", PODGROUP_GR) and gr not in WORKLOAD_TEMPLATES:
             return
         policy = policy_of(api, cluster)
         if policy is None:
             return
-        name = str(obj["metadata"].get("name", ""))
+        name = Meta.of(obj).name
         resource = info.resource
         if gr == "pods":
             self._pod(api, cluster, policy, obj, old, name)
@@ -104,7 +104,7 @@ class TenantAdmission:
                 self._priority(api, policy, resource, name, spec["priorityClassName"],
                                "spec.priorityClassName")
         else:
-            labels = (obj["metadata"].get("labels") or {})
+            labels = Meta.of(obj).labels
             if labels.get(QUEUE_LABEL):
                 self._queue(policy, resource, name, labels[QUEUE_LABEL],
                             f"metadata.labels[{QUEUE_LABEL}]")
@@ -117,14 +117,14 @@ class TenantAdmission:
 
     def _pod(self, api: ServerApi, cluster: str, policy: TenantPolicy, pod: dict[str, Any],
              old: dict[str, Any] | None, name: str) -> None:
-        meta = pod["metadata"]
+        meta = metadata(pod)  # a stored object's: written to below
         labels = meta.get("labels")
         if old is None:
             if not isinstance(labels, dict):
                 labels = {}
                 meta["labels"] = labels
             labels.setdefault(QUEUE_LABEL, policy.default_queue)
-        old_labels = (old or {}).get("metadata", {}).get("labels") or {}
+        old_labels = Meta.of(old).labels
         if isinstance(labels, dict) and labels.get(QUEUE_LABEL) != old_labels.get(QUEUE_LABEL):
             self._queue(policy, "pods", name, str(labels.get(QUEUE_LABEL) or ""),
                         f"metadata.labels[{QUEUE_LABEL}]")
@@ -157,8 +157,7 @@ class TenantAdmission:
     def _pod_template(self, api: ServerApi, policy: TenantPolicy, resource: str, name: str,
                       template: dict[str, Any], path: str) -> None:
         prefix = f"{path}." if path else ""
-        tmeta = _dict(template.get("metadata"))
-        labels = _dict(tmeta.get("labels"))
+        labels = Meta.of(template).labels
         if labels.get(QUEUE_LABEL):
             self._queue(policy, resource, name, str(labels[QUEUE_LABEL]),
                         f"{prefix}metadata.labels[{QUEUE_LABEL}]")
@@ -203,7 +202,7 @@ class TenantAdmission:
                                  f"priority classes: {allowed}")
             return
         if api.store.get(names.HOST_CLUSTER, PRIORITYCLASS_GR, "", cls) is None:
-            host = sorted(pc["metadata"]["name"]
+            host = sorted(Meta.of(pc).name
                           for pc in api.store.list(names.HOST_CLUSTER, PRIORITYCLASS_GR))
             raise _forbidden(resource, name, f"{field}: priority class {cls!r} is not one of "
                              f"the platform's; allowed priority classes: {', '.join(host)}")
@@ -244,7 +243,7 @@ def log_target(api: ServerApi) -> LogTarget:
         vc = api.store.get(names.HOST_CLUSTER, names.VC_GR, "", cluster)
         if vc is None:
             return None
-        if ((vc.get("metadata") or {}).get("annotations") or {}).get(
+        if Meta.of(vc).annotations.get(
                 names.PLANE_ANNOTATION) == names.SEPARATE_PLANE:
             raise ApiError(400, f'logs, exec and port-forward of pod "{name}" are not '
                                 "served here: the host is another cluster, whose kubelets "
@@ -256,8 +255,8 @@ def log_target(api: ServerApi) -> LogTarget:
             return None
         host_ns, host = names.host_namespace(cluster), names.host_name(name, ns)
         host_pod = api.store.get(names.HOST_CLUSTER, "pods", host_ns, host)
-        ann = (host_pod or {}).get("metadata", {}).get("annotations") or {}
-        if host_pod is None or ann.get(names.TENANT_UID_ANNOTATION) != pod["metadata"].get("uid"):
+        ann = Meta.of(host_pod).annotations
+        if host_pod is None or ann.get(names.TENANT_UID_ANNOTATION) != Meta.of(pod).uid:
             raise ApiError(400, f'container logs of pod "{name}" are not available yet: the pod '
                                 "has not reached the host", "BadRequest")
         return names.HOST_CLUSTER, host_ns, host
@@ -276,7 +275,7 @@ def tenant_limits(api: ServerApi) -> LimitsOf:
         if vc is None:
             cache.pop(cluster, None)
             return None
-        rv = vc["metadata"].get("resourceVersion", "")
+        rv = Meta.of(vc).resource_version
         cached = cache.get(cluster)
         if cached is not None and cached[0] == rv:
             return cached[1]

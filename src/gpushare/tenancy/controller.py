@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from gpushare.api.crds import podgroup_crd, queue_crd
-from gpushare.api.objects import Obj
+from gpushare.api.objects import Meta, Obj
 from gpushare.api.quantity import format_milli
 from gpushare.api.timefmt import rfc3339
 from gpushare.kube.client import (
@@ -120,7 +120,7 @@ class TenancyController:
         self._provisioned: dict[str, str] = {}  # tenant -> uid provisioned
         self._lock = threading.Lock()
         self.vcs.add_handler(lambda kind, vc, old: self.queue.add(
-            str((vc.get("metadata") or {}).get("name"))))
+            Meta.of(vc).name))
         self.h.pods.add_handler(self._dispatch("on_host_pod"))
         self.h.events.add_handler(self._dispatch("on_host_event"))
         for informer in (self.h.nodes, self.h.queues, self.h.priority_classes):
@@ -145,7 +145,7 @@ class TenancyController:
 
     def _dispatch(self, method: str) -> Any:
         def handler(kind: str, obj: Obj, old: Obj | None) -> None:
-            tenant = names.tenant_of_namespace(str((obj.get("metadata") or {}).get("namespace")))
+            tenant = names.tenant_of_namespace(Meta.of(obj).namespace)
             syncer = self.syncers.get(tenant) if tenant else None
             if syncer is not None and syncer.ready.is_set():
                 getattr(syncer, method)(kind, obj, old)
@@ -179,13 +179,13 @@ class TenancyController:
             metrics.forget(name)
             return
         policy = TenantPolicy.from_object(vc)
-        meta = vc.get("metadata") or {}
+        meta = Meta.of(vc)
         if policy.deleting:
             self._delete(vc, policy)
             return
-        if names.FINALIZER not in (meta.get("finalizers") or ()):
+        if names.FINALIZER not in meta.finalizers:
             self.client.merge_patch(VIRTUALCLUSTERS.item(name), {"metadata": {
-                "finalizers": [*(meta.get("finalizers") or ()), names.FINALIZER]}})
+                "finalizers": [*meta.finalizers, names.FINALIZER]}})
             return  # the watch brings the object back with its finalizer
         problem = self._mirror(vc, policy)
         if problem is None and self._provisioned.get(name) != policy.uid:
@@ -215,7 +215,7 @@ class TenancyController:
         """A separate tenant plane: its copy of the policy, kept current."""
         if self.plane is None:
             return None
-        seen = (policy.uid, (vc.get("metadata") or {}).get("generation"))
+        seen = (policy.uid, Meta.of(vc).generation)
         if self._mirrored.get(policy.name) == seen:
             return None
         problem = self.plane.mirror(vc)
@@ -231,11 +231,11 @@ class TenancyController:
             self._create(self.client, NAMESPACES.collection(), {
                 "apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": host_ns, "labels": {names.TENANT_LABEL: policy.name}}})
-        elif ((ns.get("metadata") or {}).get("labels") or {}).get(names.TENANT_LABEL) != \
+        elif Meta.of(ns).labels.get(names.TENANT_LABEL) != \
                 policy.name:
             return (f"host namespace {host_ns} exists and does not belong to virtual cluster "
                     f"{policy.name}")
-        elif (ns.get("metadata") or {}).get("deletionTimestamp"):
+        elif Meta.of(ns).deleting:
             return f"host namespace {host_ns} is still being deleted"
         tenant = tenant_client(self.tenant_kubeconfig, policy.name)
         try:
@@ -257,7 +257,7 @@ class TenancyController:
             if current is None:
                 self._create(tenant, CLUSTERROLEBINDINGS.collection(), binding)
             elif current.get("subjects") != binding["subjects"]:
-                binding["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                binding["metadata"]["resourceVersion"] = Meta.of(current).resource_version
                 tenant.replace(CLUSTERROLEBINDINGS.item(ADMINS_BINDING), binding)
             if self.plane is not None:
                 self.plane.publish_kubeconfig(self.client, tenant, policy)
@@ -290,7 +290,7 @@ class TenancyController:
         if syncer is not None:
             pods = sum(1 for p in syncer.pods.items()
                        if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-                       and not (p.get("metadata") or {}).get("deletionTimestamp"))
+                       and not Meta.of(p).deleting)
         missing = [q for q in policy.queues if self.h.queues.get(q) is None]
         if problem is not None:
             phase, message = "Failed", problem
@@ -304,7 +304,7 @@ class TenancyController:
             phase, message = "Ready", ""
         status = {"phase": phase, "endpoint": self._endpoint(name), "hostNamespace": host_ns,
                   "pods": pods, "gpuAllocated": format_milli(gpu),
-                  "observedGeneration": (vc.get("metadata") or {}).get("generation", 1),
+                  "observedGeneration": Meta.of(vc).generation or 1,
                   "logsAndExec": "HostAdminOnly" if self.plane is not None else "Served",
                   "conditions": [self._logs_condition(vc)]}
         if message:
@@ -337,7 +337,7 @@ class TenancyController:
             want = {"type": "LogsAndExec", "status": "False", "reason": "SeparateTenantPlane",
                     "message": "the host is another cluster: the tenant plane cannot reach "
                                "its kubelets; logs and exec go through the host's admin "
-                               f"(kubectl -n {names.host_namespace(str(vc['metadata']['name']))}"
+                               f"(kubectl -n {names.host_namespace(Meta.of(vc).name)}"
                                " logs|exec ...)"}
         same = all(old.get(k) == v for k, v in want.items())
         return {**want, "lastTransitionTime": old.get("lastTransitionTime") if same
@@ -347,8 +347,8 @@ class TenancyController:
 
     def _delete(self, vc: Obj, policy: TenantPolicy) -> None:
         name = policy.name
-        meta = vc.get("metadata") or {}
-        if names.FINALIZER not in (meta.get("finalizers") or ()):
+        meta = Meta.of(vc)
+        if names.FINALIZER not in meta.finalizers:
             return
         self._stop_syncer(name)
         self._provisioned.pop(name, None)
@@ -358,9 +358,9 @@ class TenancyController:
                                                 "message": "removing its objects"}})
         host_ns = names.host_namespace(name)
         ns = self.client.get(NAMESPACES.item(host_ns))
-        if ns is not None and ((ns.get("metadata") or {}).get("labels") or {}).get(
+        if ns is not None and Meta.of(ns).labels.get(
                 names.TENANT_LABEL) == name:
-            if not (ns.get("metadata") or {}).get("deletionTimestamp"):
+            if not Meta.of(ns).deleting:
                 self.client.delete(NAMESPACES.item(host_ns))
             self.queue.add_after(name, 0.5)
             return
@@ -374,9 +374,9 @@ class TenancyController:
         if self.plane is not None:
             self.plane.forget(name)
             self._mirrored.pop(name, None)
-        finalizers = [f for f in meta.get("finalizers") or () if f != names.FINALIZER]
+        finalizers = [f for f in meta.finalizers if f != names.FINALIZER]
         self.client.merge_patch(VIRTUALCLUSTERS.item(name), {"metadata": {
-            "finalizers": finalizers or None, "resourceVersion": meta.get("resourceVersion")}})
+            "finalizers": finalizers or None, "resourceVersion": meta.resource_version or None}})
         metrics.forget(name)
 
 
@@ -386,12 +386,12 @@ def purge_cluster(client: KubeClient) -> bool:
     namespaces = (client.list(NAMESPACES.collection()).get("items") or [])
     for ns in namespaces:
         remaining = True
-        name = ns["metadata"]["name"]
+        name = Meta.of(ns).name
         # Tenant pods have no node of their own to finish them: they go at once (their host
         # pods, which ran, are already gone with the host namespace).
         for pod in client.list(PODS.collection(name)).get("items") or ():
-            client.delete(PODS.item(pod["metadata"]["name"], name), grace_period_seconds=0)
-        if not (ns.get("metadata") or {}).get("deletionTimestamp"):
+            client.delete(PODS.item(Meta.of(pod).name, name), grace_period_seconds=0)
+        if not Meta.of(ns).deleting:
             client.delete(NAMESPACES.item(name))
     if remaining:
         return True
@@ -399,7 +399,7 @@ def purge_cluster(client: KubeClient) -> bool:
         listing = client.list(resource.collection())
         for item in listing.get("items") or ():
             remaining = True
-            client.delete(resource.item(item["metadata"]["name"]))
+            client.delete(resource.item(Meta.of(item).name))
     return remaining
 
 

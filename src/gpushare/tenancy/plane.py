@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from gpushare.api.kubeconfig import kubeconfig as make_kubeconfig
-from gpushare.api.objects import Obj
+from gpushare.api.objects import Meta, Obj
 from gpushare.kube.client import SECRETS, ApiError, KubeClient, Resource
 from gpushare.tenancy import names
 from gpushare.tenancy.policy import TenantPolicy
@@ -81,10 +81,10 @@ class TenantPlane:
 
     def mirror(self, vc: Obj) -> str | None:
         """Keep the tenant plane's copy of ``vc`` current; why it cannot be, or None."""
-        meta = vc.get("metadata") or {}
-        name = str(meta.get("name"))
+        meta = Meta.of(vc)
+        name = meta.name
         want: Obj = {"apiVersion": names.API_VERSION, "kind": names.KIND,
-                     "metadata": {"name": name, "labels": dict(meta.get("labels") or {}),
+                     "metadata": {"name": name, "labels": dict(meta.labels),
                                   "annotations": {names.PLANE_ANNOTATION: names.SEPARATE_PLANE}},
                      "spec": vc.get("spec") or {}}
         try:
@@ -92,9 +92,9 @@ class TenantPlane:
             if current is None:
                 self.root.create(VIRTUALCLUSTERS.collection(), want)
             elif (current.get("spec") != want["spec"]
-                  or (current.get("metadata") or {}).get("annotations", {}).get(
+                  or Meta.of(current).annotations.get(
                       names.PLANE_ANNOTATION) != names.SEPARATE_PLANE):
-                want["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                want["metadata"]["resourceVersion"] = Meta.of(current).resource_version
                 self.root.replace(VIRTUALCLUSTERS.item(name), want)
         except ApiError as error:
             if error.status in (400, 401, 403, 422):
@@ -135,7 +135,7 @@ class TenantPlane:
         if current is None:
             host.create(SECRETS.collection(host_ns), secret)
         else:
-            secret["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            secret["metadata"]["resourceVersion"] = Meta.of(current).resource_version
             host.replace(path, secret)
 
     @staticmethod
@@ -164,7 +164,7 @@ class TenantPlane:
 
 
 def _fresh(secret: Obj, uid: str) -> bool:
-    annotations: dict[str, Any] = (secret.get("metadata") or {}).get("annotations") or {}
+    annotations = Meta.of(secret).annotations
     try:
         issued = int(annotations.get(ISSUED_ANNOTATION, 0))
     except ValueError:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushare.api.contracts import DEFAULT_QUEUE
+from gpushare.api.objects import Meta
 from gpushare.api.quantity import QuantityError, parse_quantity
 from gpushare.api.shapes import Cause
 from gpushare.tenancy import names
@@ -56,7 +57,7 @@ class TenantPolicy:
     @classmethod
     def from_object(cls, vc: dict[str, Any]) -> TenantPolicy:
         """The policy of a stored (validated) VirtualCluster; tolerant of odd values."""
-        meta = vc.get("metadata") or {}
+        meta = Meta.of(vc)
         spec = _dict(vc.get("spec"))
         raw_queues = spec.get("queues")
         queues = tuple(q for q in raw_queues if isinstance(q, str)) if isinstance(
@@ -66,15 +67,15 @@ class TenantPolicy:
         rate, burst = spec.get("podCreateRate"), spec.get("podCreateBurst")
         create_rate = float(rate) if isinstance(rate, int | float) and _positive(rate) else None
         return cls(
-            name=str(meta.get("name", "")),
-            uid=str(meta.get("uid", "")),
+            name=meta.name,
+            uid=meta.uid,
             queues=queues or (DEFAULT_QUEUE,),
             priority_classes=(tuple(str(c) for c in classes if isinstance(c, str))
                               if isinstance(classes, list) and classes else None),
             max_pods=max_pods if isinstance(max_pods, int) and not isinstance(max_pods, bool)
             else None,
             paused=spec.get("paused") is True,
-            deleting=bool(meta.get("deletionTimestamp")),
+            deleting=meta.deleting,
             pod_create_rate=create_rate,
             pod_create_burst=burst if isinstance(burst, int) and _positive(burst)
             else max(1, int(create_rate or 1)),
@@ -91,7 +92,7 @@ def _positive(value: object) -> bool:
 def validate_virtual_cluster(vc: dict[str, Any]) -> list[Cause]:
     """Field causes for a VirtualCluster that cannot be served (422 before storage)."""
     causes: list[Cause] = []
-    name = str((vc.get("metadata") or {}).get("name", ""))
+    name = Meta.of(vc).name
     if not _DNS_LABEL.match(name) or len(name) > names.MAX_TENANT_NAME:
         causes.append(Cause("metadata.name", f"Invalid value: {name!r}: a virtual cluster name "
                             "must be a DNS label (lower-case letters, digits, '-') of at most "

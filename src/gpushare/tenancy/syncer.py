@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare.api.contracts import PODGROUP_ANNOTATION
-from gpushare.api.objects import Obj, controller_reference, metadata
+from gpushare.api.objects import Meta, Obj, controller_reference, metadata
 from gpushare.api.shapes import pod_causes
 from gpushare.api.timefmt import rfc3339, timestamp
 from gpushare.controllers.events import EventRecorder
@@ -92,16 +92,6 @@ class HostViews:
     usage: views.HostUsage = field(default_factory=views.HostUsage)
 
 
-def _annotations(obj: Obj | None) -> dict[str, str]:
-    value = metadata(obj).get("annotations")
-    return value if isinstance(value, dict) else {}
-
-
-def _labels(obj: Obj | None) -> dict[str, str]:
-    value = metadata(obj).get("labels")
-    return value if isinstance(value, dict) else {}
-
-
 @dataclass
 class _Pending:
     """Host pods created but not yet seen by the host watch.
@@ -127,7 +117,7 @@ class _Pending:
     def add(self, name: str, pod: Obj) -> None:
         """A create answered with ``pod``: pending, unless the watch has reported it."""
         with self.lock:
-            if str(metadata(pod).get("uid") or "") not in self.seen:
+            if Meta.of(pod).uid not in self.seen:
                 self.created[name] = pod
 
 
@@ -224,9 +214,9 @@ class TenantSyncer:
     # -- event handlers (informer threads: only enqueue) --------------------------------------
 
     def _on_tenant_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
-        m = metadata(pod)
-        key = f"{m.get('namespace')}/{m.get('name')}"
-        if kind == "ADDED" and old is None and not _annotations(pod).get(
+        m = Meta.of(pod)
+        key = f"{m.namespace}/{m.name}"
+        if kind == "ADDED" and old is None and not Meta.of(pod).annotations.get(
                 names.HOST_UID_ANNOTATION):
             self._create_seen[key] = time.monotonic()
         elif kind == "DELETED":
@@ -235,33 +225,33 @@ class TenantSyncer:
 
     def _on_tenant_ref(self, prefix: str) -> Any:
         def handler(kind: str, obj: Obj, old: Obj | None) -> None:
-            m = metadata(obj)
-            key = (prefix, str(m.get("namespace")), str(m.get("name")))
+            m = Meta.of(obj)
+            key = (prefix, m.namespace, m.name)
             if key in self._copies:
                 self.queue.add(f"{prefix}:{key[1]}/{key[2]}")
         return handler
 
     def on_host_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
-        m = metadata(pod)
-        if m.get("namespace") != self.host_ns:
+        m = Meta.of(pod)
+        if m.namespace != self.host_ns:
             return
-        labels = _labels(pod)
+        labels = Meta.of(pod).labels
         if labels.get(names.TENANT_LABEL) != self.name:
             return
-        self._pending.saw(str(m.get("name")), str(m.get("uid") or ""))
+        self._pending.saw(m.name, m.uid)
         if (pod.get("spec") or {}).get("nodeName") and not ((old or {}).get("spec") or {}).get(
                 "nodeName"):
-            self._bind_seen[str(m.get("name"))] = time.monotonic()
-        tenant_object = _annotations(pod).get(names.TENANT_OBJECT_ANNOTATION)
+            self._bind_seen[m.name] = time.monotonic()
+        tenant_object = Meta.of(pod).annotations.get(names.TENANT_OBJECT_ANNOTATION)
         if tenant_object:
             self.queue.add(f"p:{tenant_object}")
 
     def on_host_event(self, kind: str, event: Obj, old: Obj | None) -> None:
-        m = metadata(event)
-        if kind == "DELETED" or m.get("namespace") != self.host_ns:
+        m = Meta.of(event)
+        if kind == "DELETED" or m.namespace != self.host_ns:
             return
         if (event.get("involvedObject") or {}).get("kind") == "Pod":
-            self.queue.add(f"e:{m.get('name')}")
+            self.queue.add(f"e:{m.name}")
 
     def view_changed(self, delay: float = 0.2) -> None:
         with self._view_lock:
@@ -303,10 +293,10 @@ class TenantSyncer:
         sure that one change missed or taken in an unlucky order is caught within
         ``RESYNC_SECONDS`` instead of leaving the tenant pod behind."""
         for t in self.pods.items():
-            tm = metadata(t)
-            ns, name = str(tm.get("namespace")), str(tm.get("name"))
-            waiting = bool(tm.get("deletionTimestamp"))
-            if not waiting and _annotations(t).get(names.HOST_UID_ANNOTATION):
+            tm = Meta.of(t)
+            ns, name = tm.namespace, tm.name
+            waiting = tm.deleting
+            if not waiting and Meta.of(t).annotations.get(names.HOST_UID_ANNOTATION):
                 waiting = self.h.pods.get(
                     f"{self.host_ns}/{names.host_name(name, ns)}") is None
             if waiting:
@@ -323,35 +313,34 @@ class TenantSyncer:
         t = self.pods.get(f"{ns}/{name}")
         hname = names.host_name(name, ns)
         h = self._host_pod(hname)
-        if h is not None and _annotations(h).get(names.TENANT_OBJECT_ANNOTATION) != f"{ns}/{name}":
+        if h is not None and (Meta.of(h).annotations.get(names.TENANT_OBJECT_ANNOTATION)
+                              != f"{ns}/{name}"):
             log.error("%s: host pod %s/%s belongs to another tenant pod; %s/%s not synced",
                       self.name, self.host_ns, hname, ns, name)
             return
         if t is None:
-            if (h is not None and not metadata(h).get("deletionTimestamp")
+            if (h is not None and not Meta.of(h).deleting
                     and self.tenant.get(PODS.item(name, ns)) is None):  # not a lagging cache
                 self._delete_host(hname, None, "tenant pod deleted")
             return
-        tm = metadata(t)
-        if h is not None and _annotations(h).get(names.TENANT_UID_ANNOTATION) != tm.get("uid"):
+        tm = Meta.of(t)
+        if h is not None and Meta.of(h).annotations.get(names.TENANT_UID_ANNOTATION) != tm.uid:
             # The host pod of an older tenant pod of the same name.
-            if not metadata(h).get("deletionTimestamp"):
-                self._delete_host(hname, metadata(h).get("uid"), "replaced tenant pod")
+            if not Meta.of(h).deleting:
+                self._delete_host(hname, Meta.of(h).uid, "replaced tenant pod")
             return
-        if tm.get("deletionTimestamp"):
+        if tm.deleting:
             if h is None:
                 if self.host.get(PODS.item(hname, self.host_ns)) is None:
                     self._delete_tenant(t, 0)
-            elif not metadata(h).get("deletionTimestamp"):
-                grace = tm.get("deletionGracePeriodSeconds")
-                self._delete_host(hname, None, "tenant pod deleted",
-                                  int(grace) if grace is not None else None)
+            elif not Meta.of(h).deleting:
+                self._delete_host(hname, None, "tenant pod deleted", tm.deletion_grace_seconds)
             return
-        synced_uid = _annotations(t).get(names.HOST_UID_ANNOTATION)
+        synced_uid = Meta.of(t).annotations.get(names.HOST_UID_ANNOTATION)
         if h is None:
             if synced_uid:
                 live = self.host.get(PODS.item(hname, self.host_ns))
-                if live is None or metadata(live).get("uid") != synced_uid:
+                if live is None or Meta.of(live).uid != synced_uid:
                     # Deleted on the host (evicted, reclaimed, removed by an admin).
                     if self.policy.paused:
                         self._park(t)
@@ -365,19 +354,19 @@ class TenantSyncer:
             else:
                 self._create_host(t, hname)
                 return
-        hm = metadata(h)
-        if self.policy.paused and not hm.get("deletionTimestamp"):
+        hm = Meta.of(h)
+        if self.policy.paused and not hm.deleting:
             self._delete_host(hname, None, "virtual cluster paused")
             return
-        if hm.get("deletionTimestamp"):
+        if hm.deleting:
             if self.policy.paused:
                 return  # parked (made again unbound) once the host pod is gone
-            grace = hm.get("deletionGracePeriodSeconds")
-            self._delete_tenant(t, int(grace) if grace is not None else 0)
+            grace = hm.deletion_grace_seconds
+            self._delete_tenant(t, grace if grace is not None else 0)
             return
-        if synced_uid != hm.get("uid"):
+        if synced_uid != hm.uid:
             self.tenant.merge_patch(PODS.item(name, ns), {"metadata": {"annotations": {
-                names.HOST_UID_ANNOTATION: hm.get("uid"), names.HOST_NAME_ANNOTATION: hname}}})
+                names.HOST_UID_ANNOTATION: hm.uid, names.HOST_NAME_ANNOTATION: hname}}})
         host_node = (h.get("spec") or {}).get("nodeName")
         if host_node and not (t.get("spec") or {}).get("nodeName"):
             try:
@@ -399,14 +388,14 @@ class TenantSyncer:
             metrics.SYNC_ACTIONS.labels(self.name, "pod", "status").inc()
 
     def _create_host(self, t: Obj, hname: str) -> None:
-        tm = metadata(t)
-        ns, name = str(tm.get("namespace")), str(tm.get("name"))
+        tm = Meta.of(t)
+        ns, name = tm.namespace, tm.name
         causes = pod_causes(t)
         if causes:
             # Stored before validation: never synced (a translation would drop what it
             # cannot read); said once, naming the field.
             why = "; ".join(f"{c.field}: {c.message}" for c in causes[:5])
-            uid = str(tm.get("uid") or "")
+            uid = tm.uid
             if uid not in self._malformed:
                 self._malformed.add(uid)
                 log.warning("%s: tenant pod %s/%s is malformed, not synced: %s", self.name,
@@ -433,11 +422,11 @@ class TenantSyncer:
         # The PodGroup after the pod: the scheduler takes them in either order, and the
         # pod is on the host one round trip sooner.
         self._ensure_podgroup(pg_body)
-        if _annotations(created).get(names.TENANT_UID_ANNOTATION) != tm.get("uid"):
+        if Meta.of(created).annotations.get(names.TENANT_UID_ANNOTATION) != tm.uid:
             self.queue.add_after(f"p:{ns}/{name}", 0.5)  # an old host pod still going away
             return
         self.tenant.merge_patch(PODS.item(name, ns), {"metadata": {"annotations": {
-            names.HOST_UID_ANNOTATION: metadata(created).get("uid"),
+            names.HOST_UID_ANNOTATION: Meta.of(created).uid,
             names.HOST_NAME_ANNOTATION: hname}}})
 
     def _delete_host(self, hname: str, uid: str | None, why: str,
@@ -452,9 +441,9 @@ class TenantSyncer:
         metrics.SYNC_ACTIONS.labels(self.name, "pod", "delete-host").inc()
 
     def _delete_tenant(self, t: Obj, grace: int) -> None:
-        tm = metadata(t)
-        self.tenant.delete(PODS.item(str(tm.get("name")), str(tm.get("namespace"))),
-                           uid=tm.get("uid"), grace_period_seconds=grace)
+        tm = Meta.of(t)
+        self.tenant.delete(PODS.item(tm.name, tm.namespace),
+                           uid=tm.uid, grace_period_seconds=grace)
         metrics.SYNC_ACTIONS.labels(self.name, "pod", "delete-tenant").inc()
 
     # -- pause --------------------------------------------------------------------------------
@@ -463,18 +452,18 @@ class TenantSyncer:
         """A paused tenant's pod whose host pod is gone: a pod of a workload is deleted (its
         controller makes a new one, which waits); a bare pod is made again, unbound, with
         its spec, so that it comes back on resume."""
-        tm = metadata(t)
-        ns, name = str(tm.get("namespace")), str(tm.get("name"))
+        tm = Meta.of(t)
+        ns, name = tm.namespace, tm.name
         self._delete_tenant(t, 0)
         if controller_reference(t) is not None:
             return
         spec = dict(t.get("spec") or {})
         spec.pop("nodeName", None)
-        annotations = {k: v for k, v in _annotations(t).items()
+        annotations = {k: v for k, v in Meta.of(t).annotations.items()
                        if k not in (names.HOST_UID_ANNOTATION, names.HOST_NAME_ANNOTATION)
                        and not k.startswith("gpushare.io/")}
         again = {"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": name, "namespace": ns, "labels": _labels(t),
+                 "metadata": {"name": name, "namespace": ns, "labels": Meta.of(t).labels,
                               "annotations": annotations},
                  "spec": spec}
         for _ in range(50):
@@ -497,15 +486,15 @@ class TenantSyncer:
             return
         status["conditions"] = [*conditions, {**want, "lastTransitionTime": _now()}]
         status.setdefault("phase", "Pending")
-        tm = metadata(t)
-        self.tenant.replace(PODS.item(str(tm.get("name")), str(tm.get("namespace")), "status"),
+        tm = Meta.of(t)
+        self.tenant.replace(PODS.item(tm.name, tm.namespace, "status"),
                             {**t, "status": status})
 
     # -- ConfigMaps and Secrets -----------------------------------------------------------------
 
     def _sync_references(self, t: Obj) -> None:
         refs = translate.references(t)
-        ns = str(metadata(t).get("namespace"))
+        ns = Meta.of(t).namespace
         for name in refs.config_maps:
             self.sync_copy("c", ns, name)
         for name in refs.secrets:
@@ -522,7 +511,7 @@ class TenantSyncer:
                 self._copies.pop(key, None)
                 self.host.delete(resource.item(hname, self.host_ns))
             return
-        rv = str(metadata(obj).get("resourceVersion"))
+        rv = Meta.of(obj).resource_version
         if self._copies.get(key) == rv:
             return
         want = translate.host_copy(self.name, {**obj, "kind": "ConfigMap" if kind == "c"
@@ -536,7 +525,7 @@ class TenantSyncer:
                     raise
                 current = self.host.get(resource.item(hname, self.host_ns))
         if current is not None and translate.copy_differs(current, want):
-            want["metadata"]["resourceVersion"] = metadata(current).get("resourceVersion")
+            want["metadata"]["resourceVersion"] = Meta.of(current).resource_version
             self.host.replace(resource.item(hname, self.host_ns), want)
         self._copies[key] = rv
         metrics.SYNC_ACTIONS.labels(self.name, resource.plural, "sync").inc()
@@ -555,7 +544,7 @@ class TenantSyncer:
             with contextlib.suppress(ApiError):
                 found = self.tenant.get(resource.item(name, namespace if resource.namespaced
                                                       else None))
-        if found is not None and metadata(found).get("uid") != uid:
+        if found is not None and Meta.of(found).uid != uid:
             return None
         return found
 
@@ -563,17 +552,17 @@ class TenantSyncer:
         """The host PodGroup of the pod's workload: the tenant's explicit PodGroup, else
         its owner chain's. Returns (queue, name, body)."""
         policy = self.policy
-        tm = metadata(t)
-        ns = str(tm.get("namespace"))
+        tm = Meta.of(t)
+        ns = tm.namespace
         tenant_pg = None
-        named = _annotations(t).get(PODGROUP_ANNOTATION)
+        named = Meta.of(t).annotations.get(PODGROUP_ANNOTATION)
         if named:
             tenant_pg = self.podgroups.get(f"{ns}/{named}")
         chain = owner_chain(t, self._lookup)
         plan = plan_podgroup(chain, policy.default_queue)
         if tenant_pg is not None:
             plan = PodGroupPlan(
-                name=str(metadata(tenant_pg).get("name")), namespace=ns,
+                name=Meta.of(tenant_pg).name, namespace=ns,
                 owner=reference_to({**tenant_pg, "kind": "PodGroup"}),
                 min_member=int((tenant_pg.get("spec") or {}).get("minMember") or 1),
                 queue=str((tenant_pg.get("spec") or {}).get("queue") or plan.queue),
@@ -588,11 +577,11 @@ class TenantSyncer:
                             priority, plan.preemptibility, plan.top_owner_kind)
         want = translate.host_podgroup(self.name, plan, queue, tenant_pg)
         want["spec"]["priorityClassName"] = priority
-        return queue, want["metadata"]["name"], want
+        return queue, Meta.of(want).name, want
 
     def _ensure_podgroup(self, want: Obj) -> None:
         """Make the host PodGroup ``want``, or bring it up to date."""
-        pg_name = want["metadata"]["name"]
+        pg_name = Meta.of(want).name
         current = self.h.podgroups.get(f"{self.host_ns}/{pg_name}")
         if current is None:
             try:
@@ -612,7 +601,7 @@ class TenantSyncer:
         if namespace != self.host_ns:
             return None
         host = self.h.pods.get(f"{namespace}/{name}")
-        return _annotations(host).get(names.TENANT_OBJECT_ANNOTATION) or None
+        return Meta.of(host).annotations.get(names.TENANT_OBJECT_ANNOTATION) or None
 
     def sync_event(self, name: str) -> None:
         ev = self.h.events.get(f"{self.host_ns}/{name}")
@@ -622,9 +611,10 @@ class TenantSyncer:
         h = self.h.pods.get(f"{self.host_ns}/{involved.get('name')}")
         if h is None:
             return
-        tns, _, tname = str(_annotations(h).get(names.TENANT_OBJECT_ANNOTATION, "")).partition("/")
+        host_notes = Meta.of(h).annotations
+        tns, _, tname = str(host_notes.get(names.TENANT_OBJECT_ANNOTATION, "")).partition("/")
         t = self.pods.get(f"{tns}/{tname}")
-        if t is None or metadata(t).get("uid") != _annotations(h).get(names.TENANT_UID_ANNOTATION):
+        if t is None or Meta.of(t).uid != host_notes.get(names.TENANT_UID_ANNOTATION):
             return
         digest = hashlib.sha256(str(name).encode()).hexdigest()[:10]
         ename = f"{str(tname)[:200]}.{digest}"
@@ -636,7 +626,7 @@ class TenantSyncer:
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": ename, "namespace": tns},
             "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": tns,
-                               "name": tname, "uid": metadata(t).get("uid")},
+                               "name": tname, "uid": Meta.of(t).uid},
             "reason": ev.get("reason"), "type": ev.get("type"),
             "message": redact.redact(str(ev.get("message") or ""), self.policy.queues,
                                      self._own_pod),
@@ -654,7 +644,7 @@ class TenantSyncer:
             current = self.tenant.get(EVENTS.item(ename, str(tns)))
             if current is not None and (current.get("count"), current.get("message")) != (
                     body.get("count"), body.get("message")):
-                body["metadata"]["resourceVersion"] = metadata(current).get("resourceVersion")
+                body["metadata"]["resourceVersion"] = Meta.of(current).resource_version
                 self.tenant.replace(EVENTS.item(ename, str(tns)), body)
         self._events_written[ename] = fields
         if len(self._events_written) > 20_000:
@@ -663,11 +653,11 @@ class TenantSyncer:
     # -- views --------------------------------------------------------------------------------
 
     def sync_views(self) -> None:
-        queues = [q for q in self.h.queues.items() if metadata(q).get("name") in self.policy.queues]
+        queues = [q for q in self.h.queues.items() if Meta.of(q).name in self.policy.queues]
         want_nodes = views.tenant_nodes(self.h.nodes.items(), self.h.usage.nodes(),
                                         self.h.usage.namespace(self.host_ns), queues)
         self._sync_view(NODES, self.tenant_nodes, want_nodes, ("spec", "status"), status=True)
-        want_queues = {str(metadata(q).get("name")): views.tenant_queue(q) for q in queues}
+        want_queues = {Meta.of(q).name: views.tenant_queue(q) for q in queues}
         self._sync_view(QUEUES, self.tenant_queues, want_queues, ("spec", "status"), status=True)
         want_classes = views.tenant_priority_classes(self.h.priority_classes.items(),
                                                      self.policy.priority_classes)
@@ -693,49 +683,49 @@ class TenantSyncer:
                 continue
             if not views.differs(current, obj, keys):
                 continue
-            version = metadata(current).get("resourceVersion")
-            body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
+            version = Meta.of(current).resource_version
+            body = {**obj, "metadata": {**metadata(obj), "resourceVersion": version}}
             updated = self.tenant.replace(resource.item(name), body)
             if status and updated.get("status") != obj.get("status"):
                 self.tenant.replace(resource.item(name, None, "status"),
                                     {**updated, "status": obj.get("status")})
         for current in informer.items():
-            name = str(metadata(current).get("name"))
+            name = Meta.of(current).name
             if name in want:
                 continue
-            if _labels(current).get(names.VIEW_LABEL) == "true" or remove_unlabelled:
+            if Meta.of(current).labels.get(names.VIEW_LABEL) == "true" or remove_unlabelled:
                 self.tenant.delete(resource.item(name))
 
     # -- sweeping -----------------------------------------------------------------------------
 
     def sweep(self) -> None:
         """Host PodGroups and ConfigMap/Secret copies no tenant pod needs any more."""
-        used_groups = {_annotations(p).get(PODGROUP_ANNOTATION) for p in self.h.pods.items()
-                       if metadata(p).get("namespace") == self.host_ns}
+        used_groups = {Meta.of(p).annotations.get(PODGROUP_ANNOTATION) for p in self.h.pods.items()
+                       if Meta.of(p).namespace == self.host_ns}
         now = time.time()
         for pg in self.h.podgroups.items():
-            m = metadata(pg)
-            if m.get("namespace") != self.host_ns or m.get("name") in used_groups:
+            m = Meta.of(pg)
+            if m.namespace != self.host_ns or m.name in used_groups:
                 continue
-            if now - timestamp(m.get("creationTimestamp")) < PODGROUP_GRACE_SECONDS:
+            if now - timestamp(m.creation_timestamp) < PODGROUP_GRACE_SECONDS:
                 continue
-            self.host.delete(PODGROUPS.item(str(m.get("name")), self.host_ns))
+            self.host.delete(PODGROUPS.item(m.name, self.host_ns))
         needed: set[tuple[str, str, str]] = set()
         for pod in self.pods.items():
             refs = translate.references(pod)
-            ns = str(metadata(pod).get("namespace"))
+            ns = Meta.of(pod).namespace
             needed |= {("c", ns, n) for n in refs.config_maps}
             needed |= {("s", ns, n) for n in refs.secrets}
         for resource, kind in ((CONFIGMAPS, "c"), (SECRETS, "s")):
             listing = self.host.list(resource.collection(self.host_ns),
                                      labelSelector=f"{names.TENANT_LABEL}={self.name}")
             for obj in listing.get("items") or ():
-                tns, _, tname = str(_annotations(obj).get(names.TENANT_OBJECT_ANNOTATION,
-                                                          "")).partition("/")
+                tns, _, tname = str(Meta.of(obj).annotations.get(
+                    names.TENANT_OBJECT_ANNOTATION, "")).partition("/")
                 key = (kind, tns, tname)
                 if key not in needed:
                     self._copies.pop(key, None)
-                    self.host.delete(resource.item(str(metadata(obj).get("name")), self.host_ns))
+                    self.host.delete(resource.item(Meta.of(obj).name, self.host_ns))
 
 
 def _now() -> str:

@@ -185,20 +185,19 @@ def _drop_dangling_mounts(host_spec: Obj, volumes: set[str]) -> None:
 
 def host_pod(tenant: str, pod: Obj, queue: str, podgroup: str) -> Obj:
     """The host pod for tenant pod ``pod``."""
-    meta = metadata(pod)
-    ns, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
+    meta = Meta.of(pod)
+    ns, name = meta.namespace or "default", meta.name
     spec = _dict(pod.get("spec"))
-    labels = _tenant_labels(meta.get("labels"))
+    labels = _tenant_labels(meta.labels)
     labels.pop(PRIORITY_LABEL, None)
     labels[QUEUE_LABEL] = queue
     labels[SKIP_LABEL] = "true"
     labels.update(owned_by_tenant(tenant, ns, name))
-    annotations = _tenant_annotations(meta.get("annotations"))
-    annotations[names.TENANT_UID_ANNOTATION] = str(meta.get("uid", ""))
+    annotations = _tenant_annotations(meta.annotations)
+    annotations[names.TENANT_UID_ANNOTATION] = meta.uid
     annotations[names.TENANT_OBJECT_ANNOTATION] = f"{ns}/{name}"
     annotations[PODGROUP_ANNOTATION] = podgroup
-    refs = meta.get("ownerReferences") or []
-    controller = next((r for r in refs if isinstance(r, dict) and r.get("controller")), None)
+    controller = next((r for r in meta.owner_references if r.get("controller")), None)
     if controller is not None:
         annotations[names.TENANT_OWNER_ANNOTATION] = (
             f"{controller.get('kind', '')}/{controller.get('name', '')}/"
@@ -235,7 +234,7 @@ def binding_for(tenant_pod: Obj, host: Obj) -> Obj:
     ann = Meta.of(host).annotations
     carried = {k: v for k, v in ann.items() if k.startswith("gpushare.io/")}
     return {"apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": metadata(tenant_pod).get("name", ""), "annotations": carried},
+            "metadata": {"name": Meta.of(tenant_pod).name, "annotations": carried},
             "target": {"apiVersion": "v1", "kind": "Node",
                        "name": (host.get("spec") or {}).get("nodeName", "")}}
 
@@ -245,14 +244,14 @@ def binding_for(tenant_pod: Obj, host: Obj) -> Obj:
 
 def host_copy(tenant: str, obj: Obj) -> Obj:
     """The host copy of a tenant ConfigMap or Secret."""
-    meta = metadata(obj)
-    ns, name = str(meta.get("namespace", "default")), str(meta.get("name", ""))
+    meta = Meta.of(obj)
+    ns, name = meta.namespace or "default", meta.name
     out: Obj = {
         "apiVersion": "v1", "kind": obj.get("kind", "ConfigMap"),
         "metadata": {"name": names.host_name(name, ns, 253),
                      "namespace": names.host_namespace(tenant),
                      "labels": owned_by_tenant(tenant, ns, name),
-                     "annotations": {names.TENANT_UID_ANNOTATION: str(meta.get("uid", "")),
+                     "annotations": {names.TENANT_UID_ANNOTATION: meta.uid,
                                      names.TENANT_OBJECT_ANNOTATION: f"{ns}/{name}"}},
     }
     for key in ("data", "binaryData", "stringData", "type"):
@@ -263,8 +262,8 @@ def host_copy(tenant: str, obj: Obj) -> Obj:
 
 def copy_differs(host: Obj, want: Obj) -> bool:
     return any(host.get(k) != want.get(k) for k in ("data", "binaryData", "type")) or (
-        (Meta.of(host).annotations).get(names.TENANT_UID_ANNOTATION)
-        != metadata(want)["annotations"][names.TENANT_UID_ANNOTATION])
+        Meta.of(host).annotations.get(names.TENANT_UID_ANNOTATION)
+        != Meta.of(want).annotations[names.TENANT_UID_ANNOTATION])
 
 
 # -- PodGroups ----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from gpushare.api.contracts import (
     NODE_GPUS_DECLARED_ANNOTATION,
 )
 from gpushare.api.gpu import bound_gpus, gpu_request
-from gpushare.api.objects import Obj, complete_node_info, metadata
+from gpushare.api.objects import Meta, Obj, complete_node_info
 from gpushare.api.quantity import format_milli, to_milli
 from gpushare.tenancy import names
 
@@ -99,10 +99,10 @@ class HostUsage:
 
     def update(self, kind: str, pod: Obj) -> bool:
         """Apply one watch event; whether the usage changed."""
-        m = metadata(pod)
-        key = f"{m.get('namespace')}/{m.get('name')}"
+        m = Meta.of(pod)
+        key = f"{m.namespace}/{m.name}"
         node = (pod.get("spec") or {}).get("nodeName") or ""
-        entry = (str(m.get("namespace")), node, pod_gpu_milli(pod)) if kind != "DELETED" and node \
+        entry = (m.namespace, node, pod_gpu_milli(pod)) if kind != "DELETED" and node \
             else None
         with self._lock:
             old = self._pods.get(key)
@@ -140,7 +140,7 @@ def tenant_nodes(host_nodes: Iterable[Obj], used_all: dict[str, int],
     room = headroom_milli(queues)
     out: dict[str, Obj] = {}
     for node in host_nodes:
-        name = str(metadata(node).get("name", ""))
+        name = Meta.of(node).name
         gpus = node_gpu_milli(node)
         usable = gpus > 0 and _ready(node) and not (node.get("spec") or {}).get("unschedulable")
         if not usable and name not in used_own:
@@ -153,10 +153,10 @@ def tenant_nodes(host_nodes: Iterable[Obj], used_all: dict[str, int],
 
 
 def _tenant_node(node: Obj, share: int, own: int, gpus: int) -> Obj:
-    meta = metadata(node)
-    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k in _NODE_LABELS}
+    meta = Meta.of(node)
+    labels = {k: v for k, v in meta.labels.items() if k in _NODE_LABELS}
     labels[names.VIEW_LABEL] = "true"
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+    annotations = {k: v for k, v in meta.annotations.items()
                    if k in _NODE_ANNOTATIONS}
     annotations[SHARE_ANNOTATION] = format_milli(share)
     annotations[USED_ANNOTATION] = format_milli(own)
@@ -169,11 +169,11 @@ def _tenant_node(node: Obj, share: int, own: int, gpus: int) -> Obj:
                   if isinstance(c, dict) and c.get("type") == "Ready"]
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": meta.get("name"), "labels": labels, "annotations": annotations},
+        "metadata": {"name": meta.name, "labels": labels, "annotations": annotations},
         "spec": {"unschedulable": True} if (node.get("spec") or {}).get("unschedulable") else {},
         "status": {"capacity": dict(resources), "allocatable": dict(resources),
                    "conditions": conditions, "nodeInfo": complete_node_info(status.get("nodeInfo")),
-                   "addresses": [{"type": "Hostname", "address": meta.get("name")}]},
+                   "addresses": [{"type": "Hostname", "address": meta.name}]},
     }
 
 
@@ -185,7 +185,7 @@ def tenant_queue(queue: Obj) -> Obj:
     annotations = {PARENT_ANNOTATION: str(parent)} if parent else {}
     status = {k: v for k, v in (queue.get("status") or {}).items() if k != "childQueues"}
     return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",
-            "metadata": {"name": metadata(queue).get("name"), "labels": {names.VIEW_LABEL: "true"},
+            "metadata": {"name": Meta.of(queue).name, "labels": {names.VIEW_LABEL: "true"},
                          "annotations": annotations},
             "spec": spec, "status": status}
 
@@ -215,16 +215,15 @@ def tenant_priority_classes(host_classes: Iterable[Obj], allowed: Iterable[str] 
 
 def tenant_priority_class(pc: Obj) -> Obj:
     return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": metadata(pc).get("name"), "labels": {names.VIEW_LABEL: "true"}},
+            "metadata": {"name": Meta.of(pc).name, "labels": {names.VIEW_LABEL: "true"}},
             "value": pc.get("value", 0), "description": pc.get("description", ""),
             "preemptionPolicy": pc.get("preemptionPolicy", "PreemptLowerPriority"),
             "globalDefault": False}
 
 
 def differs(current: Obj, want: Obj, keys: tuple[str, ...]) -> bool:
-    cm, wm = metadata(current), metadata(want)
-    if (cm.get("labels") or {}) != (wm.get("labels") or {}) or (
-            cm.get("annotations") or {}) != (wm.get("annotations") or {}):
+    cm, wm = Meta.of(current), Meta.of(want)
+    if cm.labels != wm.labels or cm.annotations != wm.annotations:
         return True
     return any(json.dumps(current.get(k), sort_keys=True) != json.dumps(want.get(k),
                                                                        sort_keys=True)

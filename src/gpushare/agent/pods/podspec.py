@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from gpushare.agent.pods.envexpand import expand
 from gpushare.api import quantity
+from gpushare.api.objects import Meta
 from gpushare.api.quantity import QuantityError
 
 
@@ -43,8 +44,8 @@ class ContainerPlan:
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+    meta = Meta.of(pod)
+    return f"{meta.namespace or 'default'}/{meta.name}"
 
 
 def plan_container(
@@ -68,7 +69,7 @@ def plan_container(
         raise PodSpecError(f"{path}.name: required")
     env: dict[str, str] = dict(runtime_env)
     env.update(gpu_env)
-    namespace = (pod.get("metadata") or {}).get("namespace", "default")
+    namespace = Meta.of(pod).namespace or "default"
     for j, source in enumerate(container.get("envFrom") or []):
         env.update(_env_from(source, f"{path}.envFrom[{j}]", namespace, values))
     for j, var in enumerate(container.get("env") or []):
@@ -137,7 +138,7 @@ def _value_from(
     path: str,
     values: ValueSource,
 ) -> str | None:
-    meta = pod.get("metadata") or {}
+    meta = Meta.of(pod)
     if value_from.get("fieldRef"):
         field_path = str(value_from["fieldRef"].get("fieldPath") or "")
         return field_value(pod, field_path, f"{path}.valueFrom.fieldRef.fieldPath")
@@ -148,7 +149,7 @@ def _value_from(
         ref = value_from.get(kind)
         if not ref:
             continue
-        data = getter(meta.get("namespace", "default"), ref.get("name", ""))
+        data = getter(meta.namespace or "default", ref.get("name", ""))
         key = ref.get("key", "")
         if data is None or key not in data:
             if ref.get("optional"):
@@ -165,13 +166,13 @@ def _value_from(
 
 
 def field_value(pod: Mapping[str, Any], field_path: str, path: str) -> str:
-    meta = pod.get("metadata") or {}
+    meta = Meta.of(pod)
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
     simple: dict[str, object] = {
-        "metadata.name": meta.get("name"),
-        "metadata.namespace": meta.get("namespace", "default"),
-        "metadata.uid": meta.get("uid"),
+        "metadata.name": meta.name,
+        "metadata.namespace": meta.namespace or "default",
+        "metadata.uid": meta.uid,
         "spec.nodeName": spec.get("nodeName"),
         "spec.serviceAccountName": spec.get("serviceAccountName", "default"),
         "status.hostIP": status.get("hostIP"),
@@ -183,9 +184,10 @@ def field_value(pod: Mapping[str, Any], field_path: str, path: str) -> str:
         return "" if simple[field_path] is None else str(simple[field_path])
     match = _LABEL_REF.match(field_path)
     if match:
-        return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
+        source = meta.labels if match.group(1) == "labels" else meta.annotations
+        return str(source.get(match.group(2), ""))
     if field_path in ("metadata.labels", "metadata.annotations"):
-        items = meta.get(field_path.split(".")[1]) or {}
+        items = meta.labels if field_path == "metadata.labels" else meta.annotations
         return "\n".join(f'{k}="{v}"' for k, v in sorted(items.items()))
     raise PodSpecError(f"{path}: unsupported field {field_path!r}")
 

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+from gpushare.api.objects import Meta
 from gpushare.api.timefmt import rfc3339
 from gpushare.kube.client import EVENTS, PODS, ApiError, KubeClient
 
@@ -164,21 +165,21 @@ class StatusWriter:
         return payload
 
     def event(self, pod: dict[str, Any], reason: str, message: str, kind: str = "Warning") -> None:
-        meta = pod.get("metadata") or {}
+        meta = Meta.of(pod)
         now = time.time()
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta.get('name')}.{time.time_ns():x}",
-                "namespace": meta.get("namespace", "default"),
+                "name": f"{meta.name}.{time.time_ns():x}",
+                "namespace": meta.namespace or "default",
             },
             "involvedObject": {
                 "kind": pod.get("kind", "Pod"),
                 "apiVersion": "v1",
-                "namespace": meta.get("namespace", "default"),
-                "name": meta.get("name"),
-                "uid": meta.get("uid"),
+                "namespace": meta.namespace or "default",
+                "name": meta.name,
+                "uid": meta.uid,
             },
             "reason": reason,
             "message": message[:1024],
@@ -193,6 +194,6 @@ class StatusWriter:
         if pod.get("kind") == "Node":  # cluster-scoped: its Events live in default
             del body["involvedObject"]["namespace"]
         try:
-            self.kube.create(EVENTS.collection(body["metadata"]["namespace"]), body)
+            self.kube.create(EVENTS.collection(Meta.of(body).namespace), body)
         except Exception as exc:
-            log.warning("could not record event %s on %s: %s", reason, meta.get("name"), exc)
+            log.warning("could not record event %s on %s: %s", reason, meta.name, exc)

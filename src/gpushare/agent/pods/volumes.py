@@ -40,6 +40,7 @@ from typing import Any
 
 from gpushare.agent.pods.podspec import PodSpecError, ValueSource, field_value
 from gpushare.api import quantity
+from gpushare.api.objects import Meta
 from gpushare.api.quantity import QuantityError
 
 META_DIR = ".gpushare"
@@ -277,9 +278,8 @@ class PodVolumes:
         self._values = values
         self._tokens = tokens
         self._owner = owner
-        self._namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        self._tenant = TENANT_LABEL in labels
+        self._namespace = Meta.of(pod).namespace or "default"
+        self._tenant = TENANT_LABEL in Meta.of(pod).labels
         self.volumes: dict[str, Mapping[str, Any]] = {
             str(v.get("name")): v for v in (pod.get("spec") or {}).get("volumes") or []
             if not str(v.get("name") or "").startswith(ACCESS_PREFIX)}

@@ -28,6 +28,7 @@ from gpushare.agent.runtime.cgroups import (
     remove,
 )
 from gpushare.agent.runtime.podlimits import PodLimits
+from gpushare.api.objects import Meta
 from gpushare.api.timefmt import rfc3339
 from gpushare.tenancy.names import TENANT_LABEL
 
@@ -92,8 +93,8 @@ class NodeLimits:
         pod without. `LimitsRefused` when it may not; `LimitsError` for a bad value."""
         if self.cgroups is not None:
             return PodLimits(self.cgroups, pod, self.pids_limit, directory)
-        meta = pod.get("metadata") or {}
-        if TENANT_LABEL in (meta.get("labels") or {}):
+        meta = Meta.of(pod)
+        if TENANT_LABEL in meta.labels:
             raise LimitsRefused(f"this node cannot limit a tenant's pod ({self.reason})")
         for kind in ("initContainers", "containers"):
             for i, container in enumerate((pod.get("spec") or {}).get(kind) or []):

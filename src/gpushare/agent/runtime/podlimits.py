@@ -26,6 +26,7 @@ from gpushare.agent.runtime.cgroups import (
     pod_limits,
     remove,
 )
+from gpushare.api.objects import Meta
 
 log = logging.getLogger("gpushare.agent")
 
@@ -39,8 +40,8 @@ class PodLimits:
 
     def __init__(self, cgroups: Cgroups, pod: Mapping[str, Any], pids_limit: int | None,
                  directory: Path) -> None:
-        meta = pod.get("metadata") or {}
-        self.uid = str(meta.get("uid") or "")
+        meta = Meta.of(pod)
+        self.uid = meta.uid
         self.pod_limits, self.containers = pod_limits(pod, pids_limit)
         self._cgroups = cgroups
         self._record = directory / META_DIR / RECORD

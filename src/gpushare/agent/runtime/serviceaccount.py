@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpushare.agent.runtime import sandbox as sb
+from gpushare.api.objects import Meta
 from gpushare.api.serviceaccounts import (
     API_AUDIENCE,
     KUBELET_TOKEN_EXPIRATION,
@@ -56,8 +57,8 @@ class ServiceAccountTokens:
     def request(self, pod: Mapping[str, Any], audience: str, seconds: int) -> str:
         """A token of the pod's ServiceAccount bound to the pod, for `audience` (the API
         server's when empty) and `seconds` (TokenRequest)."""
-        meta = pod.get("metadata") or {}
-        namespace = str(meta.get("namespace") or "default")
+        meta = Meta.of(pod)
+        namespace = meta.namespace or "default"
         account = str((pod.get("spec") or {}).get("serviceAccountName") or "default")
         body = {
             "apiVersion": "authentication.k8s.io/v1",
@@ -66,7 +67,7 @@ class ServiceAccountTokens:
                 "audiences": [audience or API_AUDIENCE],
                 "expirationSeconds": seconds,
                 "boundObjectRef": {"kind": "Pod", "apiVersion": "v1",
-                                   "name": meta.get("name"), "uid": meta.get("uid")},
+                                   "name": meta.name, "uid": meta.uid},
             },
         }
         answer = self._kube.create(SERVICE_ACCOUNTS.item(account, namespace, "token"), body)
@@ -78,8 +79,8 @@ class ServiceAccountTokens:
     def write(self, pod: dict[str, Any], state: sb.SandboxState) -> bool:
         """Request the token and write the files; False (with a Warning Event) on failure."""
         source = _token_source(pod) or {}
-        meta = pod.get("metadata") or {}
-        namespace = str(meta.get("namespace") or "default")
+        meta = Meta.of(pod)
+        namespace = meta.namespace or "default"
         account = str((pod.get("spec") or {}).get("serviceAccountName") or "default")
         try:
             token = self.request(pod, str(source.get("audience") or ""),
@@ -89,7 +90,7 @@ class ServiceAccountTokens:
         except Exception as exc:
             message = (f'MountVolume.SetUp failed for the ServiceAccount token of "{account}": '
                        f"{exc}")
-            log.warning("pod %s/%s: %s", namespace, meta.get("name"), message)
+            log.warning("pod %s/%s: %s", namespace, meta.name, message)
             self._event(pod, "FailedMount", message)
             return False
         sb.write_service_account(state, token, ca, namespace)

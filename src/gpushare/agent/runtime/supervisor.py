@@ -41,6 +41,7 @@ from gpushare.agent.runtime.probes import (
 )
 from gpushare.agent.runtime.sandbox import SandboxState
 from gpushare.agent.runtime.stdio import ContainerStdin, StdioSpec, open_stdio
+from gpushare.api.objects import Meta
 
 log = logging.getLogger("gpushare.agent")
 
@@ -110,7 +111,7 @@ class PodSupervisor:
         self._mount_event_at = 0.0
         self.sandbox = sandbox  # None: the processes run as the agent's user, unconfined
         self.directory = directory
-        self.uid = str((pod.get("metadata") or {}).get("uid", ""))
+        self.uid = Meta.of(pod).uid
         self._planner = planner
         self._sink = sink
         self._config = config
@@ -156,14 +157,14 @@ class PodSupervisor:
             restored = False
         if restored and self._phase() in ("Succeeded", "Failed"):
             self._released.set()
-        key = f"{(self.pod.get('metadata') or {}).get('namespace')}/{self.name}"
+        key = f"{Meta.of(self.pod).namespace}/{self.name}"
         self._thread = threading.Thread(target=self._run, args=(restored,), name=f"pod {key}",
                                         daemon=True)
         self._thread.start()
 
     @property
     def name(self) -> str:
-        return str((self.pod.get("metadata") or {}).get("name", ""))
+        return Meta.of(self.pod).name
 
     def stop(self, grace_s: float | None) -> None:
         """The pod is being deleted: SIGTERM, wait up to the grace period, SIGKILL."""
@@ -406,7 +407,7 @@ class PodSupervisor:
             record.waiting_reason = "CrashLoopBackOff"
             record.waiting_message = (
                 f"back-off {delay:g}s restarting failed container={record.name} "
-                f"pod={self.name}_{(self.pod.get('metadata') or {}).get('namespace')}"
+                f"pod={self.name}_{Meta.of(self.pod).namespace}"
             )
             if not quiet:
                 self._event("BackOff", f"Back-off restarting container {record.name} "

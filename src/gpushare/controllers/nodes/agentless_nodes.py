@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from gpushare.api.objects import Obj
+from gpushare.api.objects import Meta, Obj
 from gpushare.api.timefmt import parse_rfc3339, rfc3339, rfc3339_micro
 from gpushare.kube.client import NODES, ApiError, KubeClient
 from gpushare.kube.lease import renew_node_lease
@@ -64,7 +64,7 @@ def renew(client: KubeClient, node: Obj, now: float) -> bool:
     """Renew the node's Lease and Ready condition when due; True when written."""
     if not due(node, now):
         return False
-    name = str((node.get("metadata") or {}).get("name"))
+    name = Meta.of(node).name
     renew_node_lease(client, name, HOLDER, LEASE_SECONDS, rfc3339_micro(now))
     try:
         client.merge_patch(NODES.item(name, sub="status"), ready_patch(node, now))

@@ -24,6 +24,7 @@ from typing import Any, cast
 from kubernetes import client
 
 from gpushare.api.contracts import STATIC_NODE_ANNOTATION
+from gpushare.api.objects import Meta
 from gpushare.api.timefmt import parse_rfc3339, rfc3339
 from gpushare.controllers.nodes import agentless_nodes
 from gpushare.controllers.nodes.heartbeats import HeartbeatObserver
@@ -80,10 +81,10 @@ def decide(
     `age`: seconds since the controller saw the node's heartbeat change, on its own clock
     (`heartbeats.HeartbeatObserver`); the agent's timestamps are never compared with `now`,
     which only stamps what this writes."""
-    meta = node.get("metadata") or {}
-    if (meta.get("annotations") or {}).get(STATIC_NODE) == "true":
+    meta = Meta.of(node)
+    if meta.annotations.get(STATIC_NODE) == "true":
         return None
-    name = str(meta.get("name"))
+    name = meta.name
     ready = _ready(node)
     taints = list((node.get("spec") or {}).get("taints") or [])
     tainted = any(t.get("key") == UNREACHABLE_TAINT for t in taints)
@@ -129,11 +130,12 @@ class NodeLifecycleController:
         now = time.time() if now is None else now
         applied = []
         nodes = self.kube.list(NODES.collection()).get("items") or []
-        self.heartbeats.keep_only(str((n.get("metadata") or {}).get("name", "")) for n in nodes)
+        self.heartbeats.keep_only(Meta.of(n).name for n in nodes)
         for node in nodes:
-            name = (node.get("metadata") or {}).get("name", "")
+            meta = Meta.of(node)
+            name = meta.name
             lease = None
-            if (node.get("metadata") or {}).get("annotations", {}).get(STATIC_NODE) != "true":
+            if meta.annotations.get(STATIC_NODE) != "true":
                 lease = node_lease(self.kube, name)
             else:
                 agentless_nodes.renew(self.kube, node, now)  # no agent to heartbeat for it

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from gpushare.api.objects import Obj
+from gpushare.api.objects import Meta, Obj
 from gpushare.controllers.nodes.static_nodes import STATIC_NODE_ANNOTATION
 from gpushare.kube.client import NODES, PODS, KubeClient, Stopper
 from gpushare.kube.informer import WorkQueue, start_workers
@@ -23,8 +23,7 @@ WORKERS = 4  # concurrent reconciles: API round trips overlap
 
 
 def is_static(node: Obj | None) -> bool:
-    annotations = ((node or {}).get("metadata") or {}).get("annotations") or {}
-    return annotations.get(STATIC_NODE_ANNOTATION) == "true"
+    return Meta.of(node).annotations.get(STATIC_NODE_ANNOTATION) == "true"
 
 
 class StaticNodePods:
@@ -44,24 +43,21 @@ class StaticNodePods:
         return start_workers(self.queue, self.reconcile, self.stopper, self.name, self.workers)
 
     def _on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
-        meta = pod.get("metadata") or {}
-        if kind != "DELETED" and meta.get("deletionTimestamp") and (
-            pod.get("spec") or {}
-        ).get("nodeName"):
-            self.queue.add(f"{meta.get('namespace')}/{meta.get('name')}")
+        meta = Meta.of(pod)
+        if kind != "DELETED" and meta.deleting and (pod.get("spec") or {}).get("nodeName"):
+            self.queue.add(f"{meta.namespace}/{meta.name}")
 
     def reconcile(self, key: str) -> None:
         pod = self.pods.get(key)
         if pod is None:
             return
-        meta = pod.get("metadata") or {}
+        meta = Meta.of(pod)
         node = (pod.get("spec") or {}).get("nodeName")
-        if not meta.get("deletionTimestamp") or not node:
+        if not meta.deleting or not node:
             return
         if not is_static(self.nodes.get(str(node))):
             return
         self.client.delete(
-            PODS.item(str(meta.get("name")), str(meta.get("namespace"))),
-            grace_period_seconds=0, uid=str(meta.get("uid", "")) or None,
+            PODS.item(meta.name, meta.namespace), grace_period_seconds=0, uid=meta.uid or None,
         )
         self.finished += 1

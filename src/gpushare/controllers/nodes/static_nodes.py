@@ -20,7 +20,7 @@ from gpushare.api.contracts import (
     NODE_GPUS_DECLARED_ANNOTATION,
     STATIC_NODE_ANNOTATION,
 )
-from gpushare.api.objects import complete_node_info
+from gpushare.api.objects import Meta, complete_node_info
 from gpushare.api.quantity import format_bytes, to_int, to_milli
 from gpushare.controllers.nodes.no_agent import TAINT
 from gpushare.kube.client import NODES, ApiError, KubeClient
@@ -124,7 +124,8 @@ def static_node(
 
 def register_static_node(client: KubeClient, body: dict) -> dict:
     """Create or update the node, then write its status (a create may drop status)."""
-    name = body["metadata"]["name"]
+    meta = Meta.of(body)
+    name = meta.name
     try:
         created = client.create(NODES.collection(), body)
     except ApiError as error:
@@ -133,8 +134,8 @@ def register_static_node(client: KubeClient, body: dict) -> dict:
         taints = [t for t in (client.get(NODES.item(name)) or {}).get("spec", {}).get("taints")
                   or [] if t.get("key") != TAINT["key"]] + body["spec"].get("taints", [])
         created = client.merge_patch(
-            NODES.item(name), {"metadata": {"labels": body["metadata"]["labels"],
-                                            "annotations": body["metadata"]["annotations"]},
+            NODES.item(name), {"metadata": {"labels": meta.labels,
+                                            "annotations": meta.annotations},
                                "spec": {"taints": taints or None}}
         )
     if (created.get("status") or {}).get("capacity") != body["status"]["capacity"] or (

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
-from gpushare.api.objects import Obj, metadata
+from gpushare.api.objects import Meta, Obj
 from gpushare.api.timefmt import parse_rfc3339, rfc3339
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.workloads.replicas import owner_reference
@@ -91,23 +91,23 @@ class CronPlan:
 
 def job_for(cronjob: Obj, scheduled: float) -> Obj:
     """The Job of the run scheduled at `scheduled` (epoch seconds)."""
-    meta = metadata(cronjob)
+    meta = Meta.of(cronjob)
     template = copy.deepcopy(_spec(cronjob).get("jobTemplate") or {})
-    tmeta = template.get("metadata") or {}
-    annotations = dict(tmeta.get("annotations") or {})
+    tmeta = Meta.of(template)
+    annotations = dict(tmeta.annotations)
     annotations[SCHEDULED_ANNOTATION] = rfc3339(scheduled)
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": f"{meta.get('name')}-{int(scheduled // 60)}",
-                         "namespace": meta.get("namespace", "default"),
-                         "labels": dict(tmeta.get("labels") or {}),
+            "metadata": {"name": f"{meta.name}-{int(scheduled // 60)}",
+                         "namespace": meta.namespace or "default",
+                         "labels": dict(tmeta.labels),
                          "annotations": annotations,
                          "ownerReferences": [owner_reference(cronjob, "batch/v1", "CronJob")]},
             "spec": template.get("spec") or {}}
 
 
 def _created_at(job: Obj) -> float:
-    for text in ((metadata(job).get("annotations") or {}).get(SCHEDULED_ANNOTATION),
-                 metadata(job).get("creationTimestamp")):
+    for text in (Meta.of(job).annotations.get(SCHEDULED_ANNOTATION),
+                 Meta.of(job).creation_timestamp):
         if isinstance(text, str):
             try:
                 return parse_rfc3339(text)
@@ -117,18 +117,18 @@ def _created_at(job: Obj) -> float:
 
 
 def _reference(job: Obj) -> Obj:
-    m = metadata(job)
-    return {"apiVersion": "batch/v1", "kind": "Job", "name": m.get("name"),
-            "namespace": m.get("namespace"), "uid": m.get("uid")}
+    m = Meta.of(job)
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": m.name,
+            "namespace": m.namespace, "uid": m.uid}
 
 
 def plan_cronjob(cronjob: Obj, jobs: list[Obj], now: float) -> CronPlan:
     """What the CronJob needs at `now` (epoch seconds), given the Jobs it owns."""
     plan = CronPlan()
     spec, status = _spec(cronjob), dict(cronjob.get("status") or {})
-    live = [j for j in jobs if not metadata(j).get("deletionTimestamp")]
+    live = [j for j in jobs if not Meta.of(j).deleting]
     active = [j for j in live if finished(j) is None]
-    last = status.get("lastScheduleTime") or metadata(cronjob).get("creationTimestamp")
+    last = status.get("lastScheduleTime") or Meta.of(cronjob).creation_timestamp
     since = parse_rfc3339(last) if isinstance(last, str) else now
     try:
         latest, upcoming = schedule_times(cronjob, since, now)
@@ -137,7 +137,7 @@ def plan_cronjob(cronjob: Obj, jobs: list[Obj], now: float) -> CronPlan:
         plan.requeue_after = BAD_SCHEDULE_RETRY
         return plan
     plan.requeue_after = max(upcoming - now, 0.0) + 0.1
-    names = {str(metadata(j).get("name")) for j in jobs}
+    names = {Meta.of(j).name for j in jobs}
     deadline = spec.get("startingDeadlineSeconds")
     if latest is not None and not spec.get("suspend"):
         late = isinstance(deadline, int) and now - latest > deadline
@@ -146,7 +146,7 @@ def plan_cronjob(cronjob: Obj, jobs: list[Obj], now: float) -> CronPlan:
         if late:
             plan.events.append(("Warning", "MissSchedule",
                                 f"Missed scheduled time to start a job: {rfc3339(latest)}"))
-        elif job["metadata"]["name"] in names:
+        elif Meta.of(job).name in names:
             pass  # this run exists already
         elif policy == "Forbid" and active:
             plan.events.append(("Normal", "JobAlreadyActive",
@@ -155,13 +155,13 @@ def plan_cronjob(cronjob: Obj, jobs: list[Obj], now: float) -> CronPlan:
             latest = None  # not taken: tried again when the active Job ends
         else:
             if policy == "Replace":
-                plan.delete.extend(str(metadata(j).get("name")) for j in active)
+                plan.delete.extend(Meta.of(j).name for j in active)
                 active = []
             plan.create = job
         if latest is not None:
             status["lastScheduleTime"] = rfc3339(latest)
     plan.delete.extend(_over_history(spec, live))
-    refs = [_reference(j) for j in active if str(metadata(j).get("name")) not in plan.delete]
+    refs = [_reference(j) for j in active if Meta.of(j).name not in plan.delete]
     successes = [j for j in live if finished(j) == "Complete"]
     if successes:
         done = max(((j.get("status") or {}).get("completionTime") or "") for j in successes)
@@ -183,7 +183,7 @@ def _over_history(spec: Obj, live: list[Obj]) -> list[str]:
         limit = spec.get(key)
         keep = int(limit) if isinstance(limit, int) and limit >= 0 else default
         done = sorted((j for j in live if finished(j) == outcome), key=_created_at)
-        out.extend(str(metadata(j).get("name")) for j in done[: max(len(done) - keep, 0)])
+        out.extend(Meta.of(j).name for j in done[: max(len(done) - keep, 0)])
     return out
 
 
@@ -198,10 +198,10 @@ class CronJobController(_OwnerController):
 
     def reconcile(self, key: str) -> None:
         cronjob = self.owners.get(key)
-        if cronjob is None or metadata(cronjob).get("deletionTimestamp"):
+        if cronjob is None or Meta.of(cronjob).deleting:
             return
-        meta = cronjob["metadata"]
-        uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", "default"))
+        meta = Meta.of(cronjob)
+        uid, namespace = meta.uid, meta.namespace or "default"
         plan = plan_cronjob(cronjob, self.index.of(uid), self.clock())
         for event_type, reason, message in plan.events:
             self.events.emit(cronjob, event_type, reason, message)
@@ -213,7 +213,7 @@ class CronJobController(_OwnerController):
                     raise
             self.events.emit(cronjob, "Normal", "SuccessfulDelete", f"Deleted job {name}")
         if plan.create is not None:
-            name = plan.create["metadata"]["name"]
+            name = Meta.of(plan.create).name
             try:
                 created = self.client.create(JOBS.collection(namespace), plan.create)
             except ApiError as error:
@@ -230,7 +230,7 @@ class CronJobController(_OwnerController):
                         key=lambda r: str(r["name"]))
         if plan.status is not None:
             try:
-                self.client.merge_patch(CRONJOBS.item(str(meta["name"]), namespace, "status"),
+                self.client.merge_patch(CRONJOBS.item(meta.name, namespace, "status"),
                                         {"status": {**plan.status,
                                                     "active": plan.status.get("active")}})
             except ApiError as error:

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from gpushare.api.contracts import NO_AGENT_TAINT, STATIC_NODE_ANNOTATION
-from gpushare.api.objects import Obj, metadata
+from gpushare.api.objects import Meta, Obj
 from gpushare.api.taints import blocking_taints, tolerated
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.workloads.job_controller import random_suffix
@@ -73,13 +73,13 @@ def revision(ds: Obj) -> str:
 
 
 def _term_matches(term: Obj, node: Obj) -> bool:
-    labels = metadata(node).get("labels") or {}
+    labels = Meta.of(node).labels
     for expr in term.get("matchExpressions") or []:
         if not _expression(expr, labels):
             return False
     for expr in term.get("matchFields") or []:
         if expr.get("key") == "metadata.name" and not _expression(
-                expr, {"metadata.name": metadata(node).get("name")}):
+                expr, {"metadata.name": Meta.of(node).name}):
             return False
     return True
 
@@ -108,10 +108,10 @@ def _expression(expr: Obj, labels: dict[str, Any]) -> bool:
 
 def fits(ds: Obj, node: Obj) -> bool:
     """Whether the DaemonSet wants a pod on `node`."""
-    if metadata(node).get("deletionTimestamp"):
+    if Meta.of(node).deleting:
         return False
     spec = _template_spec(ds)
-    labels = metadata(node).get("labels") or {}
+    labels = Meta.of(node).labels
     for key, value in (spec.get("nodeSelector") or {}).items():
         if labels.get(key) != value:
             return False
@@ -122,19 +122,19 @@ def fits(ds: Obj, node: Obj) -> bool:
         return False
     tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, dict)]
     tolerations += list(DEFAULT_TOLERATIONS)
-    if (metadata(node).get("annotations") or {}).get(STATIC_NODE_ANNOTATION) == "true" and not \
+    if Meta.of(node).annotations.get(STATIC_NODE_ANNOTATION) == "true" and not \
             any(tolerated(t, (NO_AGENT_TAINT, "true", "NoSchedule")) for t in tolerations):
         return False  # no agent: nothing would run there
     return all(any(tolerated(t, taint) for t in tolerations) for taint in blocking_taints(node))
 
 
 def pod_for(ds: Obj, node_name: str, suffix: str) -> Obj:
-    meta = metadata(ds)
+    meta = Meta.of(ds)
     template = copy.deepcopy(_spec(ds).get("template") or {})
-    tmeta = template.get("metadata") or {}
-    labels = dict(tmeta.get("labels") or {})
+    tmeta = Meta.of(template)
+    labels = dict(tmeta.labels)
     labels[REVISION_LABEL] = revision(ds)
-    labels[GENERATION_LABEL] = str(meta.get("generation") or 1)
+    labels[GENERATION_LABEL] = str(meta.generation or 1)
     spec = dict(template.get("spec") or {})
     spec["nodeName"] = node_name
     tolerations = list(spec.get("tolerations") or [])
@@ -146,9 +146,9 @@ def pod_for(ds: Obj, node_name: str, suffix: str) -> Obj:
                                                 "values": [node_name]}]}]}}
     spec["affinity"] = affinity
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{meta.get('name')}-{suffix}",
-                         "namespace": meta.get("namespace", "default"), "labels": labels,
-                         "annotations": dict(tmeta.get("annotations") or {}),
+            "metadata": {"name": f"{meta.name}-{suffix}",
+                         "namespace": meta.namespace or "default", "labels": labels,
+                         "annotations": dict(tmeta.annotations),
                          "ownerReferences": [owner_reference(ds, "apps/v1", "DaemonSet")]},
             "spec": spec}
 
@@ -168,25 +168,25 @@ class DaemonPlan:
 def plan_daemonset(ds: Obj, nodes: list[Obj], pods: list[Obj],
                    new_suffix: Any = random_suffix) -> DaemonPlan:
     plan = DaemonPlan()
-    wanted = {str(metadata(n).get("name")) for n in nodes if fits(ds, n)}
+    wanted = {Meta.of(n).name for n in nodes if fits(ds, n)}
     on_node: dict[str, list[Obj]] = {}
     for pod in pods:
-        if not metadata(pod).get("deletionTimestamp"):
+        if not Meta.of(pod).deleting:
             on_node.setdefault(str(_spec(pod).get("nodeName") or ""), []).append(pod)
     update = revision(ds)
     for node in sorted(wanted):
         mine = on_node.get(node, [])
         failed = [p for p in mine if (p.get("status") or {}).get("phase") == "Failed"]
-        plan.delete.extend(str(metadata(p).get("name")) for p in failed)
+        plan.delete.extend(Meta.of(p).name for p in failed)
         running = [p for p in mine if p not in failed]
         if not running:
             plan.create.append(pod_for(ds, node, new_suffix()))
         # the oldest stays: extras go
-        running.sort(key=lambda p: str(metadata(p).get("creationTimestamp") or ""))
-        plan.delete.extend(str(metadata(p).get("name")) for p in running[1:])
+        running.sort(key=lambda p: Meta.of(p).creation_timestamp)
+        plan.delete.extend(Meta.of(p).name for p in running[1:])
     for node, mine in on_node.items():
         if node not in wanted:
-            plan.delete.extend(str(metadata(p).get("name")) for p in mine)
+            plan.delete.extend(Meta.of(p).name for p in mine)
     if not plan.create and not plan.delete:
         _roll(plan, ds, wanted, on_node, update)
     plan.status = _status(ds, wanted, on_node, update)
@@ -202,8 +202,8 @@ def _roll(plan: DaemonPlan, ds: Obj, wanted: set[str], on_node: dict[str, list[O
     if not all(_ready(p) for p in pods):
         return
     for pod in pods:
-        if (metadata(pod).get("labels") or {}).get(REVISION_LABEL) != update:
-            plan.delete.append(str(metadata(pod).get("name")))
+        if Meta.of(pod).labels.get(REVISION_LABEL) != update:
+            plan.delete.append(Meta.of(pod).name)
             return
 
 
@@ -213,9 +213,9 @@ def _status(ds: Obj, wanted: set[str], on_node: dict[str, list[Obj]], update: st
     scheduled = [n for n in wanted if on_node.get(n)]
     ready = [n for n in scheduled if any(_ready(p) for p in on_node[n])]
     updated = [n for n in scheduled if any(
-        (metadata(p).get("labels") or {}).get(REVISION_LABEL) == update for p in on_node[n])]
+        Meta.of(p).labels.get(REVISION_LABEL) == update for p in on_node[n])]
     status = {
-        "observedGeneration": int(metadata(ds).get("generation") or 1),
+        "observedGeneration": Meta.of(ds).generation or 1,
         "desiredNumberScheduled": len(wanted),
         "currentNumberScheduled": len(scheduled),
         "numberMisscheduled": sum(1 for n, pods in on_node.items() if n not in wanted and pods),
@@ -241,20 +241,20 @@ class DaemonSetController(_OwnerController):
 
     def _on_node(self, event: str, node: Obj, old: Obj | None) -> None:
         if old is not None and event != "DELETED" and (
-                metadata(old).get("labels"), _spec(old).get("taints"),
-                (metadata(old).get("annotations") or {}).get(STATIC_NODE_ANNOTATION)) == (
-                metadata(node).get("labels"), _spec(node).get("taints"),
-                (metadata(node).get("annotations") or {}).get(STATIC_NODE_ANNOTATION)):
+                Meta.of(old).labels, _spec(old).get("taints"),
+                Meta.of(old).annotations.get(STATIC_NODE_ANNOTATION)) == (
+                Meta.of(node).labels, _spec(node).get("taints"),
+                Meta.of(node).annotations.get(STATIC_NODE_ANNOTATION)):
             return  # a heartbeat: nothing a DaemonSet looks at
         for ds in self.owners.items():
-            self.queue.add(f"{metadata(ds).get('namespace')}/{metadata(ds).get('name')}")
+            self.queue.add(f"{Meta.of(ds).namespace}/{Meta.of(ds).name}")
 
     def reconcile(self, key: str) -> None:
         ds = self.owners.get(key)
-        if ds is None or metadata(ds).get("deletionTimestamp"):
+        if ds is None or Meta.of(ds).deleting:
             return
-        meta = ds["metadata"]
-        uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", "default"))
+        meta = Meta.of(ds)
+        uid, namespace = meta.uid, meta.namespace or "default"
         plan = plan_daemonset(ds, self.nodes.items(), self.index.of(uid))
         for body in plan.create:
             node = body["spec"]["nodeName"]
@@ -268,7 +268,7 @@ class DaemonSetController(_OwnerController):
                 continue
             self.index.created(uid, created)
             self.events.emit(ds, "Normal", "SuccessfulCreate",
-                             f"Created pod: {body['metadata']['name']} on node {node}")
+                             f"Created pod: {Meta.of(body).name} on node {node}")
         for name in plan.delete:
             try:
                 self.client.delete(PODS.item(name, namespace))
@@ -278,7 +278,7 @@ class DaemonSetController(_OwnerController):
             self.events.emit(ds, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
         if plan.status is not None:
             try:
-                self.client.merge_patch(DAEMONSETS.item(str(meta["name"]), namespace, "status"),
+                self.client.merge_patch(DAEMONSETS.item(meta.name, namespace, "status"),
                                         {"status": plan.status})
             except ApiError as error:
                 if error.status != 404:

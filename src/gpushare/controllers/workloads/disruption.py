@@ -14,7 +14,7 @@ import math
 import threading
 from typing import Any
 
-from gpushare.api.objects import Meta, Obj, metadata
+from gpushare.api.objects import Meta, Obj
 from gpushare.api.objects import selector_matches as selects
 from gpushare.api.timefmt import parse_rfc3339
 from gpushare.controllers.events import now_rfc3339
@@ -42,15 +42,15 @@ def _count(value: Any, expected: int) -> int:
 
 def pdb_status(pdb: Obj, pods: list[Obj], now: str) -> Obj:
     """The status the controller wants (merged over what is there)."""
-    meta, spec = metadata(pdb), pdb.get("spec") or {}
-    mine = [p for p in pods if metadata(p).get("namespace") == meta.get("namespace")
-            and not metadata(p).get("deletionTimestamp")
+    meta, spec = Meta.of(pdb), pdb.get("spec") or {}
+    mine = [p for p in pods if Meta.of(p).namespace == meta.namespace
+            and not Meta.of(p).deleting
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
             and selects(spec.get("selector"), Meta.of(p).labels)]
     expected = len(mine)
     current = pdb.get("status") or {}
     disrupted = _still_disrupted(current.get("disruptedPods"), mine, now)
-    healthy = sum(1 for p in mine if metadata(p).get("name") not in disrupted and any(
+    healthy = sum(1 for p in mine if Meta.of(p).name not in disrupted and any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in (p.get("status") or {}).get("conditions") or []))
     if spec.get("minAvailable") is not None:
@@ -64,13 +64,13 @@ def pdb_status(pdb: Obj, pods: list[Obj], now: str) -> Obj:
                    if c.get("type") == "DisruptionAllowed"), {})
     condition = {"type": "DisruptionAllowed", "status": "True" if allowed else "False",
                  "reason": "SufficientPods" if allowed else "InsufficientPods",
-                 "message": "", "observedGeneration": int(meta.get("generation") or 1)}
+                 "message": "", "observedGeneration": meta.generation or 1}
     condition["lastTransitionTime"] = (before.get("lastTransitionTime", now)
                                        if before.get("status") == condition["status"]
                                        else now)
     others = [c for c in current.get("conditions") or []
               if c.get("type") != "DisruptionAllowed"]
-    out = {**current, "observedGeneration": int(meta.get("generation") or 1),
+    out = {**current, "observedGeneration": meta.generation or 1,
             "expectedPods": expected, "currentHealthy": healthy, "desiredHealthy": desired,
             "disruptionsAllowed": allowed, "conditions": [*others, condition]}
     if disrupted:
@@ -86,7 +86,7 @@ def _still_disrupted(recorded: Any, pods: list[Obj], now: str) -> dict[str, str]
     already disrupted, as kube-controller-manager counts them."""
     if not isinstance(recorded, dict) or not recorded:
         return {}
-    live = {metadata(p).get("name") for p in pods}
+    live = {Meta.of(p).name for p in pods}
     try:
         now_s = parse_rfc3339(now)
     except ValueError:
@@ -119,13 +119,13 @@ class DisruptionController:
 
     def _on_pdb(self, kind: str, pdb: Obj, old: Obj | None) -> None:
         if kind != "DELETED":
-            self.queue.add(f"{metadata(pdb).get('namespace')}/{metadata(pdb).get('name')}")
+            self.queue.add(f"{Meta.of(pdb).namespace}/{Meta.of(pdb).name}")
 
     def _on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
-        ns = metadata(pod).get("namespace")
+        ns = Meta.of(pod).namespace
         for pdb in self.pdbs.items():
-            if metadata(pdb).get("namespace") == ns:
-                self.queue.add(f"{ns}/{metadata(pdb).get('name')}")
+            if Meta.of(pdb).namespace == ns:
+                self.queue.add(f"{ns}/{Meta.of(pdb).name}")
 
     def reconcile(self, key: str) -> None:
         pdb = self.pdbs.get(key)

@@ -48,17 +48,17 @@ def selected_pods(service: Obj, pods: list[Obj]) -> list[Obj]:
     """The Service's pods: in its namespace, matching its selector, with an IP, not
     finished or being deleted; by name."""
     selector = (service.get("spec") or {}).get("selector") or {}
-    ns = metadata(service).get("namespace")
+    ns = Meta.of(service).namespace
     out = []
     for pod in pods:
         labels = Meta.of(pod).labels
         status = pod.get("status") or {}
-        if (metadata(pod).get("namespace") == ns and selector
+        if (Meta.of(pod).namespace == ns and selector
                 and all(labels.get(k) == v for k, v in selector.items())
-                and status.get("podIP") and not metadata(pod).get("deletionTimestamp")
+                and status.get("podIP") and not Meta.of(pod).deleting
                 and status.get("phase") not in ("Succeeded", "Failed")):
             out.append(pod)
-    return sorted(out, key=lambda p: str(metadata(p).get("name")))
+    return sorted(out, key=lambda p: Meta.of(p).name)
 
 
 def _target_port(port: Obj, pod: Obj | None) -> int | None:
@@ -88,11 +88,11 @@ def _ports(service: Obj, pod: Obj | None) -> list[Obj]:
 
 
 def _address(pod: Obj) -> Obj:
-    meta = metadata(pod)
+    meta = Meta.of(pod)
     return {"ip": (pod.get("status") or {}).get("podIP"),
             "nodeName": (pod.get("spec") or {}).get("nodeName"),
-            "targetRef": {"kind": "Pod", "namespace": meta.get("namespace"),
-                          "name": meta.get("name"), "uid": meta.get("uid")}}
+            "targetRef": {"kind": "Pod", "namespace": meta.namespace,
+                          "name": meta.name, "uid": meta.uid}}
 
 
 def desired_endpoints(service: Obj, pods: list[Obj]) -> Obj:
@@ -108,27 +108,27 @@ def desired_endpoints(service: Obj, pods: list[Obj]) -> Obj:
             subset["notReadyAddresses"] = not_ready
         subsets.append(subset)
     return {"apiVersion": "v1", "kind": "Endpoints",
-            "metadata": {"name": metadata(service).get("name"),
-                         "namespace": metadata(service).get("namespace"),
+            "metadata": {"name": Meta.of(service).name,
+                         "namespace": Meta.of(service).namespace,
                          "labels": dict(Meta.of(service).labels)},
             "subsets": subsets}
 
 
 def slice_name(service: Obj) -> str:
-    uid = str(metadata(service).get("uid", ""))
-    return f"{metadata(service).get('name')}-{hashlib.sha256(uid.encode()).hexdigest()[:5]}"
+    uid = Meta.of(service).uid
+    return f"{Meta.of(service).name}-{hashlib.sha256(uid.encode()).hexdigest()[:5]}"
 
 
 def desired_slice(service: Obj, pods: list[Obj]) -> Obj:
-    meta = metadata(service)
+    meta = Meta.of(service)
     chosen = selected_pods(service, pods)
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {
-            "name": slice_name(service), "namespace": meta.get("namespace"),
-            "labels": {SERVICE_NAME_LABEL: meta.get("name"), MANAGED_BY_LABEL: MANAGED_BY},
+            "name": slice_name(service), "namespace": meta.namespace,
+            "labels": {SERVICE_NAME_LABEL: meta.name, MANAGED_BY_LABEL: MANAGED_BY},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Service",
-                                 "name": meta.get("name"), "uid": meta.get("uid"),
+                                 "name": meta.name, "uid": meta.uid,
                                  "controller": True, "blockOwnerDeletion": True}],
         },
         "addressType": "IPv4",
@@ -157,22 +157,22 @@ class EndpointsController:
         return start_workers(self.queue, self.reconcile, self.stopper, self.name, WORKERS)
 
     def _on_service(self, kind: str, service: Obj, old: Obj | None) -> None:
-        meta = metadata(service)
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        meta = Meta.of(service)
+        key = f"{meta.namespace}/{meta.name}"
         if kind == "DELETED" and (service.get("spec") or {}).get("selector"):
             self._gone[key] = True
         self.queue.add(key)
 
     def _on_pod(self, kind: str, pod: Obj, old: Obj | None) -> None:
-        ns = metadata(pod).get("namespace")
+        ns = Meta.of(pod).namespace
         labels = Meta.of(pod).labels
         before = Meta.of(old or {}).labels
         for service in self.services.items():
             selector = (service.get("spec") or {}).get("selector") or {}
-            if metadata(service).get("namespace") != ns or not selector:
+            if Meta.of(service).namespace != ns or not selector:
                 continue
             if any(all(ls.get(k) == v for k, v in selector.items()) for ls in (labels, before)):
-                self.queue.add(f"{ns}/{metadata(service).get('name')}")
+                self.queue.add(f"{ns}/{Meta.of(service).name}")
 
     def reconcile(self, key: str) -> None:
         ns, name = key.split("/", 1)
@@ -193,7 +193,7 @@ class EndpointsController:
                     ("endpoints", "ports", "addressType"))
 
     def _write(self, resource: Any, ns: str, body: Obj, fields: tuple[str, ...]) -> None:
-        name = str(body["metadata"]["name"])
+        name = Meta.of(body).name
         current = self.client.get(resource.item(name, ns))
         if current is None:
             try:
@@ -205,4 +205,4 @@ class EndpointsController:
         if all(current.get(f) == body[f] for f in fields):
             return
         self.client.replace(resource.item(name, ns), {**body, "metadata": {
-            **current["metadata"], "labels": body["metadata"]["labels"]}})
+            **metadata(current), "labels": Meta.of(body).labels}})

@@ -13,7 +13,7 @@ import string
 import threading
 import time
 
-from gpushare.api.objects import Obj, controller_reference
+from gpushare.api.objects import Meta, Obj, controller_reference
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.workloads.jobs import finished_condition, plan_job
 from gpushare.kube.client import JOBS, PODS, ApiError, KubeClient, Stopper
@@ -57,9 +57,9 @@ class JobController:
         return start_workers(self.queue, self.reconcile, self.stopper, self.name, self.workers)
 
     def _on_job(self, kind: str, job: Obj, old: Obj | None) -> None:
-        meta = job.get("metadata") or {}
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
-        uid = str(meta.get("uid", ""))
+        meta = Meta.of(job)
+        key = f"{meta.namespace}/{meta.name}"
+        uid = meta.uid
         with self._lock:
             if kind == "DELETED":
                 self._job_key_by_uid.pop(uid, None)
@@ -73,8 +73,8 @@ class JobController:
         if ref is None or ref.get("kind") != "Job":
             return
         uid = str(ref.get("uid", ""))
-        meta = pod.get("metadata") or {}
-        pod_key = f"{meta.get('namespace')}/{meta.get('name')}"
+        meta = Meta.of(pod)
+        pod_key = f"{meta.namespace}/{meta.name}"
         with self._lock:
             pods = self._pods_by_job.setdefault(uid, {})
             if kind == "DELETED":
@@ -93,10 +93,10 @@ class JobController:
         job = self.jobs.get(key)
         if job is None:
             return
-        meta = job.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
+        meta = Meta.of(job)
+        if meta.deleting:
             return
-        uid = str(meta.get("uid", ""))
+        uid = meta.uid
         now = time.monotonic()
         with self._lock:
             pods = dict(self._pods_by_job.get(uid, {}))
@@ -109,23 +109,24 @@ class JobController:
         plan = plan_job(job, list(pods.values()), now_rfc3339(), random_suffix, time.time())
         if plan.requeue_after is not None:
             self.queue.add_after(key, plan.requeue_after + 0.05)
-        namespace = str(meta.get("namespace", "default"))
+        namespace = meta.namespace or "default"
         for body in plan.create:
             try:
                 created = self.client.create(PODS.collection(namespace), body)
             except ApiError as error:
                 self.events.emit(job, "Warning", "FailedCreate", f"Error creating pod: {error}")
                 raise
-            pod_key = f"{namespace}/{body['metadata']['name']}"
+            pod_name = Meta.of(body).name
+            pod_key = f"{namespace}/{pod_name}"
             with self._lock:
                 self._created.setdefault(uid, {})[pod_key] = (time.monotonic(), created)
             self.events.emit(job, "Normal", "SuccessfulCreate",
-                             f"Created pod: {body['metadata']['name']}")
+                             f"Created pod: {pod_name}")
         for name in plan.delete:
             self.client.delete(PODS.item(name, namespace), propagation="Background")
         if plan.status is not None:
             was = finished_condition(job)
-            self.client.merge_patch(JOBS.item(str(meta["name"]), namespace, "status"),
+            self.client.merge_patch(JOBS.item(meta.name, namespace, "status"),
                                     {"status": plan.status})
             now_finished = finished_condition({"status": plan.status})
             if now_finished and not was:

@@ -10,7 +10,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpushare.api.objects import Obj
+from gpushare.api.objects import Meta, Obj
 from gpushare.api.timefmt import timestamp
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -60,14 +60,12 @@ def _phase(pod: Obj) -> str:
 
 
 def _terminating(pod: Obj) -> bool:
-    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return Meta.of(pod).deleting
 
 
 def _index_of(pod: Obj) -> int | None:
-    meta = pod.get("metadata") or {}
-    text = (meta.get("annotations") or {}).get(COMPLETION_INDEX) or (
-        meta.get("labels") or {}
-    ).get(COMPLETION_INDEX)
+    meta = Meta.of(pod)
+    text = meta.annotations.get(COMPLETION_INDEX) or meta.labels.get(COMPLETION_INDEX)
     try:
         return int(text) if text is not None else None
     except ValueError:
@@ -94,16 +92,16 @@ def finished_condition(job: Obj) -> str | None:
 
 def pod_for(job: Obj, name: str, index: int | None) -> Obj:
     """A pod from the Job's template, owned by the Job."""
-    meta = job.get("metadata") or {}
+    meta = Meta.of(job)
     spec = job.get("spec") or {}
     template = copy.deepcopy(spec.get("template") or {})
-    tmeta = template.get("metadata") or {}
-    labels = dict(tmeta.get("labels") or {})
-    annotations = dict(tmeta.get("annotations") or {})
+    tmeta = Meta.of(template)
+    labels = dict(tmeta.labels)
+    annotations = dict(tmeta.annotations)
     for key in CONTROLLER_UID_LABELS:
-        labels[key] = meta.get("uid", "")
+        labels[key] = meta.uid
     for key in JOB_NAME_LABELS:
-        labels[key] = meta.get("name", "")
+        labels[key] = meta.name
     pod_spec = template.get("spec") or {}
     if index is not None:
         labels[COMPLETION_INDEX] = str(index)
@@ -118,15 +116,15 @@ def pod_for(job: Obj, name: str, index: int | None) -> Obj:
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "namespace": meta.get("namespace", "default"),
+            "namespace": meta.namespace or "default",
             "labels": labels,
             "annotations": annotations,
             "ownerReferences": [
                 {
                     "apiVersion": "batch/v1",
                     "kind": "Job",
-                    "name": meta.get("name", ""),
-                    "uid": meta.get("uid", ""),
+                    "name": meta.name,
+                    "uid": meta.uid,
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }
@@ -154,7 +152,7 @@ class _JobSpec:
         completions = spec.get("completions")
         backoff = spec.get("backoffLimit")
         return cls(
-            name=str((job.get("metadata") or {}).get("name", "")),
+            name=Meta.of(job).name,
             indexed=spec.get("completionMode") == "Indexed",
             parallelism=int(parallelism if parallelism is not None else 1),
             completions=int(completions) if completions is not None else None,
@@ -212,7 +210,7 @@ def plan_job(
     finished = _conclude(job, spec, counts, new_status, now)
 
     if finished is not None or spec.suspended:
-        plan.delete = [str(p["metadata"]["name"]) for p in counts.active]
+        plan.delete = [Meta.of(p).name for p in counts.active]
         active_count = 0
     else:
         missing = _missing_pods(spec, counts)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from gpushare.api.objects import Obj
+from gpushare.api.objects import Meta, Obj
 from gpushare.kube.client import NODES, PODS, ApiError, KubeClient, Stopper
 from gpushare.kube.informer import WorkQueue, start_workers
 from gpushare.kube.informers import InformerFactory
@@ -43,14 +43,14 @@ class PodGC:
 
     def _on_node(self, kind: str, node: Obj, old: Obj | None) -> None:
         if kind == "DELETED":
-            name = (node.get("metadata") or {}).get("name")
+            name = Meta.of(node).name
             for pod in self.pods.items():
                 if (pod.get("spec") or {}).get("nodeName") == name:
                     self._enqueue(pod)
 
     def _enqueue(self, pod: Obj) -> None:
-        meta = pod.get("metadata") or {}
-        self.queue.add(f"{meta.get('namespace')}/{meta.get('name')}")
+        meta = Meta.of(pod)
+        self.queue.add(f"{meta.namespace}/{meta.name}")
 
     def _sweep_loop(self) -> None:
         while not self.stopper.stopped:
@@ -72,13 +72,13 @@ class PodGC:
         pod = self.pods.get(key)
         if pod is None:
             return
-        meta = pod.get("metadata") or {}
+        meta = Meta.of(pod)
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or self.client.get(NODES.item(str(node))) is not None:
             return
         try:
-            self.client.delete(PODS.item(str(meta.get("name")), str(meta.get("namespace"))),
-                               grace_period_seconds=0, uid=str(meta.get("uid", "")) or None)
+            self.client.delete(PODS.item(meta.name, meta.namespace),
+                               grace_period_seconds=0, uid=meta.uid or None)
         except ApiError as error:
             if error.conflict:
                 return  # another pod of that name now

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from gpushare.api.objects import Meta, Obj, metadata
+from gpushare.api.objects import Meta, Obj
 from gpushare.api.timefmt import rfc3339
 
 TEMPLATE_HASH_LABEL = "pod-template-hash"
@@ -23,7 +23,7 @@ TEMPLATE_HASH_LABEL = "pod-template-hash"
 
 def _live(pod: Obj) -> bool:
     phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not metadata(pod).get("deletionTimestamp")
+    return phase not in ("Succeeded", "Failed") and not Meta.of(pod).deleting
 
 
 def _ready(pod: Obj) -> bool:
@@ -32,9 +32,9 @@ def _ready(pod: Obj) -> bool:
 
 
 def owner_reference(obj: Obj, api_version: str, kind: str) -> Obj:
-    meta = metadata(obj)
-    return {"apiVersion": api_version, "kind": kind, "name": meta.get("name", ""),
-            "uid": meta.get("uid", ""), "controller": True, "blockOwnerDeletion": True}
+    meta = Meta.of(obj)
+    return {"apiVersion": api_version, "kind": kind, "name": meta.name,
+            "uid": meta.uid, "controller": True, "blockOwnerDeletion": True}
 
 
 @dataclass(slots=True)
@@ -50,12 +50,12 @@ def plan_replicaset(rs: Obj, pods: list[Obj], new_suffix: Any,
     ``owner`` is the (apiVersion, kind) the pods' owner reference names (a
     ReplicationController keeps pods the same way)."""
     plan = ReplicaPlan()
-    meta, spec = metadata(rs), rs.get("spec") or {}
+    meta, spec = Meta.of(rs), rs.get("spec") or {}
     wanted = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
     live = [p for p in pods if _live(p)]
     if len(live) < wanted:
         for _ in range(wanted - len(live)):
-            plan.create.append(_pod_from_template(rs, f"{meta.get('name')}-{new_suffix()}",
+            plan.create.append(_pod_from_template(rs, f"{meta.name}-{new_suffix()}",
                                                   owner))
     elif len(live) > wanted:
         # Unplaced pods go first, then the youngest: they have done the least work.
@@ -64,15 +64,15 @@ def plan_replicaset(rs: Obj, pods: list[Obj], new_suffix: Any,
             _ready(p),
             -_created(p),
         ))
-        plan.delete = [str(metadata(p).get("name")) for p in order[: len(live) - wanted]]
+        plan.delete = [Meta.of(p).name for p in order[: len(live) - wanted]]
     remaining = len(live) + len(plan.create) - len(plan.delete)
-    ready = sum(1 for p in live if _ready(p) and str(metadata(p).get("name")) not in plan.delete)
+    ready = sum(1 for p in live if _ready(p) and Meta.of(p).name not in plan.delete)
     status = {
         "replicas": remaining,
         "fullyLabeledReplicas": remaining,
         "readyReplicas": ready,
         "availableReplicas": ready,
-        "observedGeneration": int(meta.get("generation") or 1),
+        "observedGeneration": meta.generation or 1,
     }
     current = rs.get("status") or {}
     if any(current.get(k) != v for k, v in status.items()):
@@ -102,21 +102,21 @@ def with_replica_failure(status: Obj, message: str | None, now: str) -> Obj:
 def _created(pod: Obj) -> float:
     from gpushare.api.timefmt import timestamp
 
-    return timestamp(metadata(pod).get("creationTimestamp"))
+    return timestamp(Meta.of(pod).creation_timestamp)
 
 
 def _pod_from_template(rs: Obj, name: str, owner: tuple[str, str]) -> Obj:
-    meta, spec = metadata(rs), rs.get("spec") or {}
+    meta, spec = Meta.of(rs), rs.get("spec") or {}
     template = copy.deepcopy(spec.get("template") or {})
-    tmeta = template.get("metadata") or {}
+    tmeta = Meta.of(template)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "namespace": meta.get("namespace", "default"),
-            "labels": dict(tmeta.get("labels") or {}),
-            "annotations": dict(tmeta.get("annotations") or {}),
+            "namespace": meta.namespace or "default",
+            "labels": dict(tmeta.labels),
+            "annotations": dict(tmeta.annotations),
             "ownerReferences": [owner_reference(rs, *owner)],
         },
         "spec": template.get("spec") or {},
@@ -188,16 +188,16 @@ def rolling_bounds(deployment: Obj, wanted: int) -> tuple[int, int]:
 
 def _new_replicaset(deployment: Obj, name: str, digest: str, replicas: int,
                     revision: int) -> Obj:
-    meta, spec = metadata(deployment), deployment.get("spec") or {}
+    meta, spec = Meta.of(deployment), deployment.get("spec") or {}
     template = spec.get("template") or {}
-    labels = dict((template.get("metadata") or {}).get("labels") or {})
+    labels = dict(Meta.of(template).labels)
     labels[TEMPLATE_HASH_LABEL] = digest
     new_template = copy.deepcopy(template)
     new_template.setdefault("metadata", {})["labels"] = labels
     selector = copy.deepcopy(spec.get("selector") or {})
     selector.setdefault("matchLabels", {})[TEMPLATE_HASH_LABEL] = digest
     annotations = {REVISION_ANNOTATION: str(revision)}
-    cause = (meta.get("annotations") or {}).get(CHANGE_CAUSE_ANNOTATION)
+    cause = meta.annotations.get(CHANGE_CAUSE_ANNOTATION)
     if cause:
         annotations[CHANGE_CAUSE_ANNOTATION] = cause
     return {
@@ -205,7 +205,7 @@ def _new_replicaset(deployment: Obj, name: str, digest: str, replicas: int,
         "kind": "ReplicaSet",
         "metadata": {
             "name": name,
-            "namespace": meta.get("namespace", "default"),
+            "namespace": meta.namespace or "default",
             "labels": labels,
             "annotations": annotations,
             "ownerReferences": [owner_reference(deployment, "apps/v1", "Deployment")],
@@ -264,9 +264,9 @@ def _proportional_scale(active: list[Obj], wanted: int, allowed: int,
         share = round(have * allowed / sized_for) - have if sized_for > 0 else 0
         remaining = to_add - added
         share = min(share, remaining) if to_add > 0 else max(share, remaining)
-        sizes[str(metadata(rs).get("name"))] = have + share
+        sizes[Meta.of(rs).name] = have + share
         added += share
-    first = str(metadata(order[0]).get("name"))
+    first = Meta.of(order[0]).name
     sizes[first] += to_add - added
     return {name: max(size, 0) for name, size in sizes.items()}
 
@@ -286,13 +286,13 @@ def plan_deployment(deployment: Obj, replicasets: list[Obj],
     makes no progress for ``progressDeadlineSeconds`` gets ``Progressing=False`` with
     reason ``ProgressDeadlineExceeded``. ``now`` is the wall clock (epoch seconds)."""
     plan = DeploymentPlan()
-    meta, spec = metadata(deployment), deployment.get("spec") or {}
+    meta, spec = Meta.of(deployment), deployment.get("spec") or {}
     wanted = _replicas(deployment)
     template = spec.get("template") or {}
     digest = template_hash(template)
-    name = f"{meta.get('name')}-{digest}"
-    current = next((rs for rs in replicasets if metadata(rs).get("name") == name), None)
-    olds = sorted((rs for rs in replicasets if metadata(rs).get("name") != name),
+    name = f"{meta.name}-{digest}"
+    current = next((rs for rs in replicasets if Meta.of(rs).name == name), None)
+    olds = sorted((rs for rs in replicasets if Meta.of(rs).name != name),
                   key=lambda rs: (_revision(rs), _created(rs)))
     top = max((_revision(rs) for rs in olds), default=0)
     revision = _revision(current) if current is not None else 0
@@ -300,7 +300,7 @@ def plan_deployment(deployment: Obj, replicasets: list[Obj],
         revision = top + 1  # a new template, or an old one used again (rollout undo)
     if current is not None and _revision(current) != revision:
         plan.annotate[name] = {REVISION_ANNOTATION: str(revision)}
-    if (meta.get("annotations") or {}).get(REVISION_ANNOTATION) != str(revision):
+    if meta.annotations.get(REVISION_ANNOTATION) != str(revision):
         plan.deployment_annotations[REVISION_ANNOTATION] = str(revision)
 
     strategy = str((spec.get("strategy") or {}).get("type") or "RollingUpdate")
@@ -333,7 +333,7 @@ def plan_deployment(deployment: Obj, replicasets: list[Obj],
 def _plan_recreate(plan: DeploymentPlan, olds: list[Obj], wanted: int, new_spec: int) -> int:
     for rs in olds:
         if _replicas(rs, 0):
-            plan.scale[str(metadata(rs).get("name"))] = 0
+            plan.scale[Meta.of(rs).name] = 0
     old_total = sum(_replicas(rs, 0) for rs in olds)
     old_pods = sum(int((rs.get("status") or {}).get("replicas") or 0) for rs in olds)
     return wanted if old_total == 0 and old_pods == 0 else new_spec
@@ -360,7 +360,7 @@ def _plan_rolling(plan: DeploymentPlan, deployment: Obj, current: Obj | None,
         if have == 0:
             continue
         cut = min(have, remove)
-        plan.scale[str(metadata(rs).get("name"))] = have - cut
+        plan.scale[Meta.of(rs).name] = have - cut
         remove -= cut
     return target_new
 
@@ -371,12 +371,12 @@ def _size_annotations(plan: DeploymentPlan, replicasets: list[Obj], name: str,
     ``max-replicas``), which tells a later resize from a rollout step."""
     notes = {DESIRED_ANNOTATION: str(wanted), MAX_ANNOTATION: str(allowed)}
     for rs in replicasets:
-        rs_name = str(metadata(rs).get("name"))
+        rs_name = Meta.of(rs).name
         size = target_new if rs_name == name else plan.scale.get(rs_name, _replicas(rs, 0))
         have = Meta.of(rs).annotations
         if size > 0 and any(have.get(k) != v for k, v in notes.items()):
             plan.annotate.setdefault(rs_name, {}).update(notes)
-    if not any(str(metadata(rs).get("name")) == name for rs in replicasets):
+    if not any(Meta.of(rs).name == name for rs in replicasets):
         plan.annotate.setdefault(name, {}).update(notes)
 
 
@@ -443,7 +443,7 @@ def _plan_status(plan: DeploymentPlan, deployment: Obj, replicasets: list[Obj],
                  now: float | None) -> None:
     import time
 
-    meta = metadata(deployment)
+    meta = Meta.of(deployment)
     totals = {"replicas": 0, "readyReplicas": 0, "availableReplicas": 0}
     for rs in replicasets:
         rs_status = rs.get("status") or {}
@@ -452,7 +452,7 @@ def _plan_status(plan: DeploymentPlan, deployment: Obj, replicasets: list[Obj],
     updated = int(((current or {}).get("status") or {}).get("replicas") or 0)
     available = totals["availableReplicas"]
     status = {
-        "observedGeneration": int(meta.get("generation") or 1),
+        "observedGeneration": meta.generation or 1,
         "replicas": totals["replicas"],
         "updatedReplicas": updated,
         "readyReplicas": totals["readyReplicas"],

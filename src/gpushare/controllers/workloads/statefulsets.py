@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from gpushare.api.objects import Obj, metadata
+from gpushare.api.objects import Meta, Obj
 from gpushare.controllers.events import EventRecorder
 from gpushare.controllers.workloads.replicas import owner_reference
 from gpushare.controllers.workloads.workload_controllers import _OwnerController
@@ -50,24 +50,24 @@ def revision(sts: Obj) -> str:
     """``<name>-<hash of the pod template>``: the update revision pods are labelled with."""
     template = _spec(sts).get("template") or {}
     digest = hashlib.sha256(orjson.dumps(template, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return f"{metadata(sts).get('name')}-{digest[:10]}"
+    return f"{Meta.of(sts).name}-{digest[:10]}"
 
 
 def ordinal(sts_name: str, pod: Obj) -> int | None:
     """The ordinal in a pod's name ``<sts>-<n>``; None for a name not of that form."""
-    match = re.fullmatch(re.escape(sts_name) + r"-(0|[1-9][0-9]*)", str(metadata(pod).get("name")))
+    match = re.fullmatch(re.escape(sts_name) + r"-(0|[1-9][0-9]*)", Meta.of(pod).name)
     return int(match.group(1)) if match else None
 
 
 def healthy(pod: Obj) -> bool:
     status = pod.get("status") or {}
-    return (status.get("phase") == "Running" and not metadata(pod).get("deletionTimestamp")
+    return (status.get("phase") == "Running" and not Meta.of(pod).deleting
             and any(c.get("type") == "Ready" and c.get("status") == "True"
                     for c in status.get("conditions") or [] if isinstance(c, dict)))
 
 
 def _terminating(pod: Obj) -> bool:
-    return bool(metadata(pod).get("deletionTimestamp"))
+    return Meta.of(pod).deleting
 
 
 def _failed(pod: Obj) -> bool:
@@ -76,11 +76,11 @@ def _failed(pod: Obj) -> bool:
 
 def pod_for(sts: Obj, index: int) -> Obj:
     """The pod ``<sts>-<index>`` from the template."""
-    meta, spec = metadata(sts), _spec(sts)
+    meta, spec = Meta.of(sts), _spec(sts)
     template = copy.deepcopy(spec.get("template") or {})
-    tmeta = template.get("metadata") or {}
-    name = f"{meta.get('name')}-{index}"
-    labels = dict(tmeta.get("labels") or {})
+    tmeta = Meta.of(template)
+    name = f"{meta.name}-{index}"
+    labels = dict(tmeta.labels)
     labels.update({POD_NAME_LABEL: name, POD_INDEX_LABEL: str(index),
                    REVISION_LABEL: revision(sts)})
     pod_spec = dict(template.get("spec") or {})
@@ -88,8 +88,8 @@ def pod_for(sts: Obj, index: int) -> Obj:
     if spec.get("serviceName"):
         pod_spec["subdomain"] = spec["serviceName"]
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": meta.get("namespace", "default"),
-                         "labels": labels, "annotations": dict(tmeta.get("annotations") or {}),
+            "metadata": {"name": name, "namespace": meta.namespace or "default",
+                         "labels": labels, "annotations": dict(tmeta.annotations),
                          "ownerReferences": [owner_reference(sts, "apps/v1", "StatefulSet")]},
             "spec": pod_spec}
 
@@ -108,7 +108,7 @@ def _replicas(sts: Obj) -> int:
 
 def plan_statefulset(sts: Obj, pods: list[Obj]) -> StatefulPlan:
     """What to create and delete now, and the status to write."""
-    name = str(metadata(sts).get("name"))
+    name = Meta.of(sts).name
     spec = _spec(sts)
     wanted = _replicas(sts)
     ordered = spec.get("podManagementPolicy", "OrderedReady") != "Parallel"
@@ -144,7 +144,7 @@ def _plan_members(plan: StatefulPlan, sts: Obj, by_index: dict[int, Obj], wanted
                 return
             continue
         if _failed(pod):
-            plan.delete.append(str(metadata(pod).get("name")))
+            plan.delete.append(Meta.of(pod).name)
             if ordered:
                 return
             continue
@@ -164,7 +164,7 @@ def _plan_condemned(plan: StatefulPlan, by_index: dict[int, Obj], wanted: int,
         if not all(healthy(by_index[i]) for i in by_index if i < wanted):
             return
         condemned = condemned[:1]
-    plan.delete.extend(str(metadata(by_index[i]).get("name")) for i in condemned
+    plan.delete.extend(Meta.of(by_index[i]).name for i in condemned
                        if not _terminating(by_index[i]))
 
 
@@ -181,23 +181,23 @@ def _plan_update(plan: StatefulPlan, sts: Obj, by_index: dict[int, Obj], wanted:
         return
     for i in range(wanted - 1, partition - 1, -1):
         pod = by_index[i]
-        if (metadata(pod).get("labels") or {}).get(REVISION_LABEL) != update:
-            plan.delete.append(str(metadata(pod).get("name")))
+        if Meta.of(pod).labels.get(REVISION_LABEL) != update:
+            plan.delete.append(Meta.of(pod).name)
             return
 
 
 def _status(sts: Obj, by_index: dict[int, Obj], plan: StatefulPlan, update: str) -> Obj | None:
-    meta = metadata(sts)
+    meta = Meta.of(sts)
     current = sts.get("status") or {}
-    present = [p for p in by_index.values() if str(metadata(p).get("name")) not in plan.delete]
-    revisions = [(metadata(p).get("labels") or {}).get(REVISION_LABEL) for p in present]
+    present = [p for p in by_index.values() if Meta.of(p).name not in plan.delete]
+    revisions = [Meta.of(p).labels.get(REVISION_LABEL) for p in present]
     updated = sum(1 for r in revisions if r == update)
     ready = sum(1 for p in present if healthy(p))
     current_revision = current.get("currentRevision") or update
     if updated == len(present) == _replicas(sts):
         current_revision = update
     status = {
-        "observedGeneration": int(meta.get("generation") or 1),
+        "observedGeneration": meta.generation or 1,
         "replicas": len(present) + len(plan.create),
         "readyReplicas": ready,
         "availableReplicas": ready,
@@ -222,27 +222,27 @@ class StatefulSetController(_OwnerController):
 
     def reconcile(self, key: str) -> None:
         sts = self.owners.get(key)
-        if sts is None or metadata(sts).get("deletionTimestamp"):
+        if sts is None or Meta.of(sts).deleting:
             return
-        meta = sts["metadata"]
-        uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", "default"))
+        meta = Meta.of(sts)
+        uid, namespace = meta.uid, meta.namespace or "default"
         plan = plan_statefulset(sts, self.index.of(uid))
         for body in plan.create:
-            pod_name = body["metadata"]["name"]
+            pod_name = Meta.of(body).name
             try:
                 created = self.client.create(PODS.collection(namespace), body)
             except ApiError as error:
                 if error.status == 409:
                     continue  # still going from a delete; its DELETED event brings us back
                 self.events.emit(sts, "Warning", "FailedCreate",
-                                 f"create Pod {pod_name} in StatefulSet {meta['name']} "
+                                 f"create Pod {pod_name} in StatefulSet {meta.name} "
                                  f"failed error: {error}")
                 if error.status not in (403, 422):
                     raise
                 continue
             self.index.created(uid, created)
             self.events.emit(sts, "Normal", "SuccessfulCreate",
-                             f"create Pod {pod_name} in StatefulSet {meta['name']} successful")
+                             f"create Pod {pod_name} in StatefulSet {meta.name} successful")
         for pod_name in plan.delete:
             try:
                 self.client.delete(PODS.item(pod_name, namespace))
@@ -250,10 +250,10 @@ class StatefulSetController(_OwnerController):
                 if error.status != 404:
                     raise
             self.events.emit(sts, "Normal", "SuccessfulDelete",
-                             f"delete Pod {pod_name} in StatefulSet {meta['name']} successful")
+                             f"delete Pod {pod_name} in StatefulSet {meta.name} successful")
         if plan.status is not None:
             try:
-                self.client.merge_patch(STATEFULSETS.item(str(meta["name"]), namespace,
+                self.client.merge_patch(STATEFULSETS.item(meta.name, namespace,
                                                           "status"), {"status": plan.status})
             except ApiError as error:
                 if error.status != 404:

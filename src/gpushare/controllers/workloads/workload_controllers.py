@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from gpushare.api.objects import Obj, controller_reference
+from gpushare.api.objects import Meta, Obj, controller_reference
 from gpushare.controllers.events import EventRecorder, now_rfc3339
 from gpushare.controllers.workloads.job_controller import random_suffix
 from gpushare.controllers.workloads.replicas import (
@@ -56,8 +56,8 @@ class _OwnedIndex:
         if ref is None or ref.get("kind") != self.owner_kind:
             return None
         uid = str(ref.get("uid", ""))
-        meta = child.get("metadata") or {}
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        meta = Meta.of(child)
+        key = f"{meta.namespace}/{meta.name}"
         with self._lock:
             children = self._children.setdefault(uid, {})
             if event == "DELETED":
@@ -70,8 +70,8 @@ class _OwnedIndex:
         return uid
 
     def created(self, uid: str, child: Obj) -> None:
-        meta = child.get("metadata") or {}
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        meta = Meta.of(child)
+        key = f"{meta.namespace}/{meta.name}"
         with self._lock:
             self._created.setdefault(uid, {})[key] = (time.monotonic(), child)
 
@@ -118,9 +118,9 @@ class _OwnerController:
         return start_workers(self.queue, self.reconcile, self.stopper, self.name, WORKERS)
 
     def _on_owner(self, event: str, obj: Obj, old: Obj | None) -> None:
-        meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        meta = Meta.of(obj)
+        uid = meta.uid
+        key = f"{meta.namespace}/{meta.name}"
         if event == "DELETED":
             self._key_by_uid.pop(uid, None)
             self.index.forget(uid)
@@ -160,10 +160,10 @@ class ReplicaSetController(_OwnerController):
 
     def reconcile(self, key: str) -> None:
         rs = self.owners.get(key)
-        if rs is None or (rs.get("metadata") or {}).get("deletionTimestamp"):
+        if rs is None or Meta.of(rs).deleting:
             return
-        meta = rs["metadata"]
-        uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", "default"))
+        meta = Meta.of(rs)
+        uid, namespace = meta.uid, meta.namespace or "default"
         plan = plan_replicaset(rs, self.index.of(uid), random_suffix,
                                (self.owner_api_version, self.owner_kind))
         failure: str | None = None
@@ -182,7 +182,7 @@ class ReplicaSetController(_OwnerController):
                 continue
             self.index.created(uid, created)
             self.events.emit(rs, "Normal", "SuccessfulCreate",
-                             f"Created pod: {body['metadata']['name']}")
+                             f"Created pod: {Meta.of(body).name}")
         for name in plan.delete:
             self.client.delete(PODS.item(name, namespace))
             self.events.emit(rs, "Normal", "SuccessfulDelete", f"Deleted pod: {name}")
@@ -193,7 +193,7 @@ class ReplicaSetController(_OwnerController):
                 status[key] = max(int(status[key]) - not_created, 0)
         status = with_replica_failure(status, failure, now_rfc3339())
         if status != current:
-            self.client.merge_patch(self.resource.item(str(meta["name"]), namespace, "status"),
+            self.client.merge_patch(self.resource.item(meta.name, namespace, "status"),
                                     {"status": {**status, "conditions": status.get(
                                         "conditions")}})
         if failure is not None:
@@ -222,10 +222,10 @@ class DeploymentController(_OwnerController):
 
     def reconcile(self, key: str) -> None:
         deployment = self.owners.get(key)
-        if deployment is None or (deployment.get("metadata") or {}).get("deletionTimestamp"):
+        if deployment is None or Meta.of(deployment).deleting:
             return
-        meta = deployment["metadata"]
-        uid, namespace = str(meta.get("uid", "")), str(meta.get("namespace", "default"))
+        meta = Meta.of(deployment)
+        uid, namespace = meta.uid, meta.namespace or "default"
         plan = plan_deployment(deployment, self.index.of(uid), time.time())
         if plan.create is not None:
             try:
@@ -236,12 +236,12 @@ class DeploymentController(_OwnerController):
             else:
                 self.index.created(uid, created)
                 self.events.emit(deployment, "Normal", "ScalingReplicaSet",
-                                 f"Created replica set {plan.create['metadata']['name']}")
+                                 f"Created replica set {Meta.of(plan.create).name}")
         for name, notes in plan.annotate.items():
             self.client.merge_patch(REPLICASETS.item(name, namespace),
                                     {"metadata": {"annotations": notes}})
         if plan.deployment_annotations:
-            self.client.merge_patch(DEPLOYMENTS.item(str(meta["name"]), namespace),
+            self.client.merge_patch(DEPLOYMENTS.item(meta.name, namespace),
                                     {"metadata": {"annotations": plan.deployment_annotations}})
         for name, replicas in plan.scale.items():
             self.client.merge_patch(REPLICASETS.item(name, namespace),
@@ -249,7 +249,7 @@ class DeploymentController(_OwnerController):
             self.events.emit(deployment, "Normal", "ScalingReplicaSet",
                              f"Scaled replica set {name} to {replicas}")
         if plan.status is not None:
-            self.client.merge_patch(DEPLOYMENTS.item(str(meta["name"]), namespace, "status"),
+            self.client.merge_patch(DEPLOYMENTS.item(meta.name, namespace, "status"),
                                     {"status": plan.status})
         if plan.recheck_after is not None:
             self.queue.add_after(key, plan.recheck_after)
@@ -259,4 +259,4 @@ def _pod_state(pod: Obj) -> tuple[Any, ...]:
     status = pod.get("status") or {}
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or [])
-    return (status.get("phase"), ready, bool((pod.get("metadata") or {}).get("deletionTimestamp")))
+    return (status.get("phase"), ready, Meta.of(pod).deleting)

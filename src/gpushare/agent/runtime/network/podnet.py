@@ -56,6 +56,7 @@ from gpushare.agent.runtime.network.services import (
     slice_service,
 )
 from gpushare.agent.runtime.sandbox import SandboxState, save_state
+from gpushare.api.objects import Meta
 from gpushare.kube.client import ENDPOINTSLICES, SERVICES, KubeClient, Stopper
 from gpushare.kube.informer import Informer
 
@@ -158,7 +159,7 @@ class PodNetwork:
 
     def refusal(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
         """(reason, message) when the pod may not run on this node's network."""
-        namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+        namespace = Meta.of(pod).namespace or "default"
         if not is_tenant_namespace(namespace):
             return None
         if host_network(pod):
@@ -251,8 +252,8 @@ class PodNetwork:
         layout = self.layout
         if layout is None:
             raise NetworkError(self.reason)
-        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        uid = str(meta.get("uid") or "")
+        meta, spec = Meta.of(pod), pod.get("spec") or {}
+        uid = meta.uid
         with self._lock:
             known = self._attached.get(uid)
             if known is not None and known.netns in links.namespaces(known.netns):
@@ -261,12 +262,12 @@ class PodNetwork:
             ip = next((a for a in layout.pod_addresses() if a not in used), None)
             if ip is None:
                 raise NetworkError(f"no free pod address in {layout.cidr}")
-            namespace = str(meta.get("namespace") or "default")
-            labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+            namespace = meta.namespace or "default"
+            labels = {str(k): str(v) for k, v in meta.labels.items()}
             att = Attachment(
-                uid, namespace, str(meta.get("name") or ""), ip, layout.netns_name(uid),
+                uid, namespace, meta.name, ip, layout.netns_name(uid),
                 layout.veth_name(uid), group_of(namespace, labels),
-                str(spec.get("hostname") or meta.get("name") or "pod")[:63],
+                str(spec.get("hostname") or meta.name or "pod")[:63],
                 spec.get("subdomain") or None,
                 tuple(firewall.HostPort(port, proto, ip, target, host_ip)
                       for port, proto, target, host_ip in _host_ports(pod)))

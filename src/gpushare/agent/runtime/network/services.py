@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare.agent.runtime.network.addressing import CLUSTER_DOMAIN, group_of
+from gpushare.api.objects import Meta
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 API_SERVICE = ("default", "kubernetes")  # the API server's own Service
@@ -79,8 +80,8 @@ def _dict(value: Any) -> dict[str, Any]:
 
 def service_view(obj: Mapping[str, Any]) -> ServiceView | None:
     """The Service's ClusterIP and ports; None for ExternalName and malformed Services."""
-    meta, spec = _dict(obj.get("metadata")), _dict(obj.get("spec"))
-    if spec.get("type") == "ExternalName" or not meta.get("name"):
+    meta, spec = Meta.of(obj), _dict(obj.get("spec"))
+    if spec.get("type") == "ExternalName" or not meta.name:
         return None
     raw_ip = spec.get("clusterIP")
     cluster_ip: str | None = None
@@ -97,16 +98,16 @@ def service_view(obj: Mapping[str, Any]) -> ServiceView | None:
         protocol = _PROTOCOLS.get(str(p.get("protocol") or "TCP"))
         if protocol is not None and isinstance(p.get("port"), int):
             ports.append(PortSpec(str(p.get("name") or ""), int(p["port"]), protocol))
-    namespace = str(meta.get("namespace") or "default")
-    labels = {str(k): str(v) for k, v in _dict(meta.get("labels")).items()}
-    return ServiceView(namespace, str(meta["name"]), cluster_ip, tuple(ports),
+    namespace = meta.namespace or "default"
+    labels = {str(k): str(v) for k, v in meta.labels.items()}
+    return ServiceView(namespace, meta.name, cluster_ip, tuple(ports),
                        group_of(namespace, labels))
 
 
 def slice_service(obj: Mapping[str, Any]) -> tuple[str, str] | None:
-    meta = _dict(obj.get("metadata"))
-    name = _dict(meta.get("labels")).get(SERVICE_NAME_LABEL)
-    return (str(meta.get("namespace") or "default"), str(name)) if name else None
+    meta = Meta.of(obj)
+    name = meta.labels.get(SERVICE_NAME_LABEL)
+    return (meta.namespace or "default", str(name)) if name else None
 
 
 def ready_endpoints(slices: Iterable[Mapping[str, Any]]) -> list[Endpoint]:
