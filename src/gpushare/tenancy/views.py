@@ -199,7 +199,7 @@ def is_system_priority_class(pc: Obj) -> bool:
     """``system-cluster-critical``, ``system-node-critical``: every real cluster has them,
     no tenant may use them, and the tenant's API server refuses to store them."""
     value = pc.get("value")
-    return str(metadata(pc).get("name") or "").startswith("system-") or (
+    return Meta.of(pc).name.startswith("system-") or (
         isinstance(value, int) and value > HIGHEST_USER_PRIORITY)
 
 
@@ -208,9 +208,9 @@ def tenant_priority_classes(host_classes: Iterable[Obj], allowed: Iterable[str] 
     """The tenant's PriorityClass views: the host's classes it may use (all of them when
     ``allowed`` is None), never the system ones."""
     names_allowed = None if allowed is None else set(allowed)
-    return {str(metadata(pc).get("name")): tenant_priority_class(pc) for pc in host_classes
+    return {Meta.of(pc).name: tenant_priority_class(pc) for pc in host_classes
             if not is_system_priority_class(pc)
-            and (names_allowed is None or metadata(pc).get("name") in names_allowed)}
+            and (names_allowed is None or Meta.of(pc).name in names_allowed)}
 
 
 def tenant_priority_class(pc: Obj) -> Obj:
