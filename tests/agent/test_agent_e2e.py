@@ -290,6 +290,33 @@ def test_restarted_agent_adopts_running_pods_without_running_them_twice(
     wait_for(lambda: cluster.pod("survivor") is None, 20)
 
 
+def test_a_pod_deleted_while_the_agent_is_down_takes_no_other_pod_with_it(
+    cluster: Cluster,
+) -> None:
+    # the restarted agent removes what is left of the deleted pod (its directory, its
+    # cgroups); the pod that still exists keeps its process, untouched
+    cluster.create_pod("stays", [{"name": "main", "command": ["sleep", "300"]}])
+    cluster.create_pod("goes", [{"name": "main", "command": ["sleep", "300"]}])
+    for name in ("stays", "goes"):
+        cluster.wait_phase(name, "Running")
+    stays = wait_for(lambda: processes_named("sleep", container_pgid(cluster, "stays",
+                                                                     "main")))[0]
+    goes = wait_for(lambda: processes_named("sleep", container_pgid(cluster, "goes",
+                                                                    "main")))[0]
+    cluster.kill_agent(signal.SIGKILL)
+    cluster.kube.delete(PODS.item("goes", NS), grace_period_seconds=0)
+    wait_for(lambda: cluster.pod("goes") is None, 20)
+    cluster.start_agent()
+    assert wait_for(lambda: gone(goes))
+    assert wait_for(lambda: not pod_path(cluster, "goes").exists())
+    time.sleep(1.0)
+    pod = cluster.wait_phase("stays", "Running")
+    assert not gone(stays)
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    cluster.kubectl("delete", "pod", "stays", "--wait=false")
+    wait_for(lambda: cluster.pod("stays") is None, 20)
+
+
 def test_stopped_agent_ends_its_pods_and_the_next_one_restarts_them(cluster: Cluster) -> None:
     marker = pod_path(cluster, "rebooted") / "restart-marker"
     cluster.create_pod("rebooted", [{"name": "main", "command": [

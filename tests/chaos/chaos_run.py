@@ -714,7 +714,9 @@ class ChaosRun:
                     problems.append(f"pod {name} bound but refused by the agent's ledger: "
                                     f"{status.get('message')}")
                 elif status.get("phase") != "Running" or count != 1:
-                    problems.append(f"pod {name} bound: phase {status.get('phase')}, "
+                    problems.append(f"pod {name} bound: phase {status.get('phase')} "
+                                    f"({status.get('reason')}: {status.get('message')}; "
+                                    f"containers {status.get('containerStatuses')}), "
                                     f"{count} processes (want Running, 1)")
                 else:
                     running += 1

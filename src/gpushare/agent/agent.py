@@ -429,14 +429,14 @@ class Agent:
                             ns_dir.name,
                             directory.name,
                         )
-                    self.resources.clean([directory], ())
+                    self.resources.clean_directory(directory)
                     remove_pod_directory(directory)
                 elif killed := kill_unrecorded(directory, self.gpu.end_gpu_work):
                     # started by an agent that died before recording them: the pod's
                     # supervisor starts its containers again, once
                     log.info("killed unrecorded process groups %s of %s/%s", killed,
                              ns_dir.name, directory.name)
-        self.resources.clean((), (str(u) for u in live.values() if u))
+        self.resources.clean(str(u) for u in live.values() if u)
 
     def _on_pod_event(self, kind: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
         """A change of a pod bound here, from the informer (its first list gives every pod

@@ -118,11 +118,15 @@ class PodResources:
         if supervisor.limits is not None:
             supervisor.limits.remove()
 
-    def clean(self, gone: Iterable[Path], live_uids: Iterable[str]) -> None:
-        """After an agent restart: the cgroups of pod directories whose pod is gone, and
-        any pod cgroup under the node's parent that no live pod owns."""
-        for directory in gone:
-            remove_recorded(directory)
+    @staticmethod
+    def clean_directory(directory: Path) -> None:
+        """After an agent restart: the cgroups recorded in the directory of a pod that is
+        gone (and only those: the other pods run on)."""
+        remove_recorded(directory)
+
+    def clean(self, live_uids: Iterable[str]) -> None:
+        """After an agent restart: every pod cgroup under the node's parent that no live
+        pod owns, with what still runs in it."""
         for uid in self.limits.clean(live_uids):
             log.info("removed the cgroups of pod %s, which is gone", uid)
 
