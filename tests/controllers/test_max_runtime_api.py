@@ -8,18 +8,16 @@ run: the runtime counts from the bind)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from api_cluster import events, node_cluster
 from gpushare.api.timefmt import parse_rfc3339
-from gpushare.cli.compose import api_server
 from gpushare.controller_manager import start_controllers
-from gpushare.kube.client import EVENTS, PODGROUPS, PODS, ApiError, KubeClient
+from gpushare.kube.client import PODGROUPS, PODS, ApiError, KubeClient
 from waiting import wait_for
 
 QUEUES = "/apis/scheduling.run.ai/v2/queues"
@@ -41,24 +39,8 @@ def _container() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[KubeClient, str]]:
-    server = api_server(tmp_path / "data", "127.0.0.1", 0)
-    server.start()
-    kubeconfig = str(server.write_kubeconfig(tmp_path / "admin.kubeconfig"))
-    client = KubeClient.from_kubeconfig(kubeconfig)
-    try:
-        added = subprocess.run([sys.executable, "-m", "gpushare.cli.main", "node", "add", "box",
-                                "--gpus", "2xH100", "--no-taint", "--kubeconfig", kubeconfig],
-                               capture_output=True, text=True, timeout=60)
-        assert added.returncode == 0, added.stderr
-        yield client, kubeconfig
-    finally:
-        client.close()
-        server.stop()
-
-
-def _events(client: KubeClient, name: str, reason: str) -> list[dict[str, Any]]:
-    return [e for e in client.list(EVENTS.collection("default"))["items"]
-            if e["involvedObject"]["name"] == name and e.get("reason") == reason]
+    with node_cluster(tmp_path, "2xH100") as made:
+        yield made
 
 
 def _condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
@@ -116,8 +98,8 @@ def test_a_job_past_its_queue_max_runtime_is_evicted_and_requeued_after_the_dela
                             what="the Requeued condition")
         assert requeued["reason"] == "MaxRuntimeExceeded"
         assert "maximum runtime of 2s" in requeued["message"]
-        wait_for(lambda: _events(client, group, "MaxRuntimeExceeded"), what="PodGroup Event")
-        wait_for(lambda: _events(client, name, "MaxRuntimeExceeded"), what="pod Event")
+        wait_for(lambda: events(client, group, "MaxRuntimeExceeded"), what="PodGroup Event")
+        wait_for(lambda: events(client, name, "MaxRuntimeExceeded"), what="pod Event")
         # The pod is evicted: marked as a disruption target, then deleted.
         evicted = wait_for(lambda: _evicted(client, name), what="the pod deleted")
         if evicted != "gone":  # still terminating: it says why
@@ -134,7 +116,7 @@ def test_a_job_past_its_queue_max_runtime_is_evicted_and_requeued_after_the_dela
         scheduled = _condition(client.get(PODS.item(replacement, "default")), "PodScheduled")
         assert scheduled is not None and scheduled["status"] == "True"
         assert parse_rfc3339(scheduled["lastTransitionTime"]) >= not_before
-        told = [e["message"] for e in _events(client, replacement, "Unschedulable")]
+        told = [e["message"] for e in events(client, replacement, "Unschedulable")]
         assert any(m.startswith("MaxRuntimeExceeded:") and "requeued" in m for m in told), told
     finally:
         running.stop()
@@ -167,13 +149,13 @@ def test_a_job_past_its_declared_runtime_with_policy_fail_ends_failed(
         assert failed is not None and failed["reason"] == "MaxRuntimeExceeded"
         assert "maximum runtime of 2s" in failed["message"]
         assert (_mark(client, "gang") or {}).get("policy") == "fail"
-        wait_for(lambda: _events(client, "worker", "MaxRuntimeExceeded"), what="pod Event")
+        wait_for(lambda: events(client, "worker", "MaxRuntimeExceeded"), what="pod Event")
         evicted = wait_for(lambda: _evicted(client, "worker"), what="the pod evicted")
         target = _condition(evicted, "DisruptionTarget")
         assert target is not None and target["reason"] == "MaxRuntimeExceeded", evicted
         # A pod of the failed group is never placed: the scheduler says why.
         client.create(PODS.collection("default"), pod("again"))
-        told = wait_for(lambda: _events(client, "again", "Unschedulable"), what="told why")
+        told = wait_for(lambda: events(client, "again", "Unschedulable"), what="told why")
         assert told[0]["message"].startswith("MaxRuntimeExceeded:")
         assert "failed" in told[0]["message"]
         assert not (client.get(PODS.item("again", "default")) or {})["spec"].get("nodeName")

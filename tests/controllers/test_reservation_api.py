@@ -7,17 +7,15 @@ agent (pods are bound, not run)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpushare.cli.compose import api_server
+from api_cluster import bound_node, events, gpu_pod, node_cluster
 from gpushare.controller_manager import start_controllers
-from gpushare.kube.client import EVENTS, PODGROUPS, PODS, KubeClient
+from gpushare.kube.client import PODGROUPS, PODS, KubeClient
 from waiting import wait_for
 
 QUEUE = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "team"},
@@ -29,36 +27,14 @@ GANG = {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
         "spec": {"minMember": 2, "queue": "team", "priorityClassName": "train"}}
 
 
-def _pod(name: str, group: str | None = None) -> dict[str, Any]:
-    annotations = {"pod-group-name": group} if group else {}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "annotations": annotations,
-                         "labels": {"kai.scheduler/queue": "team"}},
-            "spec": {"schedulerName": "gpushare", "containers": [
-                {"name": "main", "image": "busybox",
-                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[KubeClient, str]]:
-    server = api_server(tmp_path / "data", "127.0.0.1", 0)
-    server.start()
-    kubeconfig = str(server.write_kubeconfig(tmp_path / "admin.kubeconfig"))
-    client = KubeClient.from_kubeconfig(kubeconfig)
-    try:
-        added = subprocess.run([sys.executable, "-m", "gpushare.cli.main", "node", "add", "box",
-                                "--gpus", "2xH100", "--no-taint", "--kubeconfig", kubeconfig],
-                               capture_output=True, text=True, timeout=60)
-        assert added.returncode == 0, added.stderr
-        client.create("/apis/scheduling.run.ai/v2/queues", QUEUE)
-        yield client, kubeconfig
-    finally:
-        client.close()
-        server.stop()
+    with node_cluster(tmp_path, "2xH100", QUEUE) as made:
+        yield made
 
 
-def _bound_node(client: KubeClient, name: str) -> str | None:
-    return ((client.get(PODS.item(name, "default")) or {}).get("spec") or {}).get("nodeName")
+def _pod(name: str, group: str | None = None) -> dict[str, Any]:
+    return gpu_pod(name, "1", group=group)
 
 
 def _gang(client: KubeClient) -> dict[str, Any]:
@@ -70,18 +46,13 @@ def _reservation(client: KubeClient) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-def _events(client: KubeClient, name: str, reason: str) -> list[dict[str, Any]]:
-    return [e for e in client.list(EVENTS.collection("default"))["items"]
-            if e["involvedObject"]["name"] == name and e.get("reason") == reason]
-
-
 def test_a_waiting_gang_reserves_its_node_through_restarts_until_placed(
         cluster: tuple[KubeClient, str]) -> None:
     client, kubeconfig = cluster
     first = start_controllers(kubeconfig, enabled=ENABLED, metrics_push_interval=None)
     try:
         client.create(PODS.collection("default"), _pod("holder"))
-        wait_for(lambda: _bound_node(client, "holder") == "box", what="the holder bound")
+        wait_for(lambda: bound_node(client, "holder") == "box", what="the holder bound")
         client.create(PODGROUPS.collection("default"), GANG)
         for i in range(2):
             client.create(PODS.collection("default"), _pod(f"gang-{i}", "gang"))
@@ -89,12 +60,12 @@ def test_a_waiting_gang_reserves_its_node_through_restarts_until_placed(
         assert _reservation(client)["nodes"] == ["box"]
         conditions = (_gang(client).get("status") or {}).get("conditions") or []
         assert [(c["type"], c["nodes"]) for c in conditions] == [("Reserved", ["box"])]
-        assert _events(client, "gang", "Reserved")
+        assert events(client, "gang", "Reserved")
         client.create(PODS.collection("default"), _pod("small"))
-        wait_for(lambda: _events(client, "small", "Unschedulable"), what="small told why")
-        assert "reserved for a waiting gang" in _events(client, "small", "Unschedulable")[0][
+        wait_for(lambda: events(client, "small", "Unschedulable"), what="small told why")
+        assert "reserved for a waiting gang" in events(client, "small", "Unschedulable")[0][
             "message"]
-        assert _bound_node(client, "small") is None
+        assert bound_node(client, "small") is None
     finally:
         first.stop()
     # Made stricter while the scheduler is down: a scheduler that lost the reservation
@@ -105,18 +76,18 @@ def test_a_waiting_gang_reserves_its_node_through_restarts_until_placed(
     again = start_controllers(kubeconfig, enabled=ENABLED, metrics_push_interval=None)
     try:
         client.create(PODS.collection("default"), _pod("small2"))
-        wait_for(lambda: _events(client, "small2", "Unschedulable"), what="small2 told why")
+        wait_for(lambda: events(client, "small2", "Unschedulable"), what="small2 told why")
         # the restarted scheduler read the reservation back: the free GPU stays free
-        assert _bound_node(client, "small") is None and _bound_node(client, "small2") is None
+        assert bound_node(client, "small") is None and bound_node(client, "small2") is None
         assert _reservation(client)["nodes"] == ["box"]
         client.delete(PODS.item("small", "default"), grace_period_seconds=0)
         client.delete(PODS.item("small2", "default"), grace_period_seconds=0)
         client.delete(PODS.item("holder", "default"), grace_period_seconds=0)
-        wait_for(lambda: _bound_node(client, "gang-0") == _bound_node(client, "gang-1") == "box",
+        wait_for(lambda: bound_node(client, "gang-0") == bound_node(client, "gang-1") == "box",
                  what="the gang bound")
         wait_for(lambda: _reservation(client) is None, what="the reservation released")
         wait_for(lambda: not (_gang(client).get("status") or {}).get("conditions"),
                  what="the Reserved condition cleared")
-        assert _events(client, "gang", "ReservationReleased")
+        assert events(client, "gang", "ReservationReleased")
     finally:
         again.stop()

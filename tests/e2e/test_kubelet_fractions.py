@@ -7,15 +7,13 @@ Real API server, real controllers."""
 from __future__ import annotations
 
 import base64
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpushare.cli.compose import api_server
+from api_cluster import gpu_pod, node_cluster
 from gpushare.controller_manager import start_controllers
 from gpushare.kube.client import CONFIGMAPS, EVENTS, PODS, KubeClient
 from gpushare.webhook.server import WebhookServer, self_signed
@@ -23,19 +21,6 @@ from waiting import wait_for
 
 QUEUE = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "team"},
          "spec": {"resources": {"gpu": {"quota": 2, "limit": -1, "overQuotaWeight": 1}}}}
-
-
-def _pod(name: str, gpu: str) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": "busybox"}
-    annotations = {}
-    if gpu == "1":
-        container["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
-    else:
-        annotations["gpu-fraction"] = gpu
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "annotations": annotations,
-                         "labels": {"kai.scheduler/queue": "team"}},
-            "spec": {"schedulerName": "gpushare", "containers": [container]}}
 
 
 def _webhook_configuration(port: int, ca: bytes) -> dict[str, Any]:
@@ -51,26 +36,16 @@ def _webhook_configuration(port: int, ca: bytes) -> dict[str, Any]:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[tuple[KubeClient, str]]:
-    server = api_server(tmp_path / "data", "127.0.0.1", 0)
-    server.start()
-    kubeconfig = str(server.write_kubeconfig(tmp_path / "admin.kubeconfig"))
-    client = KubeClient.from_kubeconfig(kubeconfig)
     cert, key = self_signed(tmp_path / "webhook", ["localhost"])
     webhook = WebhookServer("127.0.0.1", 0, cert, key)
     webhook.start()
     try:
-        client.create("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-                      _webhook_configuration(webhook.port, cert.read_bytes()))
-        added = subprocess.run([sys.executable, "-m", "gpushare.cli.main", "node", "add", "box",
-                                "--gpus", "2xH100", "--no-taint", "--kubeconfig", kubeconfig],
-                               capture_output=True, text=True, timeout=60)
-        assert added.returncode == 0, added.stderr
-        client.create("/apis/scheduling.run.ai/v2/queues", QUEUE)
-        yield client, kubeconfig
+        with node_cluster(tmp_path, "2xH100", QUEUE) as (client, kubeconfig):
+            client.create("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                          _webhook_configuration(webhook.port, cert.read_bytes()))
+            yield client, kubeconfig
     finally:
         webhook.stop()
-        client.close()
-        server.stop()
 
 
 def _bound(client: KubeClient, name: str) -> dict[str, Any] | None:
@@ -84,11 +59,11 @@ def test_fractional_pod_configmap_written_before_bind(
     running = start_controllers(kubeconfig, enabled=("pod-grouper", "scheduler"),
                                 metrics_push_interval=None, gpu_share_configmaps=True)
     try:
-        created = client.create(PODS.collection("default"), _pod("frac", "0.5"))
+        created = client.create(PODS.collection("default"), gpu_pod("frac", "0.5"))
         assert created["spec"]["containers"][0]["envFrom"] == [
             {"configMapRef": {"name": "frac-gpu-share", "optional": False}}]
         assert any(v["name"] == "gpushare-mps" for v in created["spec"]["volumes"])
-        client.create(PODS.collection("default"), _pod("whole", "1"))
+        client.create(PODS.collection("default"), gpu_pod("whole", "1"))
         pod = wait_for(lambda: _bound(client, "frac"), what="the fractional pod bound")
         wait_for(lambda: _bound(client, "whole"), what="the whole-GPU pod bound")
     finally:
@@ -117,7 +92,7 @@ def test_a_fractional_pod_the_webhook_missed_is_not_bound(
     running = start_controllers(kubeconfig, enabled=("pod-grouper", "scheduler"),
                                 metrics_push_interval=None, gpu_share_configmaps=True)
     try:
-        created = client.create(PODS.collection("default"), _pod("missed", "0.5"))
+        created = client.create(PODS.collection("default"), gpu_pod("missed", "0.5"))
         assert "envFrom" not in created["spec"]["containers"][0]
         event = wait_for(lambda: next(
             (e for e in client.list(EVENTS.collection("default"))["items"]
