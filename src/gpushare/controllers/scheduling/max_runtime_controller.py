@@ -24,7 +24,11 @@ import threading
 import time
 from typing import Any
 
-from gpushare.api.contracts import MAX_RUNTIME_EXCEEDED_ANNOTATION, PODGROUP_ANNOTATION
+from gpushare.api.contracts import (
+    EXPECTED_RUNTIME_ANNOTATION,
+    MAX_RUNTIME_EXCEEDED_ANNOTATION,
+    PODGROUP_ANNOTATION,
+)
 from gpushare.api.objects import Obj, metadata
 from gpushare.api.timefmt import parse_rfc3339, rfc3339
 from gpushare.controllers.events import EventRecorder
@@ -98,8 +102,28 @@ class MaxRuntimeController:
         self._bad_queues: dict[str, str] = {}  # queue -> the error last logged
         #: Per job placed with a limit: (its running since, the smallest limit seen since).
         self._run_limits: dict[str, tuple[float, float]] = {}
-        for informer in (self.podgroups, self.pods, self.queues):
-            informer.add_handler(lambda *_: self._wake.set())
+        self._queue_limits = False  # whether any queue had a limit at the last pass
+        #: PodGroups that declare a runtime or carry a mark, kept by the informer's handler:
+        #: with no queue limit, a pass looks at these alone, not at every PodGroup.
+        self._declared: set[str] = set()
+        self.podgroups.add_handler(self._on_podgroup)
+        self.queues.add_handler(lambda *_: self._wake.set())
+        self.pods.add_handler(self._on_pod)
+
+    def _on_podgroup(self, kind: str, pg: Obj, _old: Obj | None) -> None:
+        key = _key(pg)
+        annotations = metadata(pg).get("annotations") or {}
+        if kind != "DELETED" and (EXPECTED_RUNTIME_ANNOTATION in annotations
+                                  or MAX_RUNTIME_EXCEEDED_ANNOTATION in annotations):
+            self._declared.add(key)
+        else:
+            self._declared.discard(key)
+        self._wake.set()
+
+    def _on_pod(self, _kind: str, _pod: Obj, _old: Obj | None) -> None:
+        # a pod's change matters only to a job that has, or may get, a limit
+        if self._declared or self._run_limits or self._written or self._queue_limits:
+            self._wake.set()
 
     def start(self) -> list[threading.Thread]:
         thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -150,9 +174,10 @@ class MaxRuntimeController:
     def runs(self) -> tuple[list[JobRun], dict[str, list[Obj]]]:
         """Every PodGroup with a limit or a mark, and the placed pods of each."""
         limits = self._limits()
+        self._queue_limits = any(q.seconds is not None for q in limits.values())
         runs: list[JobRun] = []
         wanted: dict[str, tuple[Obj, float | None, QueueLimit, Exceeded | None]] = {}
-        for pg in self.podgroups.items():
+        for pg in self._podgroups_to_check():
             key = _key(pg)
             queue = limits.get(str((pg.get("spec") or {}).get("queue") or ""), QueueLimit())
             try:
@@ -189,6 +214,14 @@ class MaxRuntimeController:
         for gone in [k for k in self._written if k not in wanted]:
             del self._written[gone]
         return runs, placed
+
+    def _podgroups_to_check(self) -> list[Obj]:
+        """Every PodGroup when a queue has a limit; else those that declare a runtime, carry
+        a mark, or had a limit at the last pass (the informer's handler keeps them)."""
+        if self._queue_limits:
+            return self.podgroups.items()
+        keys = set(self._declared) | set(self._run_limits) | set(self._written)
+        return [pg for key in sorted(keys) if (pg := self.podgroups.get(key)) is not None]
 
     def _run_limit(self, key: str, since: float | None, limit: float | None,
                    seen: dict[str, tuple[float, float]]) -> float | None:
