@@ -41,6 +41,7 @@ from gpushare.scheduler.actions.common.solver import Search, SearchRules
 from gpushare.scheduler.actions.common.steps import VictimSteps
 from gpushare.scheduler.actions.common.victim_queue import pod_quantities
 from gpushare.scheduler.plugins import minruntime
+from gpushare.scheduler.plugins.proportion.gpu_type_reclaim import reclaim_allowed, victim_allowed
 from gpushare.scheduler.plugins.proportion.reclaim_rules import disruption_within
 from gpushare.scheduler.plugins.proportion.reclaimable import Reclaimer
 from gpushare.scheduler.plugins.proportion.resource_share import Shares, path_to
@@ -171,6 +172,10 @@ class _Reclaim:
         )
         if not self.rules.allows(shares, reclaimer, units):
             return False
+        types = session.proportion.gpu_types
+        if types is not None and not reclaim_allowed(types, job.queue, outcome.placed,
+                                                     outcome.evicted):
+            return False
         if not self.behaviour.min_runtime_in_search and not _elastic_min_runtime_ok(
             session, job, outcome
         ):
@@ -262,6 +267,16 @@ class _StepFilters:
             queue_name, theirs
         ):
             return None
+        types = action.session.proportion.gpu_types
+        if types is not None:
+            # Per GPU type, only branches over their share of the victim's type lose it.
+            if allowed:
+                return lambda victim: (action.not_protected(job, victim)
+                                       and victim_allowed(types, job.queue, victim))
+            return lambda victim: (
+                action.first_step_gpus(victim) <= surplus
+                and action.not_protected(job, victim)
+                and victim_allowed(types, job.queue, victim))
         if allowed:
             return lambda victim: action.not_protected(job, victim)
         return lambda victim: (

@@ -1,0 +1,296 @@
+"""Quota, limit and fair share per GPU type.
+
+A queue may give its ``gpu`` figures per GPU type (``Queue.gpu_types``: ``H100`` quota 4,
+``L40S`` quota 8, ...). A node's type is its ``nvidia.com/gpu.product`` label, in the one
+form :func:`~gpushare.model.gpu_products.gpu_type_name` gives (``NVIDIA-H100-80GB-HBM3``
+is ``H100``); a pod asks for types through its node selector or required node affinity
+on that label (none: any type).
+
+* **Division.** Each type named by some queue is divided on its own: the GPUs of the ready
+  nodes of that type, among all queues, by the same rules as ``gpu``
+  (:func:`.resource_division.divide`). A queue's figures on a type are its type entry's
+  (no entry: quota 0, limit unlimited, its ``gpu`` over-quota weight), the limit capped
+  by its ``gpu`` limit; what it asks for is what it holds on that type plus its pending
+  GPU pods that may run there.
+* **Charge.** A queue holds on a type the GPUs of its pods on nodes of that type (Binding,
+  Running, Pipelined), whatever the pods asked for.
+* **Limits.** A pod may go to a node of a type only while every queue of its chain with
+  an entry for the type stays within that entry's limit (and, for a non-preemptible
+  job, within its quota). ``gpu`` quota and limit still bound the total as before.
+* **Several types.** A pod that may run on several types goes to the type where its
+  leaf queue has the most room under its share there (quota or fair share, capped by
+  the limit, less what it holds); types no queue names come last; ties keep the usual
+  node order.
+* **Reclaim.** A victim's GPUs on a node of a named type may be reclaimed only from a
+  branch that holds more of that type than its share of it (:mod:`.gpu_type_reclaim`).
+
+Built once per cycle, only when some queue has a type entry (never under ``compat:
+kai``, whose loaders refuse the entries): with none, nothing here runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import TypeVar
+
+from gpushare.model.gpu_products import gpu_type_name
+from gpushare.model.job import Job
+from gpushare.model.pod import ACTIVE_ALLOCATED, Pod, PodStatus
+from gpushare.model.quantities import CPU, GPU, MEMORY, MILLI, RESOURCES
+from gpushare.model.queue import UNLIMITED, Queue
+from gpushare.scheduler.config import Config
+from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
+from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
+from gpushare.scheduler.plugins.proportion.resource_share import allocatable
+from gpushare.scheduler.state import ClusterState
+
+F0 = Fraction(0)
+INF = Fraction(10**18)
+T = TypeVar("T")
+
+
+def pod_types(pod: Pod) -> frozenset[str] | None:
+    """The GPU types a pod may run on by its node selector and required affinity on the
+    product label (None: any)."""
+    out: frozenset[str] | None = None
+    wanted = pod.node_selector.get(GPU_PRODUCT_LABEL)
+    if wanted is not None:
+        out = frozenset((gpu_type_name(wanted),))
+    for key, values in pod.node_affinity:
+        if key == GPU_PRODUCT_LABEL:
+            allowed = frozenset(gpu_type_name(v) for v in values)
+            out = allowed if out is None else out & allowed
+    return out
+
+
+def held_gpus(pod: Pod, gpu_memory_mib: int) -> Fraction:
+    """The GPUs a pod holds (or would hold) on a node with GPUs of this memory."""
+    g = pod.gpu
+    if g.whole:
+        return Fraction(g.whole)
+    if g.is_shared:
+        return Fraction(g.portion_on(gpu_memory_mib) * g.devices, MILLI)
+    return F0
+
+
+class GpuTypes:
+    """The per-type figures of one cycle (see the module's description)."""
+
+    def __init__(self, state: ClusterState, config: Config, min_gpu_memory: int | None) -> None:
+        self.state = state
+        #: The types some queue names, in name order.
+        self.types: list[str] = sorted({t for q in state.queues.values() for t in q.gpu_types})
+        #: Per node: its GPU type (None: no product label).
+        self.node_type: dict[str, str | None] = {}
+        self.capacity: dict[str, Fraction] = {t: F0 for t in self.types}
+        for name, node in state.nodes.items():
+            label = node.labels.get(GPU_PRODUCT_LABEL)
+            kind = None if label is None else gpu_type_name(label)
+            self.node_type[name] = kind
+            if node.ready and kind in self.capacity:
+                self.capacity[kind] += node.gpus
+        self._held: tuple[tuple[int, ...], dict[str, dict[str, list[Fraction]]]] | None = None
+        self.fair: dict[str, dict[str, Fraction]] = self._divide(config, min_gpu_memory)
+
+    @staticmethod
+    def of(state: ClusterState, config: Config,
+           min_gpu_memory: int | None) -> GpuTypes | None:
+        """The cycle's per-type figures, or None when no queue has a type entry (always
+        under ``compat: kai``)."""
+        if config.kai or not any(q.gpu_types for q in state.queues.values()):
+            return None
+        return GpuTypes(state, config, min_gpu_memory)
+
+    # ------------------------------------------------------------- figures
+    def figures(self, queue: Queue, kind: str) -> tuple[Fraction, Fraction, Fraction]:
+        """A queue's quota, limit and over-quota weight on a type (see the module's
+        description)."""
+        spec = queue.gpu_types.get(kind)
+        quota = F0 if spec is None else spec.quota
+        limit = UNLIMITED if spec is None else spec.limit
+        weight = queue.gpu.over_quota_weight if spec is None else spec.over_quota_weight
+        plain = queue.gpu.limit
+        if plain != UNLIMITED:
+            limit = plain if limit == UNLIMITED else min(limit, plain)
+        return quota, limit, weight
+
+    def held(self, name: str, kind: str) -> tuple[Fraction, Fraction]:
+        """What a queue (with its subtree) holds on a type, and of that what its
+        non-preemptible jobs hold; read live, so it follows every statement."""
+        got = self._holdings().get(name, {}).get(kind)
+        return (F0, F0) if got is None else (got[0], got[1])
+
+    def _holdings(self) -> dict[str, dict[str, list[Fraction]]]:
+        state = self.state
+        roots = [n for n, q in state.queues.items() if q.parent not in state.queues]
+        version = tuple(state.queue_usage[r].version for r in roots)
+        if self._held is not None and self._held[0] == version:
+            return self._held[1]
+        out: dict[str, dict[str, list[Fraction]]] = {}
+        for node_name, usage in state.usage.items():
+            kind = self.node_type.get(node_name)
+            if kind is None or kind not in self.capacity:
+                continue
+            for key in usage.pods:
+                pod = state.pods[key]
+                job = state.jobs.get(pod.job)
+                if pod.status not in ACTIVE_ALLOCATED or job is None:
+                    continue
+                gpus = Fraction(pod.held().gpu, MILLI)
+                if not gpus:
+                    continue
+                for name in state.ancestors(job.queue):
+                    got = out.setdefault(name, {}).setdefault(kind, [F0, F0])
+                    got[0] += gpus
+                    if not job.preemptible:
+                        got[1] += gpus
+        self._held = (version, out)
+        return out
+
+    def room(self, name: str, kind: str) -> Fraction:
+        """How far a queue is below its share of a type (quota or fair share, capped by
+        the limit), less what it holds (INF: unbounded)."""
+        quota, limit, _ = self.figures(self.state.queues[name], kind)
+        share = allocatable(quota, limit, self.fair[kind].get(name, F0))
+        return INF if share == UNLIMITED else share - self.held(name, kind)[0]
+
+    # ------------------------------------------------------------ division
+    def _requests(self, min_gpu_memory: int | None) -> dict[str, dict[str, Fraction]]:
+        """Per leaf queue and type: what it holds there plus its pending GPU pods that may
+        run there."""
+        state = self.state
+        out: dict[str, dict[str, Fraction]] = {}
+        for name, queue in state.queues.items():
+            if queue.is_leaf():
+                out[name] = {t: self.held(name, t)[0] for t in self.types}
+        for pod in state.pods.values():
+            if pod.status is not PodStatus.PENDING or not pod.gpu.wants_gpu:
+                continue
+            job = state.jobs.get(pod.job)
+            if job is None or job.queue not in out:
+                continue
+            allowed = pod_types(pod)
+            gpus = pod.gpu.gpus_exact(min_gpu_memory)
+            for kind in self.types:
+                if allowed is None or kind in allowed:
+                    out[job.queue][kind] += gpus
+        return out
+
+    def _divide(self, config: Config, min_gpu_memory: int | None) -> dict[str, dict[str, Fraction]]:
+        requests = self._requests(min_gpu_memory)
+        unlimited = {CPU: UNLIMITED, MEMORY: UNLIMITED}
+        fair: dict[str, dict[str, Fraction]] = {}
+        for kind in self.types:
+            inputs = []
+            for name, queue in sorted(self.state.queues.items()):
+                quota, limit, weight = self.figures(queue, kind)
+                inputs.append(ShareInput(
+                    name=name, parent=queue.parent, priority=queue.priority,
+                    created_at=queue.created_at,
+                    quota={GPU: quota, CPU: F0, MEMORY: F0},
+                    limit={GPU: limit, **unlimited},
+                    weight={r: weight if r == GPU else queue.resources[r].over_quota_weight
+                            for r in RESOURCES},
+                    request={GPU: requests[name][kind]} if name in requests else {},
+                    usage={r: Fraction(str(v)) for r, v in queue.usage.items() if r == GPU},
+                ))
+            capacity = {GPU: self.capacity[kind], CPU: F0, MEMORY: F0}
+            shares = divide(capacity, inputs, config.k_value, config.fairshare_mode)
+            fair[kind] = {name: s[GPU] for name, s in shares.items()}
+        return fair
+
+    # ----------------------------------------------------------- placement
+    def node_refusal(self, job: Job, pod: Pod, node: str, gpu_memory_mib: int) -> str | None:
+        """Why the pod may not go to this node by its chain's per-type limits and quotas
+        (None: it may)."""
+        kind = self.node_type.get(node)
+        if kind is None or kind not in self.capacity:
+            return None
+        gpus = held_gpus(pod, gpu_memory_mib)
+        if not gpus:
+            return None
+        for name in self.state.ancestors(job.queue):
+            spec = self.state.queues[name].gpu_types.get(kind)
+            if spec is None:
+                continue
+            held, held_np = self.held(name, kind)
+            if spec.limit != UNLIMITED and held + gpus > spec.limit:
+                return (f"GpuTypeLimit: queue {name}: allocated {float(held):g} + request "
+                        f"{float(gpus):g} {kind} GPU > {kind} limit {float(spec.limit):g}")
+            if (not job.preemptible and spec.quota != UNLIMITED
+                    and held_np + gpus > spec.quota):
+                return (f"NonPreemptibleOverQuota: queue {name}: non-preemptible allocated "
+                        f"{float(held_np):g} + request {float(gpus):g} {kind} GPU > {kind} "
+                        f"quota {float(spec.quota):g}")
+        return None
+
+    def step_refusal(self, job: Job, pods: Sequence[Pod], gpu_memory: int | None) -> str | None:
+        """Why a step cannot fit under its chain's per-type limits on any type it may use
+        (None: it may fit; the per-node check decides). Only when every type the step
+        may use is bounded by some queue of the chain."""
+        gpu_pods = [p for p in pods if p.gpu.wants_gpu]
+        if not gpu_pods:
+            return None
+        allowed: frozenset[str] | None = None
+        for pod in gpu_pods:
+            kinds = pod_types(pod)
+            if kinds is not None:
+                allowed = kinds if allowed is None else allowed & kinds
+        if allowed is None:
+            allowed = frozenset(k for k in self.node_type.values() if k is not None)
+            if None in self.node_type.values():
+                return None  # nodes without a type: no per-type bound there
+        chain = self.state.ancestors(job.queue)
+        rooms: dict[str, Fraction] = {}
+        for kind in sorted(allowed):
+            if kind not in self.capacity:
+                return None
+            left = INF
+            for name in chain:
+                spec = self.state.queues[name].gpu_types.get(kind)
+                if spec is not None and spec.limit != UNLIMITED:
+                    left = min(left, spec.limit - self.held(name, kind)[0])
+            if left == INF:
+                return None
+            rooms[kind] = max(left, F0)
+        asked = sum((p.gpu.gpus_exact(gpu_memory) for p in gpu_pods), F0)
+        if asked <= sum(rooms.values(), F0):
+            return None
+        listed = ", ".join(f"{k} {float(v):g}" for k, v in rooms.items())
+        return (f"GpuTypeLimit: queue {job.queue}: request {float(asked):g} GPU > what its "
+                f"per-type limits leave ({listed})")
+
+    def prefer(self, job: Job, pod: Pod, fits: list[T], node_of: Mapping[int, str]) -> list[T]:
+        """``fits`` (best first; ``node_of``: each one's node by position) reordered for a
+        pod that may run on several types: the type where the leaf queue has the most room
+        under its share first, types no queue names last; stable otherwise."""
+        allowed = pod_types(pod)
+        if allowed is not None and len(allowed) < 2:
+            return fits
+        kinds = {self.node_type.get(node_of[i]) for i in range(len(fits))}
+        if len(kinds) < 2:
+            return fits
+        rank: dict[str | None, tuple[int, Fraction]] = {
+            k: ((0, -self.room(job.queue, k)) if k is not None and k in self.capacity
+                else (1, F0))
+            for k in kinds}
+        order = sorted(range(len(fits)), key=lambda i: rank[self.node_type.get(node_of[i])])
+        return [fits[i] for i in order]
+
+    def report(self, name: str) -> dict[str, float]:
+        """A queue's fair share per type, in GPUs."""
+        return {kind: float(self.fair[kind].get(name, F0)) for kind in self.types}
+
+
+def typed_units(pods: Iterable[Pod], node_type: Mapping[str, str | None]) -> dict[str, Fraction]:
+    """GPUs per type held by these pods (on nodes of a type)."""
+    out: dict[str, Fraction] = {}
+    for pod in pods:
+        kind = node_type.get(pod.node) if pod.node else None
+        if kind is None:
+            continue
+        gpus = Fraction(pod.held().gpu, MILLI)
+        if gpus:
+            out[kind] = out.get(kind, F0) + gpus
+    return out
