@@ -9,9 +9,10 @@ on that label (none: any type).
 * **Division.** Each type named by some queue is divided on its own: the GPUs of the ready
   nodes of that type, among all queues, by the same rules as ``gpu``
   (:func:`.resource_division.divide`). A queue's figures on a type are its type entry's
-  (no entry: quota 0, limit unlimited, its ``gpu`` over-quota weight), the limit capped
-  by its ``gpu`` limit; what it asks for is what it holds on that type plus its pending
-  GPU pods that may run there.
+  (no entry: its children's quotas summed, 0 for a leaf; limit unlimited; its ``gpu``
+  over-quota weight), the limit capped by its ``gpu`` limit; what it asks for is what it
+  holds on that type plus its pending GPU pods that may run there. Past usage is its
+  ``gpu`` usage.
 * **Charge.** A queue holds on a type the GPUs of its pods on nodes of that type (Binding,
   Running, Pipelined), whatever the pods asked for.
 * **Limits.** A pod may go to a node of a type only while every queue of its chain with
@@ -91,6 +92,7 @@ class GpuTypes:
             if node.ready and kind in self.capacity:
                 self.capacity[kind] += node.gpus
         self._held: tuple[tuple[int, ...], dict[str, dict[str, list[Fraction]]]] | None = None
+        self._quota_memo: dict[tuple[str, str], Fraction] = {}
         self.fair: dict[str, dict[str, Fraction]] = self._divide(config, min_gpu_memory)
 
     @staticmethod
@@ -107,13 +109,29 @@ class GpuTypes:
         """A queue's quota, limit and over-quota weight on a type (see the module's
         description)."""
         spec = queue.gpu_types.get(kind)
-        quota = F0 if spec is None else spec.quota
+        quota = self._children_quota(queue, kind) if spec is None else spec.quota
         limit = UNLIMITED if spec is None else spec.limit
         weight = queue.gpu.over_quota_weight if spec is None else spec.over_quota_weight
         plain = queue.gpu.limit
         if plain != UNLIMITED:
             limit = plain if limit == UNLIMITED else min(limit, plain)
         return quota, limit, weight
+
+    def _children_quota(self, queue: Queue, kind: str) -> Fraction:
+        """The quota on a type of a queue without an entry for it: its children's (0 for
+        a leaf; unlimited when a child's is)."""
+        key = (queue.name, kind)
+        got = self._quota_memo.get(key)
+        if got is None:
+            got = F0
+            for kid in queue.children:
+                quota = self.figures(self.state.queues[kid], kind)[0]
+                if quota == UNLIMITED:
+                    got = UNLIMITED
+                    break
+                got += quota
+            self._quota_memo[key] = got
+        return got
 
     def held(self, name: str, kind: str) -> tuple[Fraction, Fraction]:
         """What a queue (with its subtree) holds on a type, and of that what its
@@ -224,6 +242,18 @@ class GpuTypes:
                         f"{float(held_np):g} + request {float(gpus):g} {kind} GPU > {kind} "
                         f"quota {float(spec.quota):g}")
         return None
+
+    def placed_within_limits(self, job: Job, placed: Iterable[Pod]) -> bool:
+        """After a simulated eviction scenario: the job's chain is within its per-type
+        limits on every type its placed pods landed on (victims of its own queues that
+        stayed where they were count again)."""
+        kinds = {self.node_type.get(p.node) for p in placed if p.node and p.gpu.wants_gpu}
+        for name in self.state.ancestors(job.queue):
+            for kind, spec in self.state.queues[name].gpu_types.items():
+                if (kind in kinds and spec.limit != UNLIMITED
+                        and self.held(name, kind)[0] > spec.limit):
+                    return False
+        return True
 
     def step_refusal(self, job: Job, pods: Sequence[Pod], gpu_memory: int | None) -> str | None:
         """Why a step cannot fit under its chain's per-type limits on any type it may use
