@@ -202,3 +202,21 @@ def test_no_queue_passes_a_type_limit_and_type_shares_fit(spec):
         check(state, config, capacity)
         settle(state, float(cycle))
         check(state, config, capacity)
+
+
+def test_relabelled_node_moves_what_its_pods_hold_to_the_new_type():
+    state = cluster({"H100": 1}, [typed_queue("a", {"H100": (1, 2)})])
+    add_job(state, "a-job", "a", 2, ())
+    run_cycle(state, Config(), 0.0)
+    settle(state, 0.0)
+    held = Session(state, Config(), 1.0).proportion.gpu_types
+    assert held is not None and held.held("a", "H100") == (2, 0)
+    node = state.nodes["h100-0"]
+    state.upsert_node(Node(node.name, gpus=2, cpu_millis=64000, memory_bytes=1 << 36,
+                           max_pods=64, labels={GPU_PRODUCT_LABEL: LABEL["L40S"]}))
+    after = Session(state, Config(), 2.0).proportion.gpu_types
+    assert after is not None and after.held("a", "H100") == (0, 0)
+    assert after.held("a", "L40S") == (2, 0)
+    state.remove_node("h100-0")
+    assert state.queue_usage["a"].by_product == {LABEL["H100"]: [0, 0],
+                                                 LABEL["L40S"]: [0, 0]}

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The node label that names a node's GPU model (NVIDIA GPU feature discovery's key).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
 
 @dataclass(frozen=True, slots=True)
 class GpuProduct:

@@ -35,13 +35,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import TypeVar
 
-from gpushare.model.gpu_products import gpu_type_name
+from gpushare.model.gpu_products import GPU_PRODUCT_LABEL, gpu_type_name
 from gpushare.model.job import Job
-from gpushare.model.pod import ACTIVE_ALLOCATED, Pod, PodStatus
+from gpushare.model.pod import Pod, PodStatus
 from gpushare.model.quantities import CPU, GPU, MEMORY, MILLI, RESOURCES
 from gpushare.model.queue import UNLIMITED, Queue
 from gpushare.scheduler.config import Config
-from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
 from gpushare.scheduler.plugins.proportion.resource_share import allocatable
 from gpushare.scheduler.state import ClusterState
@@ -91,7 +90,7 @@ class GpuTypes:
             self.node_type[name] = kind
             if node.ready and kind in self.capacity:
                 self.capacity[kind] += node.gpus
-        self._held: tuple[tuple[int, ...], dict[str, dict[str, list[Fraction]]]] | None = None
+        self._label_type: dict[str, str] = {}
         self._quota_memo: dict[tuple[str, str], Fraction] = {}
         self.fair: dict[str, dict[str, Fraction]] = self._divide(config, min_gpu_memory)
 
@@ -135,36 +134,20 @@ class GpuTypes:
 
     def held(self, name: str, kind: str) -> tuple[Fraction, Fraction]:
         """What a queue (with its subtree) holds on a type, and of that what its
-        non-preemptible jobs hold; read live, so it follows every statement."""
-        got = self._holdings().get(name, {}).get(kind)
-        return (F0, F0) if got is None else (got[0], got[1])
-
-    def _holdings(self) -> dict[str, dict[str, list[Fraction]]]:
-        state = self.state
-        roots = [n for n, q in state.queues.items() if q.parent not in state.queues]
-        version = tuple(state.queue_usage[r].version for r in roots)
-        if self._held is not None and self._held[0] == version:
-            return self._held[1]
-        out: dict[str, dict[str, list[Fraction]]] = {}
-        for node_name, usage in state.usage.items():
-            kind = self.node_type.get(node_name)
-            if kind is None or kind not in self.capacity:
-                continue
-            for key in usage.pods:
-                pod = state.pods[key]
-                job = state.jobs.get(pod.job)
-                if pod.status not in ACTIVE_ALLOCATED or job is None:
-                    continue
-                gpus = Fraction(pod.held().gpu, MILLI)
-                if not gpus:
-                    continue
-                for name in state.ancestors(job.queue):
-                    got = out.setdefault(name, {}).setdefault(kind, [F0, F0])
-                    got[0] += gpus
-                    if not job.preemptible:
-                        got[1] += gpus
-        self._held = (version, out)
-        return out
+        non-preemptible jobs hold: the state's running figures per product label
+        (``QueueUsage.by_product``), so it follows every statement."""
+        usage = self.state.queue_usage.get(name)
+        if usage is None or not usage.by_product:
+            return F0, F0
+        held = held_np = 0
+        for label, (milli, milli_np) in usage.by_product.items():
+            found = self._label_type.get(label)
+            if found is None:
+                found = self._label_type[label] = gpu_type_name(label)
+            if found == kind:
+                held += milli
+                held_np += milli_np
+        return Fraction(held, MILLI), Fraction(held_np, MILLI)
 
     def room(self, name: str, kind: str) -> Fraction:
         """How far a queue is below its share of a type (quota or fair share, capped by
