@@ -234,9 +234,13 @@ def best_fit(
     """The node ``ordered_fits`` would put first, found through the node index when the
     whole cluster is the choice (same order, far fewer nodes looked at)."""
     g = pod.gpu
-    if session.proportion.gpu_types is not None and g.wants_gpu:
-        # Per-type limits and the type preference read the pod's queue: every node is
-        # scored (:mod:`~gpushare.scheduler.plugins.proportion.gpu_types`).
+    types = session.proportion.gpu_types
+    if types is not None and g.wants_gpu and (types.may_prefer(pod)
+                                              or _chooses_nodes(session, pod)):
+        # The type preference orders nodes by the pod's queue, and the fragmentation
+        # index keeps fits per node (the per-type limits read the queue): every node is
+        # scored (:mod:`~gpushare.scheduler.plugins.proportion.gpu_types`). A pod of one
+        # type follows the node index, which asks ``fit_on_node`` node by node.
         fits = ordered_fits(session, pod, nodes, pipeline_only)
         return fits[0] if fits else None
     gpu_placement, cpu_placement = session.config.placement_for(pod)

@@ -274,12 +274,16 @@ class GpuTypes:
         return (f"GpuTypeLimit: queue {job.queue}: request {float(asked):g} GPU > what its "
                 f"per-type limits leave ({listed})")
 
+    def may_prefer(self, pod: Pod) -> bool:
+        """Whether the pod may run on several types (so :meth:`prefer` may reorder)."""
+        allowed = pod_types(pod)
+        return allowed is None or len(allowed) > 1
+
     def prefer(self, job: Job, pod: Pod, fits: list[T], node_of: Mapping[int, str]) -> list[T]:
         """``fits`` (best first; ``node_of``: each one's node by position) reordered for a
         pod that may run on several types: the type where the leaf queue has the most room
         under its share first, types no queue names last; stable otherwise."""
-        allowed = pod_types(pod)
-        if allowed is not None and len(allowed) < 2:
+        if not self.may_prefer(pod):
             return fits
         kinds = {self.node_type.get(node_of[i]) for i in range(len(fits))}
         if len(kinds) < 2:
