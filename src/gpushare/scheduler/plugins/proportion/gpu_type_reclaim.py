@@ -13,6 +13,10 @@ also keep to these, per type ``T`` of the evicted victims:
 * the reclaimer's leaf queue, with what it placed, holds no more ``T`` GPUs than its
   share of ``T``: a queue over its H100 share reclaims no H100.
 
+A reclaim the ``gpu`` rules refuse may still go on the per-type path (below): the
+reclaimer has room under its share of a named type for its whole step, and every victim
+holds GPUs of named types taken by the rules above.
+
 Victims moved elsewhere (consolidating reclaim) are not taken. Read on the simulated
 outcome, inside the search's statement: the victims are Releasing, the reclaimer's pods
 placed.
@@ -20,13 +24,13 @@ placed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 from gpushare.model.job import Job
 from gpushare.model.pod import ACTIVE_ALLOCATED, Pod
 from gpushare.model.quantities import MILLI
-from gpushare.scheduler.plugins.proportion.gpu_types import GpuTypes
+from gpushare.scheduler.plugins.proportion.gpu_types import GpuTypes, pod_types
 
 F0 = Fraction(0)
 
@@ -88,3 +92,46 @@ def victim_allowed(types: GpuTypes, reclaimer_queue: str, victim: Job) -> bool:
         if types.room(branch, kind) < 0:
             return True
     return not typed
+
+
+# ------------------------------------------------------------------- the per-type path
+#
+# A reclaim the ``gpu`` rules refuse (say the reclaimer's queue is over its total fair
+# share while under its H100 share) may still go on the per-type path: the reclaimer's
+# leaf has room under its share of a named type for the whole step, every victim it takes
+# holds GPUs on named types, and :func:`reclaim_allowed` holds.
+
+
+def reclaim_kinds(types: GpuTypes, job: Job, step: Sequence[Pod],
+                  gpu_memory: int | None) -> frozenset[str]:
+    """The named types the step may use where the job's leaf queue has room under its
+    share for the whole step (empty: no per-type path)."""
+    gpu_pods = [p for p in step if p.gpu.wants_gpu]
+    if not gpu_pods:
+        return frozenset()
+    allowed: frozenset[str] | None = None
+    for pod in gpu_pods:
+        kinds = pod_types(pod)
+        if kinds is not None:
+            allowed = kinds if allowed is None else allowed & kinds
+    asked = sum((p.gpu.gpus_exact(gpu_memory) for p in gpu_pods), F0)
+    named = types.types if allowed is None else sorted(allowed & set(types.types))
+    return frozenset(k for k in named if types.room(job.queue, k) >= asked)
+
+
+def branch_over(types: GpuTypes, reclaimer_queue: str, victim_queue: str,
+                kinds: frozenset[str]) -> bool:
+    """Whether the victim's branch holds more than its share of one of ``kinds``."""
+    branch = _branch(types, set(types.state.ancestors(reclaimer_queue)), victim_queue)
+    return any(types.room(branch, k) < 0 for k in kinds)
+
+
+def reclaim_by_type(types: GpuTypes, reclaimer_queue: str, placed: Iterable[Pod],
+                    evicted: Sequence[Pod]) -> bool:
+    """The per-type path's verdict on a found reclaim: every victim holds GPUs on a named
+    type, and :func:`reclaim_allowed` holds."""
+    for pod in evicted:
+        kind = types.node_type.get(pod.node) if pod.node else None
+        if kind is None or kind not in types.capacity or not pod.held().gpu:
+            return False
+    return bool(evicted) and reclaim_allowed(types, reclaimer_queue, placed, evicted)

@@ -18,6 +18,11 @@ on that label (none: any type).
 * **Limits.** A pod may go to a node of a type only while every queue of its chain with
   an entry for the type stays within that entry's limit (and, for a non-preemptible
   job, within its quota). ``gpu`` quota and limit still bound the total as before.
+* **Shares.** On a type asked for beyond its capacity this cycle (*contended*), a pod
+  may not take a queue of its chain above its share of the type (quota or fair share,
+  capped by the limit): that would be another queue's share, which would take it back by
+  reclaim at once. An uncontended type may be used freely (every share covers what its
+  queue asks for).
 * **Several types.** A pod that may run on several types goes to the type where its
   leaf queue has the most room under its share there (quota or fair share, capped by
   the limit, less what it holds); types no queue names come last; ties keep the usual
@@ -91,6 +96,8 @@ class GpuTypes:
             if node.ready and kind in self.capacity:
                 self.capacity[kind] += node.gpus
         self._label_type: dict[str, str] = {}
+        #: Types whose GPUs are asked for beyond their capacity this cycle.
+        self.contended: set[str] = set()
         self._quota_memo: dict[tuple[str, str], Fraction] = {}
         self.fair: dict[str, dict[str, Fraction]] = self._divide(config, min_gpu_memory)
 
@@ -183,6 +190,9 @@ class GpuTypes:
         unlimited = {CPU: UNLIMITED, MEMORY: UNLIMITED}
         fair: dict[str, dict[str, Fraction]] = {}
         for kind in self.types:
+            asked = sum((r[kind] for r in requests.values()), F0)
+            if asked > self.capacity[kind]:
+                self.contended.add(kind)
             inputs = []
             for name, queue in sorted(self.state.queues.items()):
                 quota, limit, weight = self.figures(queue, kind)
@@ -224,6 +234,21 @@ class GpuTypes:
                 return (f"NonPreemptibleOverQuota: queue {name}: non-preemptible allocated "
                         f"{float(held_np):g} + request {float(gpus):g} {kind} GPU > {kind} "
                         f"quota {float(spec.quota):g}")
+        return self._share_refusal(job, gpus, kind)
+
+    def _share_refusal(self, job: Job, gpus: Fraction, kind: str) -> str | None:
+        """On a contended type, no queue of the chain goes above its share of it: what
+        it would take is another queue's share (else the other queue takes it back by
+        reclaim, and the GPUs go back and forth)."""
+        if kind not in self.contended:
+            return None
+        for name in self.state.ancestors(job.queue):
+            room = self.room(name, kind)
+            if gpus > room:
+                return (f"GpuTypeShare: queue {name}: request {float(gpus):g} {kind} GPU > "
+                        f"{float(max(room, F0)):g} left under its {kind} share, while "
+                        f"{kind} GPUs are asked for beyond the {float(self.capacity[kind]):g} "
+                        "there are")
         return None
 
     def placed_within_limits(self, job: Job, placed: Iterable[Pod]) -> bool:
