@@ -351,3 +351,16 @@ def test_queue_lending_limit_reaches_the_core_from_the_api_objects():
     result = run_cycle(mirror.state, Config(), 1.0)
     assert len(result.binds) == 2  # other's own GPU and the one owner lends
     assert [r for r in result.pending_reasons.values() if r.startswith("LendingLimit")]
+
+
+def test_compat_kai_refuses_a_queue_with_gpu_types():
+    typed = queue("q", quota=3, limit=-1)
+    typed["spec"]["resources"]["gpu"]["types"] = {"H100": {"quota": 2}}
+    kai = Mirror(compat_kai=True)
+    kai.on_queue("ADDED", typed)
+    assert "q" not in kai.state.queues
+    assert "spec.resources.gpu.types is not available under compat: kai" in \
+        kai.invalid["queue/q"]
+    default = Mirror()
+    default.on_queue("ADDED", typed)
+    assert default.state.queues["q"].gpu_types["H100"].quota == 2 and not default.invalid

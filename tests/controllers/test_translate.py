@@ -228,3 +228,27 @@ def test_the_pods_node_pool_label_selects_the_pools_nodes():
     core = pod_from_api(body, "default/j", 0, 0.0)
     assert core.node_selector == {"zone": "a", "kai.scheduler/node-pool": "serve"}
     assert pod_from_api(pod(), "default/j", 0, 0.0).node_selector == {}
+
+
+def test_queue_gpu_types_by_short_name_or_product_label():
+    queue = queue_from_api({"metadata": {"name": "q"}, "spec": {"resources": {"gpu": {
+        "quota": 2, "types": {"h100": {"quota": 4, "limit": 6},
+                              "NVIDIA-L40S": {"overQuotaWeight": 2}}}}}})
+    assert set(queue.gpu_types) == {"H100", "L40S"}
+    assert (queue.gpu_types["H100"].quota, queue.gpu_types["H100"].limit) == (4, 6)
+    assert (queue.gpu_types["L40S"].quota, queue.gpu_types["L40S"].limit,
+            queue.gpu_types["L40S"].over_quota_weight) == (0, -1, 2)
+    assert queue.gpu.quota == 2  # the total stays as given
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"quota": -2}, r"spec\.resources\.gpu\.types\.H100\.quota must be -1 \(unlimited\) or at"),
+    ({"quota": 4, "limit": 2}, r"spec\.resources\.gpu\.types\.H100\.limit may not be below "
+                               r"quota \(4\), got 2"),
+    ({"overQuotaWeight": -1}, r"spec\.resources\.gpu\.types\.H100\.overQuotaWeight must be at"),
+    ({"quota": "x"}, r"spec\.resources\.gpu\.types\.H100\.quota must be a number"),
+])
+def test_queue_bad_gpu_type_names_the_field(entry, message):
+    with pytest.raises(TranslateError, match=message):
+        queue_from_api({"metadata": {"name": "q"}, "spec": {"resources": {
+            "gpu": {"types": {"H100": entry}}}}})

@@ -6,12 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from pending_actions import PENDING_EVICTION_ACTIONS
 
+from gpushare.model.schema import ScenarioError
 from gpushare.simulator import load_file, run
 
 HERE = Path(__file__).parent
-FILES = sorted(p for p in HERE.rglob("*.yaml"))
+#: Files the loader must refuse: ``x-error`` holds the error expected (a regex).
+REFUSED = sorted(HERE.rglob("*.refused.yaml"))
+FILES = sorted(p for p in HERE.rglob("*.yaml") if p not in REFUSED)
 
 
 def _param(path: Path):
@@ -26,6 +30,13 @@ def _param(path: Path):
 def test_scenario(path: Path) -> None:
     result = run(load_file(path))
     assert result.passed, "\n".join(result.mismatches)
+
+
+@pytest.mark.parametrize("path", REFUSED, ids=lambda p: p.relative_to(HERE).as_posix())
+def test_refused_scenario(path: Path) -> None:
+    expected = yaml.safe_load(path.read_text())["x-error"]
+    with pytest.raises(ScenarioError, match=expected):
+        load_file(path)
 
 
 def test_pending_list_names_existing_files() -> None:

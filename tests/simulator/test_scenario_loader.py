@@ -162,3 +162,38 @@ def test_lending_limit_is_refused_under_compat_kai():
     with pytest.raises(ScenarioError, match=r"^queues\[0\]\.resources\.gpu\.lendingLimit: not "
                                             r"available under compat: kai"):
         parse(data)
+
+
+def test_gpu_types_are_read_by_type_name():
+    data = yaml.safe_load(BASE)
+    data["queues"][0]["resources"]["gpu"]["types"] = {
+        "NVIDIA-H100-80GB-HBM3": {"quota": 2, "limit": 3}, "l40s": {"overQuotaWeight": 2}}
+    queue = parse(data).queues[0]
+    assert queue.gpu_types["H100"].quota == 2 and queue.gpu_types["H100"].limit == 3
+    assert queue.gpu_types["L40S"].over_quota_weight == 2
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"quota": -2}, r"queues\[0\]\.resources\.gpu\.types\.H100\.quota: must be -1"),
+    ({"quota": 3, "limit": 1}, r"queues\[0\]\.resources\.gpu\.types\.H100\.limit: may not be "
+                               r"below quota"),
+    ({"lendingLimit": 1}, r"queues\[0\]\.resources\.gpu\.types\.H100\.lendingLimit: unknown key"),
+])
+def test_bad_gpu_type_names_its_path(entry, message):
+    data = yaml.safe_load(BASE)
+    data["queues"][0]["resources"]["gpu"]["types"] = {"H100": entry}
+    with pytest.raises(ScenarioError, match=message):
+        parse(data)
+
+
+def test_gpu_types_only_for_gpu_and_refused_under_compat_kai():
+    data = yaml.safe_load(BASE)
+    data["queues"][0]["resources"]["cpu"] = {"types": {"H100": {"quota": 1}}}
+    with pytest.raises(ScenarioError, match=r"resources\.cpu\.types: only for gpu"):
+        parse(data)
+    data = yaml.safe_load(BASE)
+    data["config"] = {"compat": "kai"}
+    data["queues"][0]["resources"]["gpu"]["types"] = {"H100": {"quota": 1}}
+    with pytest.raises(ScenarioError, match=r"^queues\[0\]\.resources\.gpu\.types: not "
+                                            r"available under compat: kai"):
+        parse(data)

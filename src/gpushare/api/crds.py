@@ -32,6 +32,22 @@ def _resource_limits(what: str, unit: str) -> dict[str, Any]:
     }
 
 
+def _gpu_limits() -> dict[str, Any]:
+    """``gpu``: as every resource, plus its figures per GPU type."""
+    block = _resource_limits("GPU", "GPUs; fractions allowed")
+    entry = {k: v for k, v in block["properties"].items() if k != "lendingLimit"}
+    block["properties"]["types"] = {
+        "type": "object",
+        "description": "Quota, limit and over-quota weight per GPU type, keyed by the type "
+                       "(H100, L40S, ... or the node label nvidia.com/gpu.product's value): "
+                       "each type's GPUs are divided on their own, a job is charged on the "
+                       "type of the node it runs on, and the figures above still bound the "
+                       "total. Not available under compat: kai.",
+        "additionalProperties": {"type": "object", "properties": entry},
+    }
+    return block
+
+
 _RESOURCE_LIST = {
     "type": "object",
     "description": "Quantities by resource name (nvidia.com/gpu, cpu, memory).",
@@ -89,7 +105,7 @@ def queue_crd() -> dict[str, Any]:
                 "description": "Quota, limit, over-quota weight and lending limit per "
                                "resource.",
                 "properties": {
-                    "gpu": _resource_limits("GPU", "GPUs; fractions allowed"),
+                    "gpu": _gpu_limits(),
                     "cpu": _resource_limits("CPU", "millicores"),
                     "memory": _resource_limits("memory", "megabytes"),
                 },

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The node label that names a node's GPU model (NVIDIA GPU feature discovery's key).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
 
 @dataclass(frozen=True, slots=True)
 class GpuProduct:
@@ -51,3 +54,15 @@ def parse_gpu_spec(spec: str) -> tuple[int, GpuProduct]:
         known = ", ".join(sorted(p.key for p in PRODUCTS.values()))
         raise GpuSpecError(f"--gpus {spec!r}: unknown product {name!r} (known: {known})")
     return count, product
+
+
+#: Known products by the name the ``nvidia.com/gpu.product`` label carries.
+_BY_LABEL: dict[str, GpuProduct] = {p.product.lower(): p for p in PRODUCTS.values()}
+
+
+def gpu_type_name(name: str) -> str:
+    """The one name of a GPU type: a known product's short key (``H100``) whether given
+    as that key (any case) or as its ``nvidia.com/gpu.product`` label value
+    (``NVIDIA-H100-80GB-HBM3``); any other product's label value as it is."""
+    product = PRODUCTS.get(name.lower()) or _BY_LABEL.get(name.lower())
+    return product.key if product is not None else name

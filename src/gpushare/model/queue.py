@@ -51,6 +51,10 @@ class Queue:
     #: Seconds a gang of this queue waits before nodes are reserved for it (None: the
     #: scheduler config's ``reservation``; negative: never).
     reservation_after: float | None = None
+    #: Per GPU type (:func:`~gpushare.model.gpu_products.gpu_type_name`): quota, limit and
+    #: over-quota weight on that type's GPUs alone (no lending limit). Empty: none, and
+    #: the queue's ``gpu`` figures are its only GPU rules. ``gpu`` still bounds the total.
+    gpu_types: dict[str, ResourceSpec] = field(default_factory=dict)
     # Filled by the cluster state: names of child queues, in name order.
     children: list[str] = field(default_factory=list)
 
@@ -101,4 +105,21 @@ def lending_limit_error(quota: float | Fraction, lending_limit: float | Fraction
         return "needs a finite quota (quota is -1, unlimited, so nothing is ever kept idle)"
     if lending_limit > quota:
         return f"may not exceed quota ({float(quota):g}), got {float(lending_limit):g}"
+    return None
+
+
+def gpu_type_error(quota: float | Fraction, limit: float | Fraction,
+                   weight: float | Fraction) -> tuple[str, str] | None:
+    """Why one GPU type's figures do not go together (None: they do), as (field, why):
+    quota and limit are -1 (unlimited) or at least 0, a finite limit is at least a finite
+    quota, and the weight is at least 0."""
+    for name, value in (("quota", quota), ("limit", limit)):
+        if value < 0 and value != UNLIMITED:
+            return name, f"must be -1 (unlimited) or at least 0, got {float(value):g}"
+    if weight < 0:
+        return "overQuotaWeight", f"must be at least 0, got {float(weight):g}"
+    if limit != UNLIMITED and quota != UNLIMITED and limit < quota:
+        return "limit", f"may not be below quota ({float(quota):g}), got {float(limit):g}"
+    if limit != UNLIMITED and quota == UNLIMITED:
+        return "limit", "must be -1 (unlimited) with an unlimited quota"
     return None

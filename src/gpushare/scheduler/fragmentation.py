@@ -50,11 +50,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpushare.model.gpu_products import GPU_PRODUCT_LABEL
 from gpushare.model.pod import Pod
 from gpushare.model.quantities import MILLI
 
-#: The node label that names a node's GPU model (NVIDIA GPU feature discovery's key).
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+__all__ = ["GPU_PRODUCT_LABEL"]
 
 FRAGMENTATION_POLICIES = ("fgd", "fragmentation")
 #: Share of tasks the distribution must cover (FGD's "pod popularity threshold").

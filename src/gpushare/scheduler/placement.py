@@ -67,6 +67,9 @@ def fit_on_node(
         return None
     if pod.gpu.is_memory and not session.proportion.node_quota_allows(pod, node.gpu_memory_mib):
         return None
+    if (session.proportion.gpu_types is not None
+            and session.proportion.node_type_refusal(pod, node.name, node.gpu_memory_mib)):
+        return None
     if pod.cpu_millis > usage.cpu_free_future() or pod.memory_bytes > usage.mem_free_future():
         return None
     now = (
@@ -170,6 +173,17 @@ def ordered_fits(
     session: Session, pod: Pod, nodes: list[str] | None = None, pipeline_only: bool = False
 ) -> list[Fit]:
     """Every node the pod fits on, best first."""
+    fits = _ordered_fits(session, pod, nodes, pipeline_only)
+    types = session.proportion.gpu_types
+    job = session.state.jobs.get(pod.job)
+    if types is None or job is None or not pod.gpu.wants_gpu or len(fits) < 2:
+        return fits
+    return types.prefer(job, pod, fits, {i: f.node for i, f in enumerate(fits)})
+
+
+def _ordered_fits(
+    session: Session, pod: Pod, nodes: list[str] | None, pipeline_only: bool
+) -> list[Fit]:
     state = session.state
     names = nodes if nodes is not None else list(state.usage)
     if _chooses_nodes(session, pod):
@@ -208,8 +222,10 @@ def ordered_fits(
 def _fit_reads_queue(session: Session, pod: Pod) -> bool:
     """Whether `fit_on_node` reads the pod's queue as well as the node: the per-node quota
     check of a `gpu-memory` request. The fragmentation index keeps fits by node version,
-    which a queue's usage does not move, so such pods are scored afresh."""
-    return pod.gpu.is_memory
+    which a queue's usage does not move, so such pods are scored afresh. So are GPU pods
+    while queues have per-GPU-type entries (the per-type limits and type preference)."""
+    return pod.gpu.is_memory or (session.proportion.gpu_types is not None
+                                 and pod.gpu.wants_gpu)
 
 
 def best_fit(
@@ -218,6 +234,15 @@ def best_fit(
     """The node ``ordered_fits`` would put first, found through the node index when the
     whole cluster is the choice (same order, far fewer nodes looked at)."""
     g = pod.gpu
+    types = session.proportion.gpu_types
+    if types is not None and g.wants_gpu and (types.may_prefer(pod)
+                                              or _chooses_nodes(session, pod)):
+        # The type preference orders nodes by the pod's queue, and the fragmentation
+        # index keeps fits per node (the per-type limits read the queue): every node is
+        # scored (:mod:`~gpushare.scheduler.plugins.proportion.gpu_types`). A pod of one
+        # type follows the node index, which asks ``fit_on_node`` node by node.
+        fits = ordered_fits(session, pod, nodes, pipeline_only)
+        return fits[0] if fits else None
     gpu_placement, cpu_placement = session.config.placement_for(pod)
     if (nodes is None and _chooses_nodes(session, pod) and not _fit_reads_queue(session, pod)
             and not session.reserved.by_node):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from gpushare.model.gpu_products import GPU_PRODUCT_LABEL
 from gpushare.model.job import Job
 from gpushare.model.node import Node
 from gpushare.model.pod import ACTIVE_ALLOCATED, ON_NODE, Pod, PodStatus
@@ -126,6 +127,9 @@ class QueueUsage:
     #: Bumped on every change that stays: outside a statement, or in a committed one
     #: (changes a statement rolls back do not count), for caches that outlive a search.
     settled: int = 0
+    #: Per ``nvidia.com/gpu.product`` value: milli-GPUs held on nodes of that label
+    #: (Binding, Running, Pipelined) and, of those, by non-preemptible jobs.
+    by_product: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -190,6 +194,9 @@ class ClusterState:
         self.job_version: dict[str, int] = {}  # bumped on every change to a job's pods
         #: What each semi-preemptible job's core holds, as charged to ``allocated_np``.
         self._core_np: dict[str, Res] = {}
+        #: Per pod holding GPUs on a node with a product label: the label value and
+        #: milli-GPUs charged to its queues' ``by_product`` (undone with the same figures).
+        self._product_charge: dict[str, tuple[str, int]] = {}
         #: Preemptible jobs per leaf queue (the eviction actions' possible victims).
         self.preemptible_jobs: dict[str, dict[str, Job]] = {}
         self.dirty_nodes: set[str] = set()  # nodes changed since the node index last looked
@@ -238,9 +245,13 @@ class ClusterState:
         self.dirty_nodes.add(node.name)
         if old is not None:
             usage.gpu_names = {i: n for i, n in old.gpu_names.items() if i < node.gpus}
+            relabelled = (old.node.labels.get(GPU_PRODUCT_LABEL)
+                          != node.labels.get(GPU_PRODUCT_LABEL))
             for key in list(old.pods):
                 pod = self.pods[key]
                 self._attach_node(pod)
+                if relabelled:
+                    self._recharge_product(pod)
 
     def remove_node(self, name: str) -> None:
         usage = self.usage.pop(name, None)
@@ -469,12 +480,18 @@ class ClusterState:
             if sign < 0:
                 held = ZERO - held
             self._note_queue_change(job.queue)
+            charge = self._product_delta(pod, sign, held.gpu)
             for name in self.ancestors(job.queue):
                 qu = self.queue_usage[name]
                 qu.version += 1
                 qu.allocated = qu.allocated + held
                 if not job.preemptible:
                     qu.allocated_np = qu.allocated_np + held
+                if charge is not None:
+                    got = qu.by_product.setdefault(charge[0], [0, 0])
+                    got[0] += charge[1]
+                    if not job.preemptible:
+                        got[1] += charge[1]
         elif status is PodStatus.PENDING:
             g = pod.gpu
             gpu = g.whole * MILLI if g.whole else g.portion * g.devices
@@ -486,6 +503,34 @@ class ClusterState:
                 qu.version += 1
                 qu.pending = qu.pending + req
                 qu.pending_gpu_memory_mib += mem_mib
+
+    def _product_delta(self, pod: Pod, sign: int, milli: int) -> tuple[str, int] | None:
+        """The product label and signed milli-GPUs a pod's change moves in its queues'
+        ``by_product`` (None: none, no GPUs or no label)."""
+        if sign < 0:
+            charged = self._product_charge.pop(pod.key, None)
+            return None if charged is None else (charged[0], -charged[1])
+        node = self.nodes.get(pod.node) if pod.node is not None else None
+        product = None if node is None else node.labels.get(GPU_PRODUCT_LABEL)
+        if product is None or not milli:
+            return None
+        self._product_charge[pod.key] = (product, milli)
+        return product, milli
+
+    def _recharge_product(self, pod: Pod) -> None:
+        """Move a pod's ``by_product`` charge to its node's current product label."""
+        job = self.jobs.get(pod.job)
+        if job is None or pod.status not in ACTIVE_ALLOCATED:
+            return
+        for sign in (-1, 1):
+            charge = self._product_delta(pod, sign, pod.held().gpu)
+            if charge is None:
+                continue
+            for name in self.ancestors(job.queue):
+                got = self.queue_usage[name].by_product.setdefault(charge[0], [0, 0])
+                got[0] += charge[1]
+                if not job.preemptible:
+                    got[1] += charge[1]
 
     def _note_queue_change(self, leaf: str) -> None:
         """Log a change of the leaf queue's pods, and count it as settled now or at

@@ -261,6 +261,24 @@ def _compare_queues(sc: Scenario, snap: Snapshot) -> list[str]:
     return out
 
 
+def _compare_gpu_types(sc: Scenario, state: ClusterState) -> list[str]:
+    """``gpuTypeFairShare``: the per-type fair shares a session opened on the final state
+    divides."""
+    if not sc.expect.gpu_types:
+        return []
+    types = Session(state, sc.config, NOW).proportion.gpu_types
+    out = []
+    for name, want in sorted(sc.expect.gpu_types.items()):
+        got = {} if types is None else types.report(name)
+        for kind, amount in sorted(want.items()):
+            if kind not in got:
+                out.append(f"queue {name}: gpuTypeFairShare.{kind}: no queue has that type")
+            elif not _close(got[kind], float(amount)):
+                out.append(f"queue {name}: gpuTypeFairShare.{kind} is {got[kind]:g}, "
+                           f"expected {float(amount):g}")
+    return out
+
+
 def _compare_pod(label: str, got: dict[str, Any], want: PodExpectation) -> list[str]:
     out = []
     if want.status is not None and got["status"] != want.status:
@@ -296,6 +314,7 @@ def compare(sc: Scenario, state: ClusterState, snap: Snapshot) -> list[str]:
             if not _close(total, float(want.gpus)):
                 out.append(f"job {name}: gpus is {total:g}, expected {float(want.gpus):g}")
     out += _compare_queues(sc, snap)
+    out += _compare_gpu_types(sc, state)
     out += _compare_reservations(sc, state)
     return out
 

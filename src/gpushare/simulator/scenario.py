@@ -9,11 +9,18 @@ from typing import Any
 
 import yaml
 
+from gpushare.model.gpu_products import gpu_type_name
 from gpushare.model.job import Job, SubGroup
 from gpushare.model.node import Node
 from gpushare.model.pod import GpuRequest, Pod, PodStatus
 from gpushare.model.quantities import CPU, GPU, MEMORY, MIB, MILLI, RESOURCES, mib_to_bytes
-from gpushare.model.queue import UNLIMITED, Queue, ResourceSpec, lending_limit_error
+from gpushare.model.queue import (
+    UNLIMITED,
+    Queue,
+    ResourceSpec,
+    gpu_type_error,
+    lending_limit_error,
+)
 from gpushare.model.schema import (
     ScenarioError,
     as_bool,
@@ -46,7 +53,8 @@ QUEUE_KEYS = frozenset({
     "reclaimMinRuntimeSeconds", "createdSecondsAgo", "usage", "request", "allocated",
     "reservationAfterSeconds",
 })
-RESOURCE_KEYS = frozenset({"quota", "limit", "overQuotaWeight", "lendingLimit"})
+RESOURCE_KEYS = frozenset({"quota", "limit", "overQuotaWeight", "lendingLimit", "types"})
+TYPE_KEYS = frozenset({"quota", "limit", "overQuotaWeight"})
 JOB_KEYS = frozenset({
     "name", "namespace", "queue", "priority", "preemptibility", "minMember", "minSubGroup",
     "createdSecondsAgo", "pendingSecondsAgo", "resources", "preemptionDelaySeconds",
@@ -57,11 +65,11 @@ POD_RESOURCE_KEYS = frozenset({"gpus", "gpuMemoryMiB", "gpuDevices", "cpuMillis"
 SUBGROUP_KEYS = frozenset({"name", "parent", "minMember", "minSubGroup"})
 TASK_KEYS = frozenset({
     "name", "state", "node", "gpuGroups", "subgroup", "runningSeconds", "priority",
-    "resources", "nodeSelector", "taskOrder",
+    "resources", "nodeSelector", "nodeAffinity", "taskOrder",
 })
 EXPECT_KEYS = frozenset({"tasks", "jobs", "queues", "reservations"})
 EXPECT_POD_KEYS = frozenset({"status", "node", "gpus"})
-EXPECT_QUEUE_KEYS = frozenset({"fairShare"})
+EXPECT_QUEUE_KEYS = frozenset({"fairShare", "gpuTypeFairShare"})
 STATES = tuple(s.value for s in PodStatus)
 
 
@@ -78,6 +86,8 @@ class Expectations:
     tasks: dict[str, PodExpectation] = field(default_factory=dict)
     jobs: dict[str, PodExpectation] = field(default_factory=dict)
     queues: dict[str, dict[str, Fraction]] = field(default_factory=dict)  # fairShare, MiB memory
+    #: Queue -> GPU type -> fair share there (``gpuTypeFairShare``).
+    gpu_types: dict[str, dict[str, Fraction]] = field(default_factory=dict)
     #: Job name -> the nodes reserved for it, in name order (None: no reservation).
     reservations: dict[str, list[str] | None] = field(default_factory=dict)
 
@@ -201,6 +211,7 @@ def _queue(raw: Any, path: str, kind: str,
     if name is None:
         raise ScenarioError(join(path, "name"), "required")
     resources: dict[str, ResourceSpec] = {}
+    gpu_types: dict[str, ResourceSpec] = {}
     res_block = check_keys(q.get("resources"), join(path, "resources"), frozenset(RESOURCES))
     for r in RESOURCES:
         rpath = join(join(path, "resources"), r)
@@ -215,6 +226,10 @@ def _queue(raw: Any, path: str, kind: str,
             if value < 0 and value != UNLIMITED:
                 raise ScenarioError(join(rpath, key), f"must be -1 or at least 0, got {value}")
         lending = _lending_limit(spec, rpath, quota, kai)
+        if spec.get("types") is not None:
+            if r != GPU:
+                raise ScenarioError(join(rpath, "types"), "only for gpu")
+            gpu_types = _gpu_types(spec["types"], join(rpath, "types"), kai)
         resources[r] = ResourceSpec(_quantity(r, quota), _quantity(r, limit), weight,
                                     None if lending is None else _quantity(r, lending))
     usage = {}
@@ -243,8 +258,34 @@ def _queue(raw: Any, path: str, kind: str,
         created_at=NOW - float(get(q, "createdSecondsAgo", path, as_number, default=Fraction(0))),
         usage=usage,
         reservation_after=_opt_seconds(q, "reservationAfterSeconds", path, minimum=-1),
+        gpu_types=gpu_types,
     )
     return queue, request
+
+
+def _gpu_types(raw: Any, path: str, kai: bool) -> dict[str, ResourceSpec]:
+    """``resources.gpu.types``: quota, limit and over-quota weight per GPU type, keyed by
+    the type's short name or its ``nvidia.com/gpu.product`` value; refused under
+    ``compat: kai`` (KAI has no per-type quota)."""
+    if kai:
+        raise ScenarioError(path, "not available under compat: kai (KAI has no per-GPU-type "
+                                  "quota)")
+    block = check_keys(raw, path, frozenset(raw or {}) if isinstance(raw, dict) else frozenset())
+    out: dict[str, ResourceSpec] = {}
+    for key, entry in block.items():
+        tpath = join(path, key)
+        kind = gpu_type_name(key)
+        if kind in out:
+            raise ScenarioError(tpath, f"GPU type {kind} given twice")
+        spec = check_keys(entry, tpath, TYPE_KEYS)
+        quota = get(spec, "quota", tpath, as_number, default=Fraction(0))
+        limit = get(spec, "limit", tpath, as_number, default=UNLIMITED)
+        weight = get(spec, "overQuotaWeight", tpath, as_number, default=Fraction(1))
+        problem = gpu_type_error(quota, limit, weight)
+        if problem is not None:
+            raise ScenarioError(join(tpath, problem[0]), problem[1])
+        out[kind] = ResourceSpec(quota, limit, weight)
+    return out
 
 
 def _lending_limit(spec: dict[str, Any], rpath: str, quota: Fraction,
@@ -426,6 +467,7 @@ def _task(traw: Any, tpath: str, i: int, job: Job, base: _PodResources, sc: Scen
         started_at=NOW - float(running),
         priority=get(t, "priority", tpath, as_int, default=None),
         node_selector=as_str_map(t.get("nodeSelector"), join(tpath, "nodeSelector")),
+        node_affinity=_affinity(t.get("nodeAffinity"), join(tpath, "nodeAffinity")),
         task_order=get(t, "taskOrder", tpath, as_int, default=None),
         subgroup=subgroup,
     )
@@ -470,6 +512,21 @@ def _pod_expectation(raw: Any, path: str) -> PodExpectation:
     )
 
 
+def _affinity(raw: Any, path: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``nodeAffinity``: label -> the values a node's label may take (required ``In``)."""
+    if raw is None:
+        return ()
+    block = check_keys(raw, path, frozenset(raw) if isinstance(raw, dict) else frozenset())
+    out = []
+    for key, values in sorted(block.items()):
+        vpath = join(path, key)
+        items = [as_str(v, join(vpath, i)) for i, v in enumerate(as_list(values, vpath))]
+        if not items:
+            raise ScenarioError(vpath, "needs at least one value")
+        out.append((key, tuple(items)))
+    return tuple(out)
+
+
 def _expect(raw: Any, path: str) -> Expectations:
     e = check_keys(raw, path, EXPECT_KEYS)
     out = Expectations()
@@ -485,6 +542,13 @@ def _expect(raw: Any, path: str) -> Expectations:
         fpath = join(join(qpath, name), "fairShare")
         fair = check_keys(q.get("fairShare"), fpath, frozenset(RESOURCES))
         out.queues[name] = {r: as_number(v, join(fpath, r)) for r, v in fair.items()}
+        tpath = join(join(qpath, name), "gpuTypeFairShare")
+        raw_types = q.get("gpuTypeFairShare")
+        if raw_types is not None:
+            typed = check_keys(raw_types, tpath,
+                               frozenset(raw_types) if isinstance(raw_types, dict) else frozenset())
+            out.gpu_types[name] = {gpu_type_name(k): as_number(v, join(tpath, k))
+                                   for k, v in typed.items()}
     rpath = join(path, "reservations")
     held = check_keys(e.get("reservations"), rpath, frozenset(e.get("reservations") or {}))
     for name, nodes in held.items():

@@ -16,7 +16,7 @@ from gpushare.api.contracts import GPU_MEMORY_ANNOTATION as GPU_MEMORY
 from gpushare.api.contracts import GPU_RESOURCE
 from gpushare.apiserver.errors import Cause
 from gpushare.apiserver.schema import pod_updates
-from gpushare.model.queue import lending_limit_error
+from gpushare.model.queue import gpu_type_error, lending_limit_error
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(
@@ -212,6 +212,39 @@ def _lending_limit_causes(base: str, entry: dict[str, Any],
     return [Cause(f"{base}.lendingLimit", f"Invalid value: {entry['lendingLimit']}: {problem}")]
 
 
+def _gpu_type_causes(base: str, raw: Any) -> list[Cause]:
+    """``gpu.types``: per type, numbers; quota and limit -1 or at least 0, a finite limit
+    not below a finite quota, a weight at least 0."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        return [Cause(f"{base}.types", "must be an object", "FieldValueTypeInvalid")]
+    causes: list[Cause] = []
+    for kind, entry in raw.items():
+        where = f"{base}.types.{kind}"
+        if not isinstance(entry, dict):
+            causes.append(Cause(where, "must be an object", "FieldValueTypeInvalid"))
+            continue
+        values: dict[str, float] = {"quota": 0.0, "limit": -1.0, "overQuotaWeight": 1.0}
+        bad = False
+        for key in values:
+            if entry.get(key) is None:
+                continue
+            num = _number(entry[key])
+            if num is None or math.isnan(num) or math.isinf(num):
+                causes.append(Cause(f"{where}.{key}", f'Invalid value: "{entry[key]}": must be '
+                                                      "a number", "FieldValueTypeInvalid"))
+                bad = True
+                continue
+            values[key] = num
+        problem = None if bad else gpu_type_error(values["quota"], values["limit"],
+                                                  values["overQuotaWeight"])
+        if problem is not None:
+            causes.append(Cause(f"{where}.{problem[0]}",
+                                f"Invalid value: {entry.get(problem[0])}: {problem[1]}"))
+    return causes
+
+
 def validate_queue(obj: dict[str, Any], lookup: QueueLookup) -> list[Cause]:
     name = obj["metadata"]["name"]
     spec = obj.get("spec")
@@ -256,6 +289,11 @@ def validate_queue(obj: dict[str, Any], lookup: QueueLookup) -> list[Cause]:
                                                          "non-negative or -1 (unlimited)"))
                 values[key] = num
             causes += _lending_limit_causes(base, entry, values)
+            if res == "gpu":
+                causes += _gpu_type_causes(base, entry.get("types"))
+            elif entry.get("types") is not None:
+                causes.append(Cause(f"{base}.types", "Forbidden: only gpu has figures per "
+                                                     "type", "FieldValueForbidden"))
             quota, limit = values.get("quota"), values.get("limit")
             if quota is not None and limit is not None and limit != -1 and (
                 quota == -1 or quota > limit

@@ -35,6 +35,7 @@ from gpushare.controllers.scheduling.translate import (
     pod_from_api,
     priority_class_of,
     queue_from_api,
+    refuse_gpu_types_under_kai,
     refuse_lending_under_kai,
 )
 from gpushare.model import Job, PodStatus, Queue
@@ -209,6 +210,7 @@ class Mirror:
             queue = queue_from_api(obj)
             if self.compat_kai:
                 refuse_lending_under_kai(queue)
+                refuse_gpu_types_under_kai(queue)
         except TranslateError as error:
             self.invalid[f"queue/{name}"] = str(error)
             return

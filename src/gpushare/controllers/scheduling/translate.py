@@ -24,10 +24,10 @@ from gpushare.api.taints import Taint
 from gpushare.api.timefmt import timestamp
 from gpushare.controllers.scheduling import taints as node_taints
 from gpushare.model import GPU, Job, Node, Pod, PodStatus, Queue, ResourceSpec
-from gpushare.model.gpu_products import PRODUCTS
+from gpushare.model.gpu_products import PRODUCTS, gpu_type_name
 from gpushare.model.node import TAINTS_LABEL
 from gpushare.model.quantities import CPU, MEMORY, to_fraction
-from gpushare.model.queue import lending_limit_error
+from gpushare.model.queue import gpu_type_error, lending_limit_error
 from gpushare.scheduler.config import NODE_POOL_LABEL
 from gpushare.scheduler.fragmentation import GPU_PRODUCT_LABEL
 
@@ -150,7 +150,41 @@ def queue_from_api(queue: Obj) -> Queue:
         reclaim_min_runtime=parse_duration(spec.get("reclaimMinRuntime")),
         created_at=timestamp(meta.get("creationTimestamp")),
         reservation_after=_reservation_after(spec, name),
+        gpu_types=_gpu_types((given.get(GPU) or {}).get("types"), name),
     )
+
+
+def _gpu_types(raw: Any, queue: str) -> dict[str, ResourceSpec]:
+    """``spec.resources.gpu.types``: quota, limit and over-quota weight per GPU type."""
+    if raw is None:
+        return {}
+    path = f"queue {queue}: spec.resources.gpu.types"
+    if not isinstance(raw, dict):
+        raise TranslateError(f"{path}: expected an object")
+    out: dict[str, ResourceSpec] = {}
+    for key, block in raw.items():
+        kind = gpu_type_name(str(key))
+        if kind in out:
+            raise TranslateError(f"{path}.{key}: GPU type {kind} given twice")
+        if not isinstance(block, dict):
+            raise TranslateError(f"{path}.{key}: expected an object")
+        where = f"types.{key}"
+        quota = _amount(block, "quota", Fraction(0), 1, queue, GPU + "." + where)
+        limit = _amount(block, "limit", Fraction(-1), 1, queue, GPU + "." + where)
+        weight = _amount(block, "overQuotaWeight", Fraction(1), 1, queue, GPU + "." + where)
+        problem = gpu_type_error(quota, limit, weight)
+        if problem is not None:
+            raise TranslateError(f"{path}.{key}.{problem[0]} {problem[1]}")
+        out[kind] = ResourceSpec(quota, limit, weight)
+    return out
+
+
+def refuse_gpu_types_under_kai(queue: Queue) -> None:
+    """Under ``compat: kai`` a queue may not give GPU figures per type (KAI has none)."""
+    if queue.gpu_types:
+        raise TranslateError(
+            f"queue {queue.name}: spec.resources.gpu.types is not available under compat: "
+            "kai (KAI has no per-GPU-type quota)")
 
 
 def _lending_limit(block: Obj, quota: Fraction, scale: int, queue: str,

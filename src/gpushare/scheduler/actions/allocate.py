@@ -151,7 +151,11 @@ class _QueuedShapes:
         step = self.session.gang(job).next_step()
         if not step:
             return  # passed over when popped
-        shape = self.ids.setdefault(step_shape(step), len(self.ids))
+        key = step_shape(step)
+        if self.session.proportion.gpu_types is not None:
+            # Per-type limits make a step's room depend on its queue too.
+            key += (job.queue,)
+        shape = self.ids.setdefault(key, len(self.ids))
         self.shape[job.key] = shape
         self.count[shape] = self.count.get(shape, 0) + 1
         if shape not in self.failed:

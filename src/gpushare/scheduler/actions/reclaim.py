@@ -41,6 +41,13 @@ from gpushare.scheduler.actions.common.solver import Search, SearchRules
 from gpushare.scheduler.actions.common.steps import VictimSteps
 from gpushare.scheduler.actions.common.victim_queue import pod_quantities
 from gpushare.scheduler.plugins import minruntime
+from gpushare.scheduler.plugins.proportion.gpu_type_reclaim import (
+    branch_over,
+    reclaim_allowed,
+    reclaim_by_type,
+    reclaim_kinds,
+    victim_allowed,
+)
 from gpushare.scheduler.plugins.proportion.reclaim_rules import disruption_within
 from gpushare.scheduler.plugins.proportion.reclaimable import Reclaimer
 from gpushare.scheduler.plugins.proportion.resource_share import Shares, path_to
@@ -134,7 +141,16 @@ class _Reclaim:
         if not evicts_for(self.session, job):
             return False
         shares = self.search.current_shares()
-        return self.rules.may_reclaim(shares, reclaimer_of(self.session, job, step))
+        return (self.rules.may_reclaim(shares, reclaimer_of(self.session, job, step))
+                or bool(self.type_kinds(job, step)))
+
+    def type_kinds(self, job: Job, step: list[Pod]) -> frozenset[str]:
+        """The named GPU types on which the per-type path lets the job's step reclaim
+        (empty: none, or no queue has a type entry)."""
+        types = self.session.proportion.gpu_types
+        if types is None:
+            return frozenset()
+        return reclaim_kinds(types, job, step, self.session.min_gpu_memory)
 
     def candidates(self, job: Job, partial: list[Pod]) -> LeafFilters:
         return _StepFilters(self, job, partial).filters()
@@ -169,7 +185,13 @@ class _Reclaim:
         units = victim_units(
             outcome, session.state.jobs, count_moved=not session.config.allow_consolidating_reclaim
         )
+        types = session.proportion.gpu_types
         if not self.rules.allows(shares, reclaimer, units):
+            if types is None or not reclaim_by_type(types, job.queue, outcome.placed,
+                                                    outcome.evicted):
+                return False
+        elif types is not None and not reclaim_allowed(types, job.queue, outcome.placed,
+                                                       outcome.evicted):
             return False
         if not self.behaviour.min_runtime_in_search and not _elastic_min_runtime_ok(
             session, job, outcome
@@ -192,7 +214,12 @@ class _Reclaim:
             for r, q in pod_quantities(pod).items():
                 unit[r] += q
         reclaimer = reclaimer_of(self.session, job, partial)
-        return self.unit_admissible(reclaimer, victim.queue, unit)
+        if self.unit_admissible(reclaimer, victim.queue, unit):
+            return True
+        types = self.session.proportion.gpu_types
+        kinds = self.type_kinds(job, partial)
+        return types is not None and bool(kinds) and branch_over(types, job.queue,
+                                                                  victim.queue, kinds)
 
 
 class _StepFilters:
@@ -206,6 +233,8 @@ class _StepFilters:
         self.shares = action.search.figures.snapshot
         self.reclaimer = reclaimer_of(action.session, job, partial)
         self.paths = action.rules.paths(self.shares, self.reclaimer)
+        #: The named GPU types the per-type path lets this step reclaim on.
+        self.kinds = action.type_kinds(job, partial)
         # Jobs holding no GPU are not read: the least step to judge is the least GPU one.
         self.gpu_only = not action.search.reads(job, partial)[1]
         self.mine = {q.name for q in path_to(self.shares, job.queue)}
@@ -223,10 +252,19 @@ class _StepFilters:
         surplus the steady path allows."""
         branch = self._branches.get(theirs)
         if branch is None:
-            branch = self._branches[theirs] = self.action.rules.branch(
-                self.shares, self.reclaimer, self.paths, queue_name
-            )
+            branch = self.action.rules.branch(self.shares, self.reclaimer, self.paths,
+                                              queue_name)
+            if not branch[0] and self.type_open(queue_name):
+                branch = (True, branch[1])
+            self._branches[theirs] = branch
         return branch
+
+    def type_open(self, queue_name: str) -> bool:
+        """The per-type path may take from the queue's branch: it holds more than its
+        share of a type this step may reclaim on."""
+        types = self.action.session.proportion.gpu_types
+        return types is not None and bool(self.kinds) and branch_over(
+            types, self.job.queue, queue_name, self.kinds)
 
     def closed(self, queue_name: str) -> bool:
         """A whole branch (a child of a queue on the reclaimer's path) no rule may take
@@ -262,6 +300,16 @@ class _StepFilters:
             queue_name, theirs
         ):
             return None
+        types = action.session.proportion.gpu_types
+        if types is not None:
+            # Per GPU type, only branches over their share of the victim's type lose it.
+            if allowed:
+                return lambda victim: (action.not_protected(job, victim)
+                                       and victim_allowed(types, job.queue, victim))
+            return lambda victim: (
+                action.first_step_gpus(victim) <= surplus
+                and action.not_protected(job, victim)
+                and victim_allowed(types, job.queue, victim))
         if allowed:
             return lambda victim: action.not_protected(job, victim)
         return lambda victim: (
@@ -286,6 +334,8 @@ class _StepFilters:
         larger step, so a refusal rules the whole queue out. For one unit the rules read
         only the victim's branch where it meets the reclaimer's, so queues of one branch
         with the same least step share the verdict."""
+        if self.type_open(victim_queue):
+            return True  # the per-type path judges the victims it takes as a whole
         leaf = self.action.lists.leaf(victim_queue)
         least = None if leaf is None else leaf.least_gpu if self.gpu_only else leaf.least
         if least is None:

@@ -87,6 +87,11 @@ class Simulation:
             self._settle_victims(stmt, {k: v for k, v in steps.items() if k not in handled},
                                  before)
         outcome = self._outcome(stmt, job, partial, victims, quantities)
+        types = session.proportion.gpu_types
+        if types is not None and not types.placed_within_limits(job, outcome.placed):
+            # Victims of its own queues that stayed where they were count again.
+            stmt.rollback(cp)
+            return None
         if not self.validator(outcome):
             stmt.rollback(cp)
             return None

@@ -42,6 +42,7 @@ from gpushare.model.quantities import (
 )
 from gpushare.model.queue import UNLIMITED
 from gpushare.scheduler.config import Config
+from gpushare.scheduler.plugins.proportion.gpu_types import GpuTypes
 from gpushare.scheduler.plugins.proportion.lending import Kept, LendingLimits, kept_of
 from gpushare.scheduler.plugins.proportion.reclaim_rules import ReclaimRules
 from gpushare.scheduler.plugins.proportion.resource_division import ShareInput, divide
@@ -116,6 +117,9 @@ class Proportion:
             lambda name: state.queue_usage[name].version) if kept else None
         self.requested: dict[str, Vec] = {}
         self.fair_share: dict[str, Vec] = self._divide()
+        #: Quota, limit and fair share per GPU type (:mod:`.gpu_types`); None when no queue
+        #: has a type entry, and always under ``compat: kai``.
+        self.gpu_types = GpuTypes.of(state, config, self.min_gpu_memory)
         #: Per leaf: whether the leaf or an ancestor has a limit, and a quota, in any
         #: resource (queues do not change within a cycle).
         self._bounded: dict[str, tuple[bool, bool]] = {}
@@ -246,6 +250,11 @@ class Proportion:
         pods = list(pods)
         bound = self._non_preemptible_part(job, pods)
         limited, quota_bound = self._bounds(job.queue)
+        if self.gpu_types is not None:
+            typed = self.gpu_types.step_refusal(job, pods, self.max_gpu_memory)
+            if typed is not None:
+                reason, _, message = typed.partition(": ")
+                return CheckResult(False, reason, message)
         if self.lending is not None:
             lent = self._check_lending(job.queue, self._checked_request(pods))
             if lent is not None:
@@ -371,6 +380,15 @@ class Proportion:
         if self.lending is not None:
             return self._check_lending(job.queue, (gpu, F0, F0)) is None
         return True
+
+    def node_type_refusal(self, pod: Pod, node: str, gpu_memory_mib: int) -> str | None:
+        """The per-node check of the per-type limits and quotas (:mod:`.gpu_types`): why
+        the pod may not go to this node (None: it may, or no queue has a type entry)."""
+        types = self.gpu_types
+        if types is None or not pod.gpu.wants_gpu:
+            return None
+        job = self.state.jobs.get(pod.job)
+        return None if job is None else types.node_refusal(job, pod, node, gpu_memory_mib)
 
     # --------------------------------------------------------------- reclaim
     def reclaim_rules(self, steady: bool, saturation_multiplier: Fraction) -> ReclaimRules:
