@@ -17,7 +17,9 @@ What is checked, while it runs and at the end:
   deleted, the slot annotations of one GPU sum to at most 1.
 * **every pod running once or pending with a reason**: once the faults stop and the
   system settles, each pod is either Running with exactly one live process of its uid
-  (no duplicate after an agent restart, no process left of a deleted pod), or not bound
+  (no duplicate after an agent restart, no process left of a deleted pod) and never
+  restarted (its `sleep` ends only if something killed it: an agent restart takes over
+  its pods and kills none of them), or not bound
   with a `PodScheduled=False` condition that says why. A pod the agent refused as
   over-committing a GPU (`Failed`, `GPUOvercommitted`) is a violation, also listed apart
   (`ledger_refusals`): the agent's safety net caught a binding it should never get.
@@ -720,6 +722,12 @@ class ChaosRun:
                                     f"{count} processes (want Running, 1)")
                 else:
                     running += 1
+                restarts = sum(c.get("restartCount") or 0
+                               for c in status.get("containerStatuses") or ())
+                if restarts:
+                    # `sleep 3600` never ends by itself: a restart means a kill took it
+                    problems.append(f"pod {name} restarted {restarts} time(s): its process "
+                                    f"was killed ({status.get('containerStatuses')})")
             elif _pending_reason(pod) and count == 0:
                 pending += 1
             else:
