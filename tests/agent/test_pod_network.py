@@ -216,6 +216,56 @@ def test_a_restart_keeps_live_pods_and_cleans_the_rest(tmp_path: Path) -> None:
         second.stop()
 
 
+def _identify(netns: str, port: int, who: str) -> subprocess.Popen[bytes]:
+    """A server in the pod that answers each connection with `who`."""
+    return subprocess.Popen(
+        ["nsenter", f"--net={links.netns_path(netns)}", sys.executable, "-c",
+         "import socket\ns = socket.socket()\n"
+         "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+         f"s.bind(('0.0.0.0', {port})); s.listen()\nwhile True:\n"
+         f"    c, _ = s.accept(); c.sendall(b'{who}'); c.close()"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _answer(netns: str, ip: str, port: int) -> str:
+    done = _in_ns(netns, "import socket\ntry:\n"
+                  f"    c = socket.create_connection(('{ip}', {port}), timeout=2)\n"
+                  "    print(c.recv(10).decode())\nexcept OSError as e:\n"
+                  "    print(type(e).__name__)")
+    return done.stdout.strip() or done.stderr
+
+
+def test_a_service_address_is_translated_for_its_own_nodes_pods_only(tmp_path: Path) -> None:
+    # two agents on one host, each with a Service at the same cluster IP: a pod reaches its
+    # own node's endpoint, never the other node's (whichever table the kernel runs first)
+    cidrs = {"A": "10.244.233.0/24", "B": "10.244.234.0/24"}
+    networks = {who: open_network(None, "isolated", cidr, tmp_path / who, dns_port=0)
+                for who, cidr in cidrs.items()}
+    view = ServiceView("team", "web", "10.96.233.10", (PortSpec("http", 80, "tcp"),),
+                       "namespace/team")
+    servers: list[subprocess.Popen[bytes]] = []
+    try:
+        clients = {}
+        for who, network in networks.items():
+            network.start()
+            clients[who] = network.attach(_pod(f"svc-{who}-client", "team"))
+            backend = network.attach(_pod(f"svc-{who}-backend", "team"))
+            servers.append(_identify(backend.netns, 8080, who))
+            _wait_listening(backend.netns, 8080)
+            endpoints = {view.key: [Endpoint(backend.ip, None, {"http": (8080, "tcp")})]}
+            network._service_state = lambda e=endpoints: ([view], e)  # type: ignore[method-assign]
+            network._apply()
+        for who, client in clients.items():
+            assert _answer(client.netns, "10.96.233.10", 80) == who
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+        for network in networks.values():
+            network.teardown()
+            network.stop()
+
+
 def test_one_cidr_is_one_agents(tmp_path: Path) -> None:
     first = open_network(None, "isolated", CIDR, tmp_path, dns_port=0)
     try:

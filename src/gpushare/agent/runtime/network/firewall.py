@@ -4,7 +4,9 @@ transaction (``nft -f -``) each time pods, Services or endpoints change.
 ``inet <bridge>``:
 * ``prerouting``/``output`` (nat): a ClusterIP port goes to one of its ready endpoints
   (``numgen random``: as kube-proxy, each connection picks one), a port without one is
-  refused; a hostPort on a node address goes to its pod.
+  refused; a hostPort on a node address goes to its pod. In ``prerouting`` only packets
+  from this node's bridge are translated to Services: a second pod network on the host
+  (another agent) never takes this node's pods to its own endpoints, or its pods to ours.
 * ``postrouting`` (nat): connections DNAT-ed into the pod network leave the node with its
   address (their replies come back through the node, also when both pods share the bridge),
   pods' traffic to other networks leaves with the node's address.
@@ -124,7 +126,9 @@ def render(rules: Rules) -> str:
         "    chain host_ports {", *host_ports, "    }",
         "    chain prerouting {",
         "        type nat hook prerouting priority dstnat; policy accept;",
-        "        jump services", "        jump host_ports", "    }",
+        # only this node's pods: another pod network on the host may hold a Service at
+        # the same cluster IP, and the kernel runs the tables in no order we choose
+        f'        iifname "{br}" jump services', "        jump host_ports", "    }",
         "    chain output {",
         "        type nat hook output priority -100; policy accept;",
         "        jump services", "        jump host_ports", "    }",
