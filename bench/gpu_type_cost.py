@@ -25,27 +25,17 @@ import dataclasses
 import os
 import statistics
 import sys
-import time
 import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpushare.model.queue import UNLIMITED
-from gpushare.scheduler import ClusterState, Config, run_cycle
-from scheduler_bench import build, next_cycle
+from gpushare.scheduler import ClusterState
+from scheduler_bench import build, calibration, cycles_cpu
 
 LABEL = "nvidia.com/gpu.product"
 PRODUCTS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S")
-
-
-def calibration() -> float:
-    """CPU seconds of a fixed loop (the same work on every run)."""
-    c0 = time.process_time()
-    total = 0
-    for i in range(2_000_000):
-        total += i * i % 7
-    return time.process_time() - c0
 
 
 def label_nodes(state: ClusterState) -> None:
@@ -100,17 +90,8 @@ def run(size: str, cycles: int, way: str) -> tuple[list[float], int, int]:
         label_nodes(state)
     if way == "used":
         typed = use_types(state)
-    cpu: list[float] = []
-    binds = 0
-    for c in range(cycles):
-        if c:
-            next_cycle(state, c, int(pending))
-            if way == "used":
-                ask_types(state)
-        c0 = time.process_time()
-        result = run_cycle(state, Config(), 0.0)
-        cpu.append(time.process_time() - c0)
-        binds += len(result.binds)
+    cpu, binds = cycles_cpu(state, cycles, int(pending),
+                            ask_types if way == "used" else None)
     return cpu, binds, typed
 
 

@@ -14,15 +14,14 @@ import argparse
 import dataclasses
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpushare.model.quantities import GPU
 from gpushare.model.queue import UNLIMITED
-from gpushare.scheduler import ClusterState, Config, run_cycle
-from scheduler_bench import build, next_cycle
+from gpushare.scheduler import ClusterState
+from scheduler_bench import build, cycles_cpu
 
 
 def with_lending(state: ClusterState) -> int:
@@ -43,15 +42,7 @@ def run(size: str, cycles: int, lending: bool) -> tuple[list[float], int, int]:
     nodes, queues, pending, free = size.split(":")
     state = build(int(nodes), int(queues), int(pending), float(free))
     limited = with_lending(state) if lending else 0
-    cpu: list[float] = []
-    binds = 0
-    for c in range(cycles):
-        if c:
-            next_cycle(state, c, int(pending))
-        c0 = time.process_time()
-        result = run_cycle(state, Config(), 0.0)
-        cpu.append(time.process_time() - c0)
-        binds += len(result.binds)
+    cpu, binds = cycles_cpu(state, cycles, int(pending))
     return cpu, binds, limited
 
 

@@ -27,6 +27,7 @@ import random
 import resource
 import statistics
 import time
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
@@ -162,6 +163,25 @@ def next_cycle(state: ClusterState, c: int, pending: int) -> None:
         return job
 
     add_pending(state, rnd, leaves, pending // 4, new_job)
+
+
+def cycles_cpu(state: ClusterState, cycles: int, pending: int,
+               between: Callable[[ClusterState], object] | None = None,
+               ) -> tuple[list[float], int]:
+    """CPU seconds of each of `cycles` cycles on `state` (``next_cycle`` between them, then
+    `between`, if given), and the pods bound in all."""
+    cpu: list[float] = []
+    binds = 0
+    for c in range(cycles):
+        if c:
+            next_cycle(state, c, pending)
+            if between is not None:
+                between(state)
+        c0 = time.process_time()
+        result = run_cycle(state, Config(), 0.0)
+        cpu.append(time.process_time() - c0)
+        binds += len(result.binds)
+    return cpu, binds
 
 
 def bench(nodes: int, queues: int, pending: int, cycles: int, actions: tuple[str, ...],
