@@ -185,3 +185,48 @@ def test_field_sets_in_one_walk_equal_the_leaf_paths() -> None:
     assert "." in containers and 'k:{"containerPort":80}' in containers["f:ports"]
     assert tree["f:spec"]["f:tolerations"] == {}  # atomic: owned as a whole
     assert tree["f:metadata"]["f:finalizers"] == {'v:"x"': {}, 'v:"y"': {}}
+
+
+def test_managed_fields_read_back_from_the_cache_equal_a_fresh_parse() -> None:
+    import orjson
+
+    from gpushare.apiserver.schema import managed
+
+    versions = [
+        {"metadata": {"labels": {"a": "1"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        {"metadata": {"labels": {"a": "1", "b": "2"}},
+         "spec": {"containers": [{"name": "c", "image": "i"}], "nodeSelector": {}}},
+        {"metadata": {"labels": {"b": "2"}},
+         "spec": {"containers": [{"name": "c", "image": "j"}], "nodeSelector": {"x": "y"}}},
+        {"metadata": {"labels": {"b": "3"}, "annotations": {"n": "1"}},
+         "spec": {"containers": [{"name": "c", "image": "j"}]}},
+        {"metadata": {"labels": {"b": "3"}, "annotations": {"n": "1"}},
+         "spec": {"containers": [{"name": "c", "image": "k"}]}},
+    ]
+    managers = ["one", "two", "one", "three", "one"]
+    cached: list | None = None  # each write's list, read back through the cache
+    fresh: list | None = None  # the same list copied: parsed afresh every time
+    old: dict | None = None
+    for i, (new, manager) in enumerate(zip(versions, managers, strict=True)):
+        time = f"2026-01-01T00:00:0{i}Z"
+        got = managed.track_update(old, new, cached, POD_SCHEMA, manager, "v1", time, None)
+        want = managed.track_update(old, new, orjson.loads(orjson.dumps(fresh)), POD_SCHEMA,
+                                    manager, "v1", time, None)
+        assert got == want
+        assert got is not None
+        # the cache is keyed by the list's identity: the copy is parsed, the list is not
+        assert [vars_of(e) for e in managed.parse_entries(got)] == [
+            vars_of(e) for e in managed.parse_entries(orjson.loads(orjson.dumps(got)))]
+        if manager == "one" and i == 4:  # "three" is untouched: its entry is reused
+            assert next(e for e in got if e["manager"] == "three") is next(
+                e for e in cached or [] if e["manager"] == "three")
+        cached, fresh, old = got, want, new
+    owners = {e["manager"]: e["fieldsV1"] for e in cached or []}
+    assert set(owners) == {"one", "three"}  # "two"'s label and selector were taken, gone
+    assert "f:a'" not in str(owners)  # the removed label a went from its owner
+    assert owners["three"]["f:metadata"]["f:labels"] == {"f:b": {}}
+
+
+def vars_of(entry) -> tuple:
+    return (entry.manager, entry.operation, entry.api_version, entry.time, set(entry.fields),
+            entry.subresource)

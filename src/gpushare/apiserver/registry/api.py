@@ -682,7 +682,8 @@ def _replacement(info: ResourceInfo, old: dict[str, Any], new: dict[str, Any],
     writer cannot change carried over from `old`."""
     old_meta = old["metadata"]
     if subresource == "status":
-        obj = deep_copy(old)
+        # (the stored status is replaced: not copied; its key keeps its place)
+        obj = deep_copy({k: None if k == "status" else v for k, v in old.items()})
         obj["status"] = new.get("status")
         if obj["status"] is None:
             obj.pop("status")
