@@ -230,3 +230,31 @@ def test_managed_fields_read_back_from_the_cache_equal_a_fresh_parse() -> None:
 def vars_of(entry) -> tuple:
     return (entry.manager, entry.operation, entry.api_version, entry.time, set(entry.fields),
             entry.subresource)
+
+
+def test_a_write_is_checked_where_it_differs_from_the_stored_object() -> None:
+    from gpushare.apiserver.schema import fieldvalidation, typecheck
+
+    stored = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+              "spec": {"containers": [{"name": "c", "image": "i"}],
+                       "terminationGracePeriodSeconds": 30, "priority": 1}}
+    # `true` equals 1 in Python but not in JSON: the changed type is still found
+    written = {**stored, "spec": {**stored["spec"], "priority": True}}
+    assert typecheck.mismatches(written, POD_SCHEMA, stored=stored) == [
+        "spec.priority: expected integer, got boolean"]
+    # a field written as stored is not checked again (it was when it was stored)...
+    odd = {**stored, "spec": {**stored["spec"], "terminationGracePeriodSeconds": "x"}}
+    assert typecheck.mismatches(odd, POD_SCHEMA, stored=odd) == []
+    # ...while a write that changes it is
+    assert typecheck.mismatches(odd, POD_SCHEMA, stored=stored) == [
+        "spec.terminationGracePeriodSeconds: expected integer, got string"]
+    assert typecheck.mismatches(odd, POD_SCHEMA) == [
+        "spec.terminationGracePeriodSeconds: expected integer, got string"]
+    # unknown fields are dropped wherever the write differs, deep under unchanged levels too
+    unknown = {**stored, "spec": {**stored["spec"],
+                                  "containers": [{"name": "c", "image": "i", "typo": 1}]},
+               "extra": 1}
+    assert fieldvalidation.prune_builtin(unknown, POD_SCHEMA, stored) == [
+        "extra", "spec.containers[0].typo"]
+    assert unknown["spec"]["containers"] == [{"name": "c", "image": "i"}]
+    assert "extra" not in unknown
