@@ -258,3 +258,26 @@ def test_a_write_is_checked_where_it_differs_from_the_stored_object() -> None:
         "extra", "spec.containers[0].typo"]
     assert unknown["spec"]["containers"] == [{"name": "c", "image": "i"}]
     assert "extra" not in unknown
+
+
+def test_fields_left_as_stored_change_no_ownership() -> None:
+    from gpushare.apiserver.schema import managed
+
+    old = {"metadata": {"labels": {"a": "1"}, "finalizers": [1]},
+           "spec": {"containers": [{"name": "c", "image": "i"}], "priority": 1}}
+    for new in (
+        {**old, "metadata": {"labels": {"a": "2"}, "finalizers": [1]}},
+        {**old, "metadata": {"labels": {"a": "1"}, "finalizers": [True]}},  # 1 is not true
+        {**old, "spec": {**old["spec"], "priority": True}},
+        {**old, "spec": {"containers": [{"name": "c", "image": "j"}], "priority": 1}},
+    ):
+        full_old, full_new = managed.leaves(old, POD_SCHEMA), managed.leaves(new, POD_SCHEMA)
+        same = managed._same_sections(old, new)
+        part_old = managed.leaves(old, POD_SCHEMA, None, same)
+        part_new = managed.leaves(new, POD_SCHEMA, None, same)
+
+        def diff(a: dict, b: dict) -> tuple[set, set]:
+            return ({p for p, v in b.items() if p not in a or a[p] != v}, a.keys() - b.keys())
+
+        assert diff(part_old, part_new) == diff(full_old, full_new)
+        assert same  # something was left out of the walk

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from gpushare.apiserver.errors import ApiError
+from gpushare.apiserver.objects import same_json
 from gpushare.apiserver.schema import schemas
 
 Path = tuple[str, ...]
@@ -42,12 +43,13 @@ _ITEM = "."
 
 
 def leaves(obj: dict[str, Any], schema: dict[str, Any] | None,
-           subresource: str | None = None) -> Leaves:
-    """The owned paths of an object (or applied configuration), each with its value."""
+           subresource: str | None = None, skip: AbstractSet[str] = frozenset()) -> Leaves:
+    """The owned paths of an object (or applied configuration), each with its value;
+    without those under the fields named in `skip` (`spec`, `metadata.labels`)."""
     out: Leaves = {}
     root = schemas.resolve(schema)
     if subresource == "status":
-        if "status" in obj:
+        if "status" in obj and "status" not in skip:
             _walk(obj["status"], schemas.child(root, "status"), ("f:status",), out)
         return out
     m = obj.get("metadata")
@@ -57,12 +59,23 @@ def leaves(obj: dict[str, Any], schema: dict[str, Any] | None,
             meta_schema = schemas.resolve({"$ref": "io.k8s.apimachinery.pkg.apis.meta.v1."
                                                    "ObjectMeta"})
         for key in _META_TRACKED:
-            if key in m and m[key] is not None:
+            if key in m and m[key] is not None and f"metadata.{key}" not in skip:
                 _walk(m[key], schemas.child(meta_schema, key), ("f:metadata", f"f:{key}"), out)
     for key, value in obj.items():
-        if key in ("apiVersion", "kind", "metadata", "status") or value is None:
+        if key in ("apiVersion", "kind", "metadata", "status") or value is None or key in skip:
             continue
         _walk(value, schemas.child(root, key), (f"f:{key}",), out)
+    return out
+
+
+def _same_sections(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
+    """The fields `leaves` starts from that are the same in both (by their encodings,
+    so that no path under them can differ)."""
+    out = {k for k, v in new.items() if k in old and same_json(v, old[k])}
+    old_meta, new_meta = old.get("metadata"), new.get("metadata")
+    if isinstance(old_meta, dict) and isinstance(new_meta, dict):
+        out |= {f"metadata.{k}" for k in _META_TRACKED
+                if same_json(old_meta.get(k), new_meta.get(k))}
     return out
 
 
@@ -359,8 +372,10 @@ def track_update(old: dict[str, Any] | None, new: dict[str, Any], base: Any,
                  subresource: str | None) -> list[dict[str, Any]] | None:
     """The managedFields after an Update by `manager`; None when it changed no field."""
     sub = "status" if subresource == "status" else ""
-    old_leaves = leaves(old, schema, subresource) if old is not None else {}
-    new_leaves = leaves(new, schema, subresource)
+    # Fields left as they were own nothing new and lose nothing: not walked.
+    same = _same_sections(old, new) if old is not None else set()
+    old_leaves = leaves(old, schema, subresource, same) if old is not None else {}
+    new_leaves = leaves(new, schema, subresource, same)
     changed = {p for p, v in new_leaves.items() if p not in old_leaves or old_leaves[p] != v}
     removed = old_leaves.keys() - new_leaves.keys()
     if not changed and not removed:
