@@ -36,7 +36,7 @@ def test_survivors_are_frozen_between_cycles():
 
 
 def test_garbage_frozen_in_a_reference_cycle_goes_at_the_full_pass():
-    keeper = HeapKeeper(full_every=3, min_allocated=0)
+    keeper = HeapKeeper(full_every=3, min_allocated=0, min_interval=0)
     keeper.between_cycles()  # cycle 1
     # The pair is alive through a freeze, then dropped: only a full pass can free it.
     alive, pair = _cycle_pair()
@@ -56,7 +56,7 @@ def test_full_every_must_be_positive():
 
 
 def test_small_cycles_skip_the_collection_until_enough_was_allocated():
-    keeper = HeapKeeper(full_every=1000, min_allocated=5_000)
+    keeper = HeapKeeper(full_every=1000, min_allocated=5_000, min_interval=0)
     keeper.between_cycles()  # the first cycle always collects
     assert keeper.collections == 1
     small = [_Node() for _ in range(10)]
@@ -67,6 +67,19 @@ def test_small_cycles_skip_the_collection_until_enough_was_allocated():
     keeper.between_cycles()
     assert keeper.collections == 2
     assert gc.get_freeze_count() >= frozen + len(big) + len(small)
+
+
+def test_collections_are_at_least_min_interval_apart():
+    now = [100.0]
+    keeper = HeapKeeper(full_every=1000, min_allocated=0, min_interval=1.0,
+                        clock=lambda: now[0])
+    keeper.between_cycles()
+    now[0] += 0.5
+    keeper.between_cycles()
+    assert keeper.collections == 1  # half a second after the last one
+    now[0] += 0.6
+    keeper.between_cycles()
+    assert keeper.collections == 2
 
 
 def test_the_full_pass_is_not_skipped_when_due():
