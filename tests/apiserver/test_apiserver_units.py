@@ -185,3 +185,99 @@ def test_field_sets_in_one_walk_equal_the_leaf_paths() -> None:
     assert "." in containers and 'k:{"containerPort":80}' in containers["f:ports"]
     assert tree["f:spec"]["f:tolerations"] == {}  # atomic: owned as a whole
     assert tree["f:metadata"]["f:finalizers"] == {'v:"x"': {}, 'v:"y"': {}}
+
+
+def test_managed_fields_read_back_from_the_cache_equal_a_fresh_parse() -> None:
+    import orjson
+
+    from gpushare.apiserver.schema import managed
+
+    versions = [
+        {"metadata": {"labels": {"a": "1"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        {"metadata": {"labels": {"a": "1", "b": "2"}},
+         "spec": {"containers": [{"name": "c", "image": "i"}], "nodeSelector": {}}},
+        {"metadata": {"labels": {"b": "2"}},
+         "spec": {"containers": [{"name": "c", "image": "j"}], "nodeSelector": {"x": "y"}}},
+        {"metadata": {"labels": {"b": "3"}, "annotations": {"n": "1"}},
+         "spec": {"containers": [{"name": "c", "image": "j"}]}},
+        {"metadata": {"labels": {"b": "3"}, "annotations": {"n": "1"}},
+         "spec": {"containers": [{"name": "c", "image": "k"}]}},
+    ]
+    managers = ["one", "two", "one", "three", "one"]
+    cached: list | None = None  # each write's list, read back through the cache
+    fresh: list | None = None  # the same list copied: parsed afresh every time
+    old: dict | None = None
+    for i, (new, manager) in enumerate(zip(versions, managers, strict=True)):
+        time = f"2026-01-01T00:00:0{i}Z"
+        got = managed.track_update(old, new, cached, POD_SCHEMA, manager, "v1", time, None)
+        want = managed.track_update(old, new, orjson.loads(orjson.dumps(fresh)), POD_SCHEMA,
+                                    manager, "v1", time, None)
+        assert got == want
+        assert got is not None
+        # the cache is keyed by the list's identity: the copy is parsed, the list is not
+        assert [vars_of(e) for e in managed.parse_entries(got)] == [
+            vars_of(e) for e in managed.parse_entries(orjson.loads(orjson.dumps(got)))]
+        if manager == "one" and i == 4:  # "three" is untouched: its entry is reused
+            assert next(e for e in got if e["manager"] == "three") is next(
+                e for e in cached or [] if e["manager"] == "three")
+        cached, fresh, old = got, want, new
+    owners = {e["manager"]: e["fieldsV1"] for e in cached or []}
+    assert set(owners) == {"one", "three"}  # "two"'s label and selector were taken, gone
+    assert "f:a'" not in str(owners)  # the removed label a went from its owner
+    assert owners["three"]["f:metadata"]["f:labels"] == {"f:b": {}}
+
+
+def vars_of(entry) -> tuple:
+    return (entry.manager, entry.operation, entry.api_version, entry.time, set(entry.fields),
+            entry.subresource)
+
+
+def test_a_write_is_checked_where_it_differs_from_the_stored_object() -> None:
+    from gpushare.apiserver.schema import fieldvalidation, typecheck
+
+    stored = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+              "spec": {"containers": [{"name": "c", "image": "i"}],
+                       "terminationGracePeriodSeconds": 30, "priority": 1}}
+    # `true` equals 1 in Python but not in JSON: the changed type is still found
+    written = {**stored, "spec": {**stored["spec"], "priority": True}}
+    assert typecheck.mismatches(written, POD_SCHEMA, stored=stored) == [
+        "spec.priority: expected integer, got boolean"]
+    # a field written as stored is not checked again (it was when it was stored)...
+    odd = {**stored, "spec": {**stored["spec"], "terminationGracePeriodSeconds": "x"}}
+    assert typecheck.mismatches(odd, POD_SCHEMA, stored=odd) == []
+    # ...while a write that changes it is
+    assert typecheck.mismatches(odd, POD_SCHEMA, stored=stored) == [
+        "spec.terminationGracePeriodSeconds: expected integer, got string"]
+    assert typecheck.mismatches(odd, POD_SCHEMA) == [
+        "spec.terminationGracePeriodSeconds: expected integer, got string"]
+    # unknown fields are dropped wherever the write differs, deep under unchanged levels too
+    unknown = {**stored, "spec": {**stored["spec"],
+                                  "containers": [{"name": "c", "image": "i", "typo": 1}]},
+               "extra": 1}
+    assert fieldvalidation.prune_builtin(unknown, POD_SCHEMA, stored) == [
+        "extra", "spec.containers[0].typo"]
+    assert unknown["spec"]["containers"] == [{"name": "c", "image": "i"}]
+    assert "extra" not in unknown
+
+
+def test_fields_left_as_stored_change_no_ownership() -> None:
+    from gpushare.apiserver.schema import managed
+
+    old = {"metadata": {"labels": {"a": "1"}, "finalizers": [1]},
+           "spec": {"containers": [{"name": "c", "image": "i"}], "priority": 1}}
+    for new in (
+        {**old, "metadata": {"labels": {"a": "2"}, "finalizers": [1]}},
+        {**old, "metadata": {"labels": {"a": "1"}, "finalizers": [True]}},  # 1 is not true
+        {**old, "spec": {**old["spec"], "priority": True}},
+        {**old, "spec": {"containers": [{"name": "c", "image": "j"}], "priority": 1}},
+    ):
+        full_old, full_new = managed.leaves(old, POD_SCHEMA), managed.leaves(new, POD_SCHEMA)
+        same = managed._same_sections(old, new)
+        part_old = managed.leaves(old, POD_SCHEMA, None, same)
+        part_new = managed.leaves(new, POD_SCHEMA, None, same)
+
+        def diff(a: dict, b: dict) -> tuple[set, set]:
+            return ({p for p, v in b.items() if p not in a or a[p] != v}, a.keys() - b.keys())
+
+        assert diff(part_old, part_new) == diff(full_old, full_new)
+        assert same  # something was left out of the walk

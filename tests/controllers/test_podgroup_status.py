@@ -10,6 +10,7 @@ from gpushare.controllers.scheduling.podgroup_status import (
     pod_allocated,
     pod_requested,
     resources_status,
+    status_echo,
 )
 
 
@@ -119,3 +120,21 @@ def test_the_unschedulable_condition_counts_its_transitions():
     assert (second["transitionID"], second["nodePool"]) == ("2", "pool-a")
     assert podgroup_unschedulable("x", "q", "p", [{"transitionID": "bad"}], "t")[
         "transitionID"] == "1"
+
+
+def test_a_status_only_change_matching_what_was_written_is_an_echo():
+    written = {"requested": {"cpu": "100m"}}
+    old = {"metadata": {"name": "pg", "resourceVersion": "1", "labels": {"a": "b"}},
+           "spec": {"minMember": 1, "queue": "q"}, "status": {}}
+    ours = {**old, "metadata": {**old["metadata"], "resourceVersion": "2"},
+            "status": {"resourcesStatus": written}}
+    assert status_echo(ours, old, written)
+    phase = {**ours, "status": {**ours["status"], "phase": "Running"}}
+    assert status_echo(phase, ours, written)
+    assert not status_echo(ours, None, written)  # no previous version
+    assert not status_echo(ours, old, None)  # nothing written yet
+    assert not status_echo(ours, old, {"requested": {"cpu": "200m"}})  # someone else's
+    respec = {**phase, "spec": {"minMember": 2, "queue": "q"}}
+    assert not status_echo(respec, phase, written)
+    relabel = {**phase, "metadata": {**phase["metadata"], "labels": {"a": "c"}}}
+    assert not status_echo(relabel, phase, written)

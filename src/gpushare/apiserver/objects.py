@@ -17,6 +17,29 @@ def deep_copy(obj: Any) -> Any:
     return orjson.loads(orjson.dumps(obj))
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values are the same, types included (``1``, ``1.0`` and ``true``
+    differ, as do the orders of their keys): by their encodings."""
+    if a is b:
+        return True
+    try:
+        return orjson.dumps(a) == orjson.dumps(b)
+    except TypeError:  # not JSON (orjson.JSONEncodeError is a TypeError)
+        return False
+
+
+#: How deep a write is compared with the stored object, field by field, to leave out of
+#: its checks the parts it did not change (each level costs an encoding of what it holds).
+UNCHANGED_DEPTH = 2
+
+
+def unchanged_fields(value: Any, stored: Any) -> set[str]:
+    """The keys of the object `value` whose values are the same in `stored`."""
+    if not isinstance(value, dict) or not isinstance(stored, dict):
+        return set()
+    return {k for k, v in value.items() if k in stored and same_json(v, stored[k])}
+
+
 _now_cache: list[Any] = [0, ""]
 
 

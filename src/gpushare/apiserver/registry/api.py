@@ -376,13 +376,16 @@ class Api(Bootstrap, WriteStrategy):
         gr = info.group_resource
         old_meta = old["metadata"]
         schema = builtin_schema_of(info)
+        # What the write left as stored (checked and pruned when it was written) is not
+        # walked again; a stored form of another version is not compared.
+        stored = None if info.storage_group_resource else old
         if schema is not None:  # as decoded: the JSON types of the fields this write sets
             # (a status write keeps the stored spec, so a spec stored malformed does not
             # stop the status that says why the pod waits)
             written = ({k: new.get(k) for k in ("metadata", "status")}
                        if subresource == "status" else new)
-            typecheck.check_against(written, schema, info.version, info.kind)
-        self._prune(info, new, field_validation)
+            typecheck.check_against(written, schema, info.version, info.kind, stored)
+        self._prune(info, new, field_validation, stored)
         # managedFields a client wrote (changed from what is stored) are taken as given, as
         # Kubernetes does (kubectl moves client-side apply ownership that way).
         new_fields = (new.get("metadata") or {}).get("managedFields")
@@ -682,7 +685,8 @@ def _replacement(info: ResourceInfo, old: dict[str, Any], new: dict[str, Any],
     writer cannot change carried over from `old`."""
     old_meta = old["metadata"]
     if subresource == "status":
-        obj = deep_copy(old)
+        # (the stored status is replaced: not copied; its key keeps its place)
+        obj = deep_copy({k: None if k == "status" else v for k, v in old.items()})
         obj["status"] = new.get("status")
         if obj["status"] is None:
             obj.pop("status")

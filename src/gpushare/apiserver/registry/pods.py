@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from gpushare.apiserver.errors import Cause, bad_request, conflict, invalid
-from gpushare.apiserver.objects import deep_copy
 
 
 def bound(pod: dict[str, Any], binding: Any, now: str) -> dict[str, Any]:
@@ -29,12 +28,17 @@ def bound(pod: dict[str, Any], binding: Any, now: str) -> dict[str, Any]:
     current = (pod.get("spec") or {}).get("nodeName")
     if current:
         raise conflict("", "pods", name, f'pod {name} is already assigned to node "{current}"')
-    obj = deep_copy(pod)
+    # A copy of what changes (metadata, spec, status and their annotations and conditions);
+    # the rest is shared with the stored pod, which is never changed in place.
+    obj = dict(pod)
+    obj["metadata"] = dict(pod["metadata"])
+    obj["spec"] = dict(pod.get("spec") or {})
     obj["spec"]["nodeName"] = node
     annotations = bmeta.get("annotations") or {}
     if annotations:
-        obj["metadata"].setdefault("annotations", {}).update(annotations)
-    status = obj.setdefault("status", {})
+        obj["metadata"]["annotations"] = {**(obj["metadata"].get("annotations") or {}),
+                                          **annotations}
+    status = obj["status"] = dict(pod.get("status") or {})
     conditions = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
     conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                        "lastTransitionTime": now})

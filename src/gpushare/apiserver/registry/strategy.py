@@ -32,12 +32,13 @@ class WriteStrategy:
     """`Api`'s checks before a write (a mixin: `Api` holds the store and registries)."""
 
     @staticmethod
-    def _prune(info: ResourceInfo, obj: dict[str, Any], field_validation: str) -> None:
+    def _prune(info: ResourceInfo, obj: dict[str, Any], field_validation: str,
+               stored: dict[str, Any] | None = None) -> None:
         """Drop the fields the kind's schema does not declare (``schema/fieldvalidation.py``:
         400 under Strict, warnings under Warn), then apply a custom resource's schema
-        defaults."""
+        defaults. `stored`: the object `obj` replaces (its unchanged fields are skipped)."""
         custom = crds.prune_unknown(obj, info.schema) if info.crd and info.schema else None
-        fieldvalidation.prune(info, obj, field_validation, custom)
+        fieldvalidation.prune(info, obj, field_validation, custom, stored)
         if info.crd and info.schema:
             crds.apply_defaults(obj, info.schema)
 

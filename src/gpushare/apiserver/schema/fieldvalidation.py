@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare.apiserver.errors import bad_request
+from gpushare.apiserver.objects import UNCHANGED_DEPTH, unchanged_fields
 from gpushare.apiserver.resources import ResourceInfo
 from gpushare.apiserver.schema import schemas
 
@@ -78,18 +79,21 @@ def note_duplicates(found: list[str]) -> None:
 
 
 def prune(info: ResourceInfo, obj: dict[str, Any], mode: str,
-          custom_unknown: list[str] | None = None) -> None:
+          custom_unknown: list[str] | None = None, stored: Any = None) -> None:
     """Drop the fields `obj`'s schema does not declare; 400 under Strict (with the
     duplicates the body had), warnings under Warn or no mode. For a custom resource,
-    `custom_unknown` are the fields its structural schema pruned (``registry/crds.py``)."""
+    `custom_unknown` are the fields its structural schema pruned (``registry/crds.py``).
+    `stored`: the object as stored (pruned when it was written), whose first levels a
+    write left as they are are not walked again."""
     if info.crd:
         unknown = list(custom_unknown or [])
     else:
-        unknown = prune_builtin(obj, builtin_definition(info))
+        unknown = prune_builtin(obj, builtin_definition(info), stored)
     meta = obj.get("metadata")
     if info.crd and isinstance(meta, dict):
-        unknown = _prune_object(meta, schemas.definitions().get(_OBJECT_META), "metadata") \
-            + unknown
+        unknown = _prune_object(meta, schemas.definitions().get(_OBJECT_META), "metadata",
+                                stored.get("metadata") if isinstance(stored, dict) else None,
+                                1) + unknown
     report = _REPORT.get()
     duplicates = report.duplicates if report is not None else []
     if mode == IGNORE:
@@ -113,25 +117,27 @@ def builtin_definition(info: ResourceInfo) -> schemas.Schema | None:
     return schemas.kind_schema(info.group, info.version, info.kind)
 
 
-def prune_builtin(obj: dict[str, Any], schema: schemas.Schema | None) -> list[str]:
+def prune_builtin(obj: dict[str, Any], schema: schemas.Schema | None,
+                  stored: Any = None) -> list[str]:
     """Remove (and return the paths of) the fields a built-in kind does not declare."""
     if schema is None:
         return []
-    return _prune_object(obj, schema, "")
+    return _prune_object(obj, schema, "", stored)
 
 
 def _prune_object(value: dict[str, Any], schema: schemas.Schema | None,
-                  path: str) -> list[str]:
+                  path: str, stored: Any = None, depth: int = 0) -> list[str]:
     removed: list[str] = []
-    stack: list[tuple[Any, schemas.Schema | None, str]] = [(value, schema, path)]
+    stack: list[tuple[Any, schemas.Schema | None, str, Any, int]] = [
+        (value, schema, path, stored, depth)]
     while stack:
-        node, node_schema, where = stack.pop()
+        node, node_schema, where, before, level = stack.pop()
         if node_schema is None:
             continue
         if isinstance(node, list):
             item = schemas.resolve(schemas.items(node_schema))
             for i, entry in enumerate(node):
-                stack.append((entry, item, f"{where}[{i}]"))
+                stack.append((entry, item, f"{where}[{i}]", None, level + 1))
             continue
         if not isinstance(node, dict):
             continue
@@ -139,13 +145,18 @@ def _prune_object(value: dict[str, Any], schema: schemas.Schema | None,
         extra = node_schema.get("additionalProperties")
         if not isinstance(props, dict) and not isinstance(extra, dict):
             continue  # free-form (RawExtension, FieldsV1, JSON): anything goes
+        prev = before if level < UNCHANGED_DEPTH and isinstance(before, dict) else None
+        same = unchanged_fields(node, prev) if prev is not None else set()
         for key in list(node):
+            if key in same:
+                continue  # as stored: pruned when it was written
             child = schemas.child(node_schema, key)
             sub = f"{where}.{key}" if where else key
             if child is None and not (isinstance(props, dict) and key in props):
                 removed.append(sub)
                 del node[key]
             elif isinstance(node[key], dict | list):
-                stack.append((node[key], child, sub))
+                stack.append((node[key], child, sub,
+                              prev.get(key) if prev is not None else None, level + 1))
     removed.sort()
     return removed

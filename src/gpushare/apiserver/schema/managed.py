@@ -21,12 +21,15 @@ so that an applied item matches the stored one whatever defaults the server adde
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import orjson
 
 from gpushare.apiserver.errors import ApiError
+from gpushare.apiserver.objects import same_json
 from gpushare.apiserver.schema import schemas
 
 Path = tuple[str, ...]
@@ -40,12 +43,13 @@ _ITEM = "."
 
 
 def leaves(obj: dict[str, Any], schema: dict[str, Any] | None,
-           subresource: str | None = None) -> Leaves:
-    """The owned paths of an object (or applied configuration), each with its value."""
+           subresource: str | None = None, skip: AbstractSet[str] = frozenset()) -> Leaves:
+    """The owned paths of an object (or applied configuration), each with its value;
+    without those under the fields named in `skip` (`spec`, `metadata.labels`)."""
     out: Leaves = {}
     root = schemas.resolve(schema)
     if subresource == "status":
-        if "status" in obj:
+        if "status" in obj and "status" not in skip:
             _walk(obj["status"], schemas.child(root, "status"), ("f:status",), out)
         return out
     m = obj.get("metadata")
@@ -55,12 +59,23 @@ def leaves(obj: dict[str, Any], schema: dict[str, Any] | None,
             meta_schema = schemas.resolve({"$ref": "io.k8s.apimachinery.pkg.apis.meta.v1."
                                                    "ObjectMeta"})
         for key in _META_TRACKED:
-            if key in m and m[key] is not None:
+            if key in m and m[key] is not None and f"metadata.{key}" not in skip:
                 _walk(m[key], schemas.child(meta_schema, key), ("f:metadata", f"f:{key}"), out)
     for key, value in obj.items():
-        if key in ("apiVersion", "kind", "metadata", "status") or value is None:
+        if key in ("apiVersion", "kind", "metadata", "status") or value is None or key in skip:
             continue
         _walk(value, schemas.child(root, key), (f"f:{key}",), out)
+    return out
+
+
+def _same_sections(old: dict[str, Any], new: dict[str, Any]) -> set[str]:
+    """The fields `leaves` starts from that are the same in both (by their encodings,
+    so that no path under them can differ)."""
+    out = {k for k, v in new.items() if k in old and same_json(v, old[k])}
+    old_meta, new_meta = old.get("metadata"), new.get("metadata")
+    if isinstance(old_meta, dict) and isinstance(new_meta, dict):
+        out |= {f"metadata.{k}" for k in _META_TRACKED
+                if same_json(old_meta.get(k), new_meta.get(k))}
     return out
 
 
@@ -261,16 +276,22 @@ def field_path(path: Path) -> str:
 
 
 class Entry:
-    __slots__ = ("api_version", "fields", "manager", "operation", "subresource", "time")
+    """One manager's fields. ``rendered`` is the entry as last rendered (or as stored, when
+    parsed from a list this module rendered): reused while the entry is unchanged."""
+
+    __slots__ = ("_rendered_from", "api_version", "fields", "manager", "operation",
+                 "rendered", "subresource", "time")
 
     def __init__(self, manager: str, operation: str, api_version: str, time: str,
-                 fields: set[Path], subresource: str = "") -> None:
+                 fields: AbstractSet[Path], subresource: str = "") -> None:
         self.manager = manager
         self.operation = operation
         self.api_version = api_version
         self.time = time
         self.fields = fields
         self.subresource = subresource
+        self.rendered: dict[str, Any] | None = None
+        self._rendered_from: tuple[Any, ...] = ()
 
     @classmethod
     def parse(cls, raw: Any) -> Entry | None:
@@ -284,23 +305,63 @@ class Entry:
         return (self.manager, self.operation, self.subresource) == (manager, operation,
                                                                      subresource)
 
+    def _signature(self) -> tuple[Any, ...]:
+        return (self.fields, self.manager, self.operation, self.api_version, self.time,
+                self.subresource)
+
     def render(self) -> dict[str, Any]:
+        signature = self._signature()
+        if self.rendered is not None and all(
+                a is b for a, b in zip(signature, self._rendered_from, strict=True)):
+            return self.rendered
         out: dict[str, Any] = {"manager": self.manager, "operation": self.operation,
                                "apiVersion": self.api_version, "time": self.time,
                                "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(self.fields)}
         if self.subresource:
             out["subresource"] = self.subresource
+        # As parsing `out` back gives it: the paths that are no prefix of another.
+        self.fields = _leaf_paths(self.fields)
+        self.rendered, self._rendered_from = out, self._signature()
         return out
+
+    def copy(self) -> Entry:
+        out = Entry(self.manager, self.operation, self.api_version, self.time, self.fields,
+                    self.subresource)
+        out.rendered, out._rendered_from = self.rendered, self._rendered_from
+        return out
+
+
+def _leaf_paths(paths: AbstractSet[Path]) -> frozenset[Path]:
+    prefixes = {p[:i] for p in paths for i in range(1, len(p))}
+    return frozenset(paths - prefixes if not prefixes.isdisjoint(paths) else paths)
+
+
+# Parsed entries of the managedFields lists rendered here (each stored object's list),
+# by the list's identity (the list is kept alive, so its id is not reused while cached):
+# the next write of that object reads them without parsing. Stored objects are never
+# changed in place.
+_PARSED: dict[int, tuple[list[dict[str, Any]], list[Entry]]] = {}
+_PARSED_MAX = 4096
+_PARSED_LOCK = threading.Lock()
 
 
 def parse_entries(raw: Any) -> list[Entry]:
     if not isinstance(raw, list):
         return []
+    found = _PARSED.get(id(raw))
+    if found is not None and found[0] is raw:
+        return [e.copy() for e in found[1]]
     return [e for e in (Entry.parse(r) for r in raw) if e is not None]
 
 
 def render_entries(entries: list[Entry]) -> list[dict[str, Any]]:
-    return [e.render() for e in entries if e.fields]
+    kept = [e for e in entries if e.fields]
+    out = [e.render() for e in kept]
+    with _PARSED_LOCK:
+        if len(_PARSED) >= _PARSED_MAX:
+            del _PARSED[next(iter(_PARSED))]
+        _PARSED[id(out)] = (out, [e.copy() for e in kept])
+    return out
 
 
 # -- updates -----------------------------------------------------------------------------------
@@ -311,24 +372,27 @@ def track_update(old: dict[str, Any] | None, new: dict[str, Any], base: Any,
                  subresource: str | None) -> list[dict[str, Any]] | None:
     """The managedFields after an Update by `manager`; None when it changed no field."""
     sub = "status" if subresource == "status" else ""
-    old_leaves = leaves(old, schema, subresource) if old is not None else {}
-    new_leaves = leaves(new, schema, subresource)
+    # Fields left as they were own nothing new and lose nothing: not walked.
+    same = _same_sections(old, new) if old is not None else set()
+    old_leaves = leaves(old, schema, subresource, same) if old is not None else {}
+    new_leaves = leaves(new, schema, subresource, same)
     changed = {p for p, v in new_leaves.items() if p not in old_leaves or old_leaves[p] != v}
     removed = old_leaves.keys() - new_leaves.keys()
-    entries = parse_entries(base)
     if not changed and not removed:
         return None
+    entries = parse_entries(base)
     taken = changed | removed
     for entry in entries:
-        entry.fields -= taken
+        if entry.fields.isdisjoint(taken) and not (removed and any(
+                _under_any(p, removed) for p in entry.fields)):
+            continue  # unchanged: it keeps its rendering
         # Anything under a removed keyed item or map goes with it.
-        if removed:
-            entry.fields = {p for p in entry.fields if not _under_any(p, removed)}
+        entry.fields = {p for p in entry.fields - taken if not _under_any(p, removed)}
     mine = next((e for e in entries if e.same(manager, "Update", sub)), None)
     if mine is None:
         mine = Entry(manager, "Update", api_version, now, set(), sub)
         entries.append(mine)
-    mine.fields |= changed
+    mine.fields = mine.fields | changed
     mine.time, mine.api_version = now, api_version
     return render_entries(entries)
 

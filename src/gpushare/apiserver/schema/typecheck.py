@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpushare.apiserver.errors import ApiError, bad_request
+from gpushare.apiserver.objects import UNCHANGED_DEPTH, unchanged_fields
 from gpushare.apiserver.schema import schemas
 
 _LIMIT = 5
@@ -46,12 +47,15 @@ def _fits(value: Any, kind: str, fmt: Any) -> bool:
     return got == kind
 
 
-def mismatches(value: Any, schema: Any, path: str = "") -> list[str]:
-    """`path: expected T, got U` for each value of the wrong JSON type (at most a few)."""
+def mismatches(value: Any, schema: Any, path: str = "", stored: Any = None) -> list[str]:
+    """`path: expected T, got U` for each value of the wrong JSON type (at most a few).
+
+    `stored`: the object as stored (checked when it was written); the fields of its first
+    levels that a write left as they are are not checked again."""
     out: list[str] = []
-    stack: list[tuple[Any, Any, str]] = [(value, schema, path)]
+    stack: list[tuple[Any, Any, str, Any, int]] = [(value, schema, path, stored, 0)]
     while stack and len(out) < _LIMIT:
-        node, sch, where = stack.pop()
+        node, sch, where, before, depth = stack.pop()
         sch = schemas.resolve(sch)
         if node is None or sch is None or sch.get("x-kubernetes-preserve-unknown-fields"):
             continue
@@ -64,14 +68,18 @@ def mismatches(value: Any, schema: Any, path: str = "") -> list[str]:
             out.append(f"{where or '<body>'}: expected {kind}, got {_json_type(node)}")
             continue
         if isinstance(node, dict):
+            prev = before if depth < UNCHANGED_DEPTH and isinstance(before, dict) else None
+            same = unchanged_fields(node, prev) if prev is not None else set()
             for key, sub in node.items():
                 child = schemas.field(sch, key)
-                if child is not None:
-                    stack.append((sub, child, f"{where}.{key}" if where else key))
+                if child is not None and key not in same:
+                    stack.append((sub, child, f"{where}.{key}" if where else key,
+                                  prev.get(key) if prev is not None else None, depth + 1))
         elif isinstance(node, list):
             item = schemas.items(sch)
             if item is not None:
-                stack.extend((sub, item, f"{where}[{i}]") for i, sub in enumerate(node))
+                stack.extend((sub, item, f"{where}[{i}]", None, depth + 1)
+                             for i, sub in enumerate(node))
     return out
 
 
@@ -83,9 +91,11 @@ def check(body: Any, group: str, version: str, kind: str) -> None:
     check_against(body, schema, version, kind)
 
 
-def check_against(body: Any, schema: Any, version: str, kind: str) -> None:
-    """`check` with the schema given."""
-    found = mismatches(body, schema)
+def check_against(body: Any, schema: Any, version: str, kind: str,
+                  stored: Any = None) -> None:
+    """`check` with the schema given (and the object as stored, for a write that
+    replaces it)."""
+    found = mismatches(body, schema, stored=stored)
     if found:
         raise bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: '
                           + "; ".join(found))

@@ -173,6 +173,23 @@ def merge_patch_to(current: Any, wanted: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
+#: Metadata a write changes without changing what the PodGroup asks for.
+_BOOKKEEPING = ("resourceVersion", "managedFields", "generation")
+
+
+def status_echo(pg: Obj, old: Obj | None, written: dict[str, Any] | None) -> bool:
+    """Whether a PodGroup's change leaves its wanted resourcesStatus as it was: only its
+    status changed (spec and metadata as before) and the stored resourcesStatus is what
+    was last written (the pods' own changes queue the group by themselves)."""
+    if old is None or written is None or pg.get("spec") != old.get("spec"):
+        return False
+    meta, before = pg.get("metadata") or {}, old.get("metadata") or {}
+    if {k: v for k, v in meta.items() if k not in _BOOKKEEPING} != {
+            k: v for k, v in before.items() if k not in _BOOKKEEPING}:
+        return False
+    return bool(((pg.get("status") or {}).get("resourcesStatus") or {}) == written)
+
+
 def _group_of(pod: Obj | None) -> str | None:
     meta = (pod or {}).get("metadata") or {}
     name = (meta.get("annotations") or {}).get(PODGROUP_ANNOTATION)
@@ -231,6 +248,8 @@ class PodGroupStatusController:
         stored = (pg.get("status") or {}).get("resourcesStatus") or {}
         if self._written.get(key, stored) != stored:
             self._written.pop(key, None)  # changed since (or not yet seen): cache decides
+        elif kind == "MODIFIED" and status_echo(pg, old, self._written.get(key)):
+            return  # its phase or our own write coming back: nothing to work out again
         self.queue.add(key)
 
     def _on_priority_class(self, kind: str, obj: Obj, old: Obj | None) -> None:
